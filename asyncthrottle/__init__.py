@@ -1,0 +1,24 @@
+"""asyncthrottle: bound how far the host runs ahead of an asynchronous device."""
+
+from .errors import ThrottleTimeout
+from .events import Event, EventFactory
+from .stats import Stats
+from .throttle import Throttle
+from .view import Throttled, throttle
+from .waits import Block, Poll, Spin, WaitStrategy
+
+__all__ = [
+    "Block",
+    "Event",
+    "EventFactory",
+    "Poll",
+    "Spin",
+    "Stats",
+    "Throttle",
+    "ThrottleTimeout",
+    "Throttled",
+    "WaitStrategy",
+    "throttle",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,30 @@
+"""The library's exception: a wait that ran past its timeout."""
+
+from __future__ import annotations
+
+__all__ = ["ThrottleTimeout"]
+
+
+class ThrottleTimeout(TimeoutError):
+    """A wait for a step ran longer than the throttle's ``timeout``.
+
+    The throttle stays usable: the step is still tracked, and the next wait
+    (or ``drain()``) waits for it again.
+
+    Attributes:
+        step: the step the host was waiting for.
+        depth: the throttle's depth.
+        waited_s: seconds the host waited before giving up.
+        timeout: the timeout in force, in seconds.
+    """
+
+    def __init__(self, step: int, depth: int | None, waited_s: float, timeout: float) -> None:
+        self.step = step
+        self.depth = depth
+        self.waited_s = waited_s
+        self.timeout = timeout
+        super().__init__(
+            f"step {step} did not complete on the device within timeout={timeout:g} s "
+            f"(waited {waited_s:.3f} s, depth={depth}); the device may be hung or the step "
+            "slower than expected: raise timeout=, or call drain() to keep waiting"
+        )
