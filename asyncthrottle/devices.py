@@ -46,7 +46,9 @@ def _is_available(torch: Any, kind: str) -> bool:
     if module is not None and hasattr(module, "is_available"):
         return bool(module.is_available())
     accelerator = getattr(torch, "accelerator", None)
-    current = accelerator.current_accelerator() if accelerator is not None else None
+    if accelerator is None:
+        return False
+    current = accelerator.current_accelerator()
     return bool(current is not None and current.type == kind and accelerator.is_available())
 
 
@@ -61,7 +63,9 @@ def _parse_device(device: Any) -> Any:
     try:
         return torch.device(device)
     except RuntimeError as exc:
-        raise ValueError(f"device={device!r} is not a device torch knows ({exc}); try 'cuda', 'mps', 'xpu' or 'cpu'") from None
+        raise ValueError(
+            f"device={device!r} is not a device torch knows ({exc}); try 'cuda', 'mps', 'xpu' or 'cpu'"
+        ) from None
 
 
 class TorchEvent:
@@ -143,7 +147,7 @@ def resolve_events(
     Raises:
         RuntimeError: an explicitly requested device is not available.
     """
-    if isinstance(device, str) and device.split(":")[0] == "jax" or type(device).__module__.startswith("jax"):
+    if (isinstance(device, str) and device.split(":")[0] == "jax") or type(device).__module__.startswith("jax"):
         from .jax import jax_events
 
         return jax_events(device, timing=timing)

@@ -204,11 +204,12 @@ class Throttle:
 
     def _record(self) -> None:
         """End of a step: one event, recorded after the step's work was enqueued."""
-        self._steps += 1
         if self._new_event is None:
+            self._steps += 1
             return
         event = self._new_event()
-        event.record()
+        event.record()  # may raise (CUDA graph capture): then the step is not counted
+        self._steps += 1
         pending = self._pending
         pending.append(event)
         if len(pending) > self._max_in_flight:
@@ -229,10 +230,13 @@ class Throttle:
         event = self._pending[0]
         if not event.query():
             start = self._clock()
-            done = self._wait(event, self._timeout)  # host-device sync, required by the depth rule
-            waited = self._clock() - start
-            self._waits += 1
-            self._wait_s += waited
+            done = False
+            try:
+                done = self._wait(event, self._timeout)  # host-device sync, required by the depth rule
+            finally:  # an interrupted wait (Ctrl-C) still counts
+                waited = self._clock() - start
+                self._waits += 1
+                self._wait_s += waited
             if not done:
                 assert self._timeout is not None
                 raise ThrottleTimeout(self._completed, self._depth, waited, self._timeout)

@@ -65,15 +65,16 @@ class Block(Spin):
 
 
 class Poll:
-    """Query, spin briefly, then sleep in growing slices: responsive and cheap.
+    """Query, then sleep in slices that grow with the wait: responsive and cheap.
 
-    The first ``spin_s`` seconds of a wait spin on ``query()`` in Python (so
-    short waits cost no sleep latency); after that the host sleeps for
+    After ``spin_s`` seconds of spinning on ``query()`` (none by default: a
+    Python spin holds the GIL, which starves runtimes whose completion needs a
+    Python thread, and buys nothing on a GPU), the host sleeps for
     ``fraction`` of the time waited so far, between ``min_sleep_s`` and
     ``max_sleep_s``. The overshoot after the event completes is therefore at
-    most ``fraction`` of the wait (plus the OS's sleep granularity), a long
-    wait burns almost no CPU, and a ``KeyboardInterrupt`` arrives within
-    ``max_sleep_s`` (signals also cut a sleep short).
+    most ``fraction`` of the wait plus the OS's sleep granularity (~60 us on
+    Linux), a long wait burns almost no CPU, and a ``KeyboardInterrupt``
+    arrives within ``max_sleep_s`` (a signal also cuts the sleep short).
 
     Args:
         spin_s: seconds to spin before the first sleep.
@@ -90,9 +91,9 @@ class Poll:
     def __init__(
         self,
         *,
-        spin_s: float = 1e-3,
-        fraction: float = 0.02,
-        min_sleep_s: float = 2e-5,
+        spin_s: float = 0.0,
+        fraction: float = 0.01,
+        min_sleep_s: float = 1e-5,
         max_sleep_s: float = 2e-3,
         clock: Callable[[], float] = time.perf_counter,
         sleep: Callable[[float], None] = time.sleep,

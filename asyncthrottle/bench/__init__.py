@@ -1,0 +1,1 @@
+"""Benchmarks: the seed's experiments and the core's overhead, measured."""

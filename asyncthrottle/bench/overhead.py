@@ -1,0 +1,184 @@
+"""The core's benchmark: per-step host overhead, and the cost of each wait strategy.
+
+Run it as ``python -m asyncthrottle bench --overhead`` (or ``python -m
+asyncthrottle.bench.overhead``). It prints, in one run on one machine:
+
+* the per-step host overhead of a throttled loop over a bare loop on the same
+  iterable, with the CPU (null) backend and with Python-level no-op events;
+* the throughput of each wait strategy on the real-time simulated device at
+  depth 1 and 2, with the host CPU time each one burns;
+* how long a ``KeyboardInterrupt`` takes to arrive in a polling wait.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ..simulated import SimulatedDevice
+from ..throttle import Throttle
+
+__all__ = ["main", "measure_interrupt", "measure_overhead", "measure_waits"]
+
+
+class _NoopEvent:
+    """The cheapest possible Python-level event: always complete."""
+
+    __slots__ = ()
+
+    def record(self) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+
+def _best_loop_s(make_iterable: Callable[[], Iterable[Any]], repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        iterable = make_iterable()
+        start = time.perf_counter()
+        for _item in iterable:
+            pass
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def measure_overhead(
+    steps: int = 1_000_000, repeats: int = 7, telemetry: dict[str, Any] | None = None
+) -> dict[str, float]:
+    """Microseconds per step that a throttled loop adds over a bare loop on the same list.
+
+    Each figure is the best of ``repeats`` runs (the least disturbed one).
+    ``telemetry`` are extra Throttle options to measure (e.g. its defaults).
+    """
+    data = list(range(steps))
+    options = telemetry or {}
+    bare = _best_loop_s(lambda: data, repeats)
+    null = _best_loop_s(lambda: Throttle(2, device="cpu", **options).wrap(data), repeats)
+    noop = _best_loop_s(lambda: Throttle(2, events=_NoopEvent, **options).wrap(data), repeats)
+    return {
+        "steps": steps,
+        "bare_us": bare / steps * 1e6,
+        "null_us": (null - bare) / steps * 1e6,
+        "noop_events_us": (noop - bare) / steps * 1e6,
+    }
+
+
+def _run_simulated(wait: str, depth: int | None, steps: int, device_s: float, launch_s: float) -> dict[str, float]:
+    with SimulatedDevice(launch_s=launch_s) as device:
+        thr = Throttle(depth, events=device.event, wait=wait)
+        cpu0, start = time.thread_time(), time.perf_counter()
+        for _ in thr.wrap(range(steps)):
+            device.launch(device_s)
+        wall = time.perf_counter() - start
+        cpu = time.thread_time() - cpu0
+    stats = thr.stats
+    return {"steps_per_s": steps / wall, "host_cpu": cpu / wall, "max_in_flight": stats.max_in_flight}
+
+
+def measure_waits(
+    steps: int = 400, device_s: float = 2e-3, launch_s: float = 1e-4, repeats: int = 3
+) -> list[dict[str, Any]]:
+    """Throughput of each wait strategy on the simulated device at depth 1 and 2 (best of ``repeats``)."""
+    rows: list[dict[str, Any]] = []
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(5e-5)  # the simulated worker needs the GIL to complete work; a GPU does not
+    try:
+        for depth in (1, 2):
+            for wait in ("spin", "block", "poll"):
+                runs = [_run_simulated(wait, depth, steps, device_s, launch_s) for _ in range(repeats)]
+                best = max(runs, key=lambda run: run["steps_per_s"])
+                rows.append({"depth": depth, "wait": wait, **best})
+    finally:
+        sys.setswitchinterval(old_interval)
+    for row in rows:
+        spin = next(r for r in rows if r["depth"] == row["depth"] and r["wait"] == "spin")
+        row["vs_spin"] = row["steps_per_s"] / spin["steps_per_s"]
+    return rows
+
+
+class _NeverEvent(_NoopEvent):
+    __slots__ = ()
+
+    def query(self) -> bool:
+        return False
+
+
+def measure_interrupt(delay_s: float = 0.05) -> float:
+    """Seconds from a real SIGINT to the KeyboardInterrupt in a ``"poll"`` wait on a hung step."""
+    thr = Throttle(1, events=_NeverEvent, wait="poll")
+    sent: list[float] = []
+
+    def fire() -> None:
+        sent.append(time.perf_counter())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    timer = threading.Timer(delay_s, fire)
+    timer.start()
+    try:
+        for _ in thr.wrap(range(2)):
+            pass
+    except KeyboardInterrupt:
+        return time.perf_counter() - sent[0]
+    finally:
+        timer.join()
+    raise RuntimeError("the polling wait returned on an event that never completes")
+
+
+def _machine() -> str:
+    return f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.system()}"
+
+
+def _print(result: dict[str, Any]) -> None:
+    o = result["overhead"]
+    print(f"machine: {result['machine']}")
+    print(f"per-step overhead over a bare loop ({o['steps']:,} steps, bare loop {o['bare_us']:.3f} us/step):")
+    print(f"  null backend (CPU)        {o['null_us']:+.3f} us/step   (target <= 0.5)")
+    print(f"  Python no-op events       {o['noop_events_us']:+.3f} us/step   (target <= 2)")
+    print("wait strategies on the simulated device (real time, worker thread):")
+    print(f"  {'depth':>5} {'wait':>6} {'steps/s':>9} {'vs spin':>8} {'host CPU':>9} {'max in flight':>14}")
+    for r in result["waits"]:
+        print(
+            f"  {r['depth']:>5} {r['wait']:>6} {r['steps_per_s']:>9.1f} {r['vs_spin']:>8.1%} "
+            f"{r['host_cpu']:>9.0%} {r['max_in_flight']:>14}"
+        )
+    print(f"Ctrl-C latency in a polling wait: {result['interrupt_ms']:.2f} ms (target < 100)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the core's benchmark and print (or ``--json``) the figures."""
+    parser = argparse.ArgumentParser(prog="python -m asyncthrottle bench --overhead", description=__doc__)
+    parser.add_argument("--steps", type=int, default=1_000_000, help="steps of the overhead loops")
+    parser.add_argument("--wait-steps", type=int, default=400, help="steps per wait-strategy run")
+    parser.add_argument("--device-ms", type=float, default=2.0, help="simulated device ms per step")
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.wait_steps < 1 or args.device_ms <= 0:
+        parser.error("--steps and --wait-steps must be >= 1 and --device-ms > 0")
+    result = {
+        "machine": _machine(),
+        "overhead": measure_overhead(args.steps),
+        "waits": measure_waits(args.wait_steps, args.device_ms / 1000),
+        "interrupt_ms": measure_interrupt() * 1000,
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        _print(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

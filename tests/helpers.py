@@ -1,0 +1,54 @@
+"""Test doubles for the depth-rule tests: scripted events that log every call."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+
+class Log(list[tuple[str, int]]):
+    """An ordered record of what the host and the events did."""
+
+
+class ScriptedEvent:
+    """Completes when ``clock[0] >= ready_at`` or when synchronized; logs every call."""
+
+    def __init__(self, index: int, ready_at: float, clock: list[float], log: Log) -> None:
+        self.index, self.ready_at, self.clock, self.log = index, ready_at, clock, log
+        self.recorded = 0
+        self.synced = False
+
+    def record(self) -> None:
+        self.recorded += 1
+        self.log.append(("record", self.index))
+
+    def complete(self) -> bool:
+        return self.synced or self.clock[0] >= self.ready_at
+
+    def query(self) -> bool:
+        return self.complete()
+
+    def synchronize(self) -> None:
+        self.log.append(("sync", self.index))
+        self.synced = True
+
+
+class Script:
+    """A factory of scripted events: event i becomes ready at ``ready_at[i]``."""
+
+    def __init__(self, ready_at: list[float]) -> None:
+        self.ready_at = ready_at
+        self.clock = [0.0]
+        self.log = Log()
+        self.events: list[ScriptedEvent] = []
+
+    def __call__(self) -> ScriptedEvent:
+        i = len(self.events)
+        ready = self.ready_at[i] if i < len(self.ready_at) else float("inf")
+        event = ScriptedEvent(i, ready, self.clock, self.log)
+        self.events.append(event)
+        return event
+
+    def source(self, n: int) -> Iterator[int]:
+        for i in range(n):
+            self.log.append(("fetch", i))
+            yield i

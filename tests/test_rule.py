@@ -1,0 +1,185 @@
+"""The depth rule of DESIGN.md, checked call by call against a reference model."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import Script
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import asyncthrottle as at
+
+
+def _run(script: Script, n: int, depth: int | None, *, stop_at: int | None = None, how: str = "break",
+         drain: bool = True) -> list[dict[str, object]]:
+    """Run a wrapped loop; at each body, note which events were complete."""
+    thr = at.Throttle(depth, events=script, wait="spin", drain=drain)
+    seen = []
+    try:
+        for step in thr.wrap(script.source(n)):
+            seen.append({"step": step, "complete": [e.complete() for e in script.events], "log_len": len(script.log)})
+            script.log.append(("body", step))
+            script.clock[0] += 1
+            if step == stop_at:
+                if how == "break":
+                    break
+                raise KeyError("boom")
+    except KeyError:
+        pass
+    return seen
+
+
+def _check_rule(script: Script, seen: list[dict[str, object]], n: int, depth: int | None,
+                stop_at: int | None, drain: bool) -> None:
+    log = script.log
+    # One event per finished step, recorded once, after its body and before the next fetch.
+    finished = n if stop_at is None else stop_at
+    assert [e.recorded for e in script.events] == [1] * finished
+    for k in range(finished):
+        at_record = log.index(("record", k))
+        assert log.index(("body", k)) < at_record
+        if k + 1 < n:
+            assert at_record < log.index(("fetch", k + 1))
+    for view in seen:
+        step = view["step"]
+        assert isinstance(step, int)
+        complete = view["complete"]
+        assert isinstance(complete, list)
+        # Bound: every step <= n - depth has completed when step n starts.
+        if depth is not None:
+            assert all(complete[: max(0, step - depth + 1)])
+        # Minimal blocking + overlap: syncs before body n come after fetch n and only for steps <= n - depth.
+        start = log.index(("fetch", step))
+        end = log.index(("body", step))
+        syncs = [i for kind, i in log[start:end] if kind == "sync"]
+        limit = -1 if depth is None else step - depth
+        assert all(i <= limit for i in syncs), (step, syncs)
+        before_fetch = log[log.index(("record", step - 1)) : start] if step else []
+        assert not [entry for entry in before_fetch if entry[0] == "sync"]
+    tail_start = max((i for i, entry in enumerate(log) if entry[0] in ("body", "record", "fetch")), default=0)
+    tail_syncs = [i for kind, i in log[tail_start:] if kind == "sync"]
+    if stop_at is not None or not drain:
+        assert tail_syncs == []  # a break, an exception, or drain=False never blocks at the end
+    else:
+        assert all(e.complete() for e in script.events)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    n=st.integers(0, 25),
+    depth=st.one_of(st.none(), st.integers(1, 5)),
+    ready=st.lists(st.floats(0, 40, allow_nan=False), min_size=25, max_size=25),
+    stop=st.one_of(st.none(), st.tuples(st.integers(0, 24), st.sampled_from(["break", "raise"]))),
+    drain=st.booleans(),
+)
+def test_depth_rule_matches_reference_model(
+    n: int, depth: int | None, ready: list[float], stop: tuple[int, str] | None, drain: bool
+) -> None:
+    stop_at, how = (stop if stop is not None and stop[0] < n else (None, "break"))
+    script = Script(ready)
+    seen = _run(script, n, depth, stop_at=stop_at, how=how, drain=drain)
+    assert [v["step"] for v in seen] == list(range(n if stop_at is None else stop_at + 1))
+    _check_rule(script, seen, n, depth, stop_at, drain)
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_device_that_never_finishes_waits_exactly_for_step_n_minus_depth(depth: int) -> None:
+    script = Script([])
+    _run(script, 8, depth, drain=False)
+    syncs = [i for kind, i in script.log if kind == "sync"]
+    assert syncs == list(range(8 - depth))
+
+
+def test_depth_none_never_blocks_but_tracks() -> None:
+    script = Script([3.0] * 10)
+    thr = at.Throttle(None, events=script, wait="spin", drain=False)
+    for _ in thr.wrap(script.source(10)):
+        script.clock[0] += 1
+    assert not [e for e in script.log if e[0] == "sync"]
+    assert thr.stats.steps == 10
+    assert thr.stats.max_in_flight == 3  # steps 0..2 were in flight until the clock passed 3
+    assert thr.in_flight == 0
+
+
+def test_step_context_and_mark_follow_the_same_rule() -> None:
+    script = Script([])
+    thr = at.Throttle(2, events=script, wait="spin")
+    for i in range(5):
+        with thr.step() as n:
+            assert n == i
+    assert [i for kind, i in script.log if kind == "sync"] == [0, 1, 2]
+    script2 = Script([])
+    thr2 = at.Throttle(2, events=script2, wait="spin")
+    for _ in range(5):
+        thr2.mark()  # record step i, then wait for room for step i + 1
+    assert [i for kind, i in script2.log if kind == "sync"] == [0, 1, 2, 3]
+    thr2.drain()
+    assert thr2.stats.completed == 5 and thr2.in_flight == 0
+
+
+def test_exception_in_step_records_nothing_and_blocks_on_nothing() -> None:
+    script = Script([])
+    thr = at.Throttle(1, events=script, wait="spin")
+    with thr.step():
+        pass
+    with pytest.raises(ValueError), thr.step():
+        raise ValueError("in the body")
+    assert len(script.events) == 1
+    assert [i for kind, i in script.log if kind == "sync"] == [0]  # only the wait to enter the 2nd step
+    with thr.step() as n:
+        assert n == 1
+
+
+def test_reiterating_starts_a_new_pass_and_len_is_the_sources() -> None:
+    view = at.throttle([1, 2, 3], depth=1, device="cpu")
+    assert len(view) == 3
+    assert list(view) == [1, 2, 3]
+    assert list(view) == [1, 2, 3]
+    assert view.stats.steps == 6
+    with pytest.raises(TypeError, match="has no len"):
+        len(at.throttle(iter([1]), device="cpu"))
+
+
+def test_fsdp_free_event_queue_makes_the_same_decisions_at_depth_2() -> None:
+    limiter = pytest.importorskip("torch.distributed.fsdp._limiter_utils")
+    ours = Script([])
+    for _ in at.throttle(ours.source(12), depth=2, events=ours, wait="spin", drain=False):
+        pass
+    theirs = Script([])
+    queue = limiter._FreeEventQueue()
+    for _ in theirs.source(12):
+        event = queue.dequeue_if_needed()  # FSDP: before each all-gather
+        if event is not None:
+            event.synchronize()
+        event = theirs()
+        event.record()  # FSDP: after each reshard
+        queue.enqueue(event)
+    assert ours.log == theirs.log
+
+
+@settings(max_examples=100, deadline=None)
+@given(ready=st.lists(st.integers(0, 30), min_size=15, max_size=15))
+def test_fsdp_parity_when_the_device_finishes_steps_on_its_own(ready: list[int]) -> None:
+    limiter = pytest.importorskip("torch.distributed.fsdp._limiter_utils")
+    ours = Script([float(r) for r in ready])
+    required: list[int] = []
+    for step in at.throttle(ours.source(15), depth=2, events=ours, wait="spin", drain=False):
+        required.append(step - 2)
+        assert all(e.complete() for e in ours.events[: max(0, step - 1)])
+        ours.clock[0] += 1
+    theirs = Script([float(r) for r in ready])
+    queue = limiter._FreeEventQueue()
+    dequeued: list[int] = []
+    for _ in theirs.source(15):
+        event = queue.dequeue_if_needed()
+        dequeued.append(event.index if event is not None else -2)  # type: ignore[attr-defined]
+        if event is not None:
+            event.synchronize()
+        event = theirs()
+        event.record()
+        queue.enqueue(event)
+        theirs.clock[0] += 1
+    assert [r if r >= 0 else -2 for r in required] == dequeued  # the same step becomes required at the same time
+    our_syncs = [i for kind, i in ours.log if kind == "sync"]
+    their_incomplete = [i for kind, i in theirs.log if kind == "sync" and ready[i] > i + 2]
+    assert our_syncs == their_incomplete  # we block only where FSDP's sync had to block
