@@ -1,5 +1,6 @@
 """asyncthrottle: bound how far the host runs ahead of an asynchronous device."""
 
+from .deferred import Deferred
 from .errors import ThrottleTimeout
 from .events import Event, EventFactory
 from .stats import Stats
@@ -9,6 +10,7 @@ from .waits import Block, Poll, Spin, WaitStrategy
 
 __all__ = [
     "Block",
+    "Deferred",
     "Event",
     "EventFactory",
     "Poll",

@@ -8,7 +8,7 @@ from typing import Any
 
 from .events import EventFactory, MultiEvent
 
-__all__ = ["detect_device", "resolve_events"]
+__all__ = ["detect_device", "device_kind", "resolve_events"]
 
 _NAMED = ("cuda", "xpu", "mps")
 
@@ -147,7 +147,7 @@ def resolve_events(
     Raises:
         RuntimeError: an explicitly requested device is not available.
     """
-    if (isinstance(device, str) and device.split(":")[0] == "jax") or type(device).__module__.startswith("jax"):
+    if device_kind(device) == "jax":
         from .jax import jax_events
 
         return jax_events(device, timing=timing)
@@ -171,3 +171,10 @@ def resolve_events(
         raise ValueError(f"streams must be a non-empty list of streams, got {streams!r}")
     fixed = tuple(streams)
     return lambda: MultiEvent([TorchEvent(raw(), stream, capturing) for stream in fixed])
+
+
+def device_kind(device: Any = None) -> str:
+    """The backend ``resolve_events(device)`` picks: ``"cpu"``, ``"cuda"``, ``"mps"``, ``"jax"``, ..."""
+    if (isinstance(device, str) and device.split(":")[0] == "jax") or type(device).__module__.startswith("jax"):
+        return "jax"
+    return str(_parse_device(device if device is not None else detect_device()).type)

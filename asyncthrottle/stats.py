@@ -1,25 +1,63 @@
-"""A frozen snapshot of what a throttle has seen."""
+"""A frozen snapshot of what a throttle has seen, its verdict and its report."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-__all__ = ["Stats"]
+__all__ = ["Stats", "verdict"]
+
+# How the verdict reads the loop: thresholds on fractions of wall time (see `verdict`).
+_WAITS = 0.10  # the host waits on the device for at least this share of the loop
+_STARVED = 0.5  # at least this share of steps start with nothing queued on the device
+_DOMINANT = 0.5  # fetching (or the loop body) takes at least this share of the loop
+
+_ADVICE = {
+    "device-bound": "the device is the bottleneck, as it should be: throughput is the device's",
+    "depth-bound": "each wait empties the device's queue, so it starves while the host prepares the next step: "
+    "try a larger depth",
+    "input-bound": "the host spends its time taking batches from the source: look at DataLoader num_workers, "
+    "pin_memory, prefetch_factor and the dataset's transforms",
+    "host-bound": "the host spends its time in the loop body (Python and kernel launches): try bigger batches, "
+    "torch.compile or CUDA graphs",
+    "balanced": "no single part dominates",
+    "unknown": "no steps yet",
+}
 
 
 @dataclasses.dataclass(frozen=True)
 class Stats:
-    """Counters of a throttle at one moment. Taking a snapshot never blocks or syncs.
+    """Counters and telemetry of a throttle at one moment. Taking it never blocks or syncs.
+
+    Host times come from the throttle's clock. Device times come from timing
+    events on every ``sample_every``-th step, read only once those steps are
+    known complete; totals are extrapolated from the samples. A step's device
+    time runs from the later of the previous step's end and the step's
+    hand-out to the host, to the step's end: it includes any gap before the
+    step's first kernel, so it is an upper bound on busy time. Device idle is
+    seen only when the queue was empty at hand-out: the gap from the previous
+    step's end to that hand-out, a lower bound on the true idle time.
 
     Attributes:
         steps: steps recorded (each step's event recorded once).
-        completed: steps the throttle has seen complete on the device.
+        completed: steps seen complete on the device.
         in_flight: ``steps - completed`` when the snapshot was taken (no polling).
-        max_in_flight: the most steps recorded and not yet seen complete, counted
-            right after each record; never more than ``depth`` when blocking.
-        waits: how many times the host blocked on the device.
-        wait_s: total seconds the host spent blocked.
+        max_in_flight: most steps in flight, counted right after each record.
+        waits: times the host blocked on the device.
+        wait_s: seconds the host spent blocked.
+        wall_s: seconds from the first step's hand-out to the last record.
+        wait_fraction: ``wait_s / wall_s``.
+        fetch_s: host seconds spent taking the next batch from the source
+            (with ``step()``/``mark()``: the time between steps).
+        body_s: host seconds in the loop body (the rest of ``wall_s``).
+        steps_per_s: ``steps / wall_s``.
+        starved_fraction: share of hand-outs at which nothing was queued on the device.
+        in_flight_histogram: ``h[k]`` = hand-outs with ``k`` steps in flight (last bucket: k or more).
+        device_samples: steps timed on the device.
+        device_busy_s, device_idle_s: device seconds busy and idle (extrapolated).
+        idle_fraction: ``device_idle_s / (device_busy_s + device_idle_s)``.
+        device_ms_mean, device_ms_p50, device_ms_p90: device ms per step (recent samples).
+        verdict: what limits the loop; see :func:`verdict`.
     """
 
     steps: int = 0
@@ -28,7 +66,77 @@ class Stats:
     max_in_flight: int = 0
     waits: int = 0
     wait_s: float = 0.0
+    wall_s: float = 0.0
+    wait_fraction: float = 0.0
+    fetch_s: float = 0.0
+    body_s: float = 0.0
+    steps_per_s: float = 0.0
+    starved_fraction: float = 0.0
+    in_flight_histogram: tuple[int, ...] = ()
+    device_samples: int = 0
+    device_busy_s: float | None = None
+    device_idle_s: float | None = None
+    idle_fraction: float | None = None
+    device_ms_mean: float | None = None
+    device_ms_p50: float | None = None
+    device_ms_p90: float | None = None
+    verdict: str = "unknown"
 
     def as_dict(self) -> dict[str, Any]:
-        """The snapshot as a flat dict, ready for any logger."""
-        return dataclasses.asdict(self)
+        """A flat dict of numbers and strings for TensorBoard, W&B or any logger (None values dropped)."""
+        flat: dict[str, Any] = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name == "in_flight_histogram":
+                flat.update({f"in_flight_hist_{k}": count for k, count in enumerate(value)})
+            elif value is not None:
+                flat[field.name] = value
+        return flat
+
+    def summary(self) -> str:
+        """A short human-readable report."""
+        lines = [
+            f"asyncthrottle: {self.steps} steps in {self.wall_s:.2f} s ({self.steps_per_s:.1f} steps/s), "
+            f"{self.completed} seen complete, max {self.max_in_flight} in flight",
+            f"  host: waited {self.wait_s:.3f} s ({self.wait_fraction:.0%}) in {self.waits} waits, "
+            f"fetching {self.fetch_s:.3f} s ({_share(self.fetch_s, self.wall_s)}), "
+            f"loop body {self.body_s:.3f} s ({_share(self.body_s, self.wall_s)})",
+        ]
+        if self.device_ms_mean is not None:
+            lines.append(
+                f"  device: {self.device_ms_mean:.2f} ms/step (p50 {self.device_ms_p50:.2f}, "
+                f"p90 {self.device_ms_p90:.2f}; {self.device_samples} steps timed), "
+                f"idle >= {self.idle_fraction:.0%}"
+            )
+        else:
+            lines.append("  device: not timed (synchronous backend, events without elapsed_time, or no samples yet)")
+        lines.append(f"  verdict: {self.verdict} -- {_ADVICE[self.verdict]}")
+        return "\n".join(lines)
+
+
+def _share(part: float, whole: float) -> str:
+    return f"{part / whole:.0%}" if whole > 0 else "-"
+
+
+def verdict(
+    steps: int, wait_fraction: float, fetch_fraction: float, body_fraction: float, starved_fraction: float
+) -> str:
+    """What limits a loop, from host-side facts only.
+
+    * ``"device-bound"``: the host waits (>= 10 % of wall time) and the device
+      had work queued at most hand-outs;
+    * ``"depth-bound"``: the host waits, but at least half the steps start
+      with nothing queued -- each wait empties the queue;
+    * ``"input-bound"``: the host rarely waits and fetching takes >= 50 %;
+    * ``"host-bound"``: the host rarely waits and the loop body takes >= 50 %;
+    * ``"balanced"`` otherwise (``"unknown"`` before the first steps).
+    """
+    if steps < 2:
+        return "unknown"
+    if wait_fraction >= _WAITS:
+        return "depth-bound" if starved_fraction >= _STARVED else "device-bound"
+    if fetch_fraction >= _DOMINANT:
+        return "input-bound"
+    if body_fraction >= _DOMINANT:
+        return "host-bound"
+    return "balanced"

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
+from helpers import FakeTorchEvent
 
 
 def _available(kind: str) -> bool:
@@ -22,3 +25,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if kind in item.keywords:
                 item.add_marker(skip)
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
+    torch = pytest.importorskip("torch")
+    state = SimpleNamespace(capturing=False)
+    FakeTorchEvent.made = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "Event", FakeTorchEvent)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda index=None: f"current-stream-of-{index}")
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: state.capturing)
+    return state

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any, ClassVar
 
 
 class Log(list[tuple[str, int]]):
@@ -52,3 +53,26 @@ class Script:
         for i in range(n):
             self.log.append(("fetch", i))
             yield i
+
+
+class FakeTorchEvent:
+    """Stands in for torch.cuda.Event: remembers how it was made and where it was recorded."""
+
+    made: ClassVar[list[dict[str, Any]]] = []
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.kwargs = kwargs
+        self.stream: Any = "current"
+        FakeTorchEvent.made.append(kwargs)
+
+    def record(self, stream: Any = "current") -> None:
+        self.stream = stream
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_time(self, end: FakeTorchEvent) -> float:
+        return 1.0

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from types import SimpleNamespace
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
+from helpers import FakeTorchEvent
 
 import asyncthrottle as at
 from asyncthrottle import devices
@@ -88,7 +89,9 @@ def test_cpu_backend_is_synchronous_and_never_waits() -> None:
     thr = at.Throttle(1, device="cpu")
     assert thr.synchronous
     assert list(thr.wrap(range(5))) == list(range(5))
-    assert thr.stats == at.Stats(steps=5, completed=5, in_flight=0, max_in_flight=1, waits=0, wait_s=0.0)
+    stats = thr.stats
+    assert (stats.steps, stats.completed, stats.in_flight, stats.max_in_flight) == (5, 5, 0, 1)
+    assert (stats.waits, stats.wait_s, stats.device_ms_mean) == (0, 0.0, None)  # nothing to time on the CPU
 
 
 def test_auto_detection_checks_availability_not_just_the_build(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -99,38 +102,6 @@ def test_auto_detection_checks_availability_not_just_the_build(monkeypatch: pyte
     assert at.Throttle(2).synchronous
     monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
     assert devices.detect_device() == "cuda"
-
-
-class FakeTorchEvent:
-    """Stands in for torch.cuda.Event: remembers how it was made and where it was recorded."""
-
-    made: ClassVar[list[dict[str, Any]]] = []
-
-    def __init__(self, **kwargs: Any) -> None:
-        self.kwargs = kwargs
-        self.stream: Any = "current"
-        FakeTorchEvent.made.append(kwargs)
-
-    def record(self, stream: Any = "current") -> None:
-        self.stream = stream
-
-    def query(self) -> bool:
-        return True
-
-    def synchronize(self) -> None:
-        pass
-
-
-@pytest.fixture
-def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
-    torch = pytest.importorskip("torch")
-    state = SimpleNamespace(capturing=False)
-    FakeTorchEvent.made = []
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "Event", FakeTorchEvent)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda index=None: f"current-stream-of-{index}")
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: state.capturing)
-    return state
 
 
 def test_cuda_events_are_cheap_and_recorded_on_the_devices_current_stream(fake_cuda: SimpleNamespace) -> None:
@@ -148,14 +119,18 @@ def test_cuda_events_are_cheap_and_recorded_on_the_devices_current_stream(fake_c
 
 
 def test_block_strategy_asks_for_blocking_sync_events(fake_cuda: SimpleNamespace) -> None:
-    thr = at.Throttle(2, device="cuda", wait="block")
-    with thr.step():
-        pass
-    assert FakeTorchEvent.made[-1] == {"enable_timing": False, "blocking": True}
+    thr = at.Throttle(2, device="cuda", wait="block", sample_every=4)
+    for _ in range(5):
+        with thr.step():
+            pass
+    # Steps 0, 3 and 4 end on timing events (sample 4 needs step 3 timed too); samples 0 and 4
+    # also get a start marker at hand-out, because the (fake) device was idle then.
+    timings = (True, True, False, False, True, True, True)
+    assert FakeTorchEvent.made == [{"enable_timing": timing, "blocking": True} for timing in timings]
 
 
 def test_streams_option_records_one_event_per_stream(fake_cuda: SimpleNamespace) -> None:
-    thr = at.Throttle(1, device="cuda", streams=["main", "side"])
+    thr = at.Throttle(1, device="cuda", streams=["main", "side"], sample_every=None)
     with thr.step():
         pass
     (event,) = thr._pending
@@ -178,7 +153,7 @@ def test_recording_during_cuda_graph_capture_says_where_to_call_it(fake_cuda: Si
 
 def test_generic_accelerators_use_torch_event(monkeypatch: pytest.MonkeyPatch) -> None:
     torch = pytest.importorskip("torch")
-    made: ClassVar[list[dict[str, Any]]] = []
+    made: list[dict[str, Any]] = []
     monkeypatch.setattr(torch, "Event", lambda **kw: made.append(kw) or FakeTorchEvent())
     monkeypatch.setattr(devices, "_is_available", lambda torch, kind: kind == "meta")
     factory = devices.resolve_events("meta")
