@@ -148,6 +148,10 @@ def resolve_events(
         RuntimeError: an explicitly requested device is not available.
     """
     if device_kind(device) == "jax":
+        if streams is not None:
+            raise ValueError(
+                "streams= does not apply to JAX devices; cover other devices with asyncthrottle.jax.barrier_on()"
+            )
         from .jax import jax_events
 
         return jax_events(device, timing=timing)
