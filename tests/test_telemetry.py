@@ -255,3 +255,14 @@ def test_detect_sync_reports_item_in_the_body_for_real() -> None:
         for _ in at.throttle(range(2), depth=1, device="cuda", detect_sync="warn"):
             (x * 2).sum().item()
     assert torch.cuda.get_sync_debug_mode() == 0
+
+
+def test_deferred_jax_arrays_arrive_on_the_host() -> None:
+    jax = pytest.importorskip("jax")
+    thr = at.Throttle(2, device="jax")
+    got: list[float] = []
+    thr.on_complete(lambda step, values: got.append(float(values["x"])))
+    for i in thr.wrap(range(3)):
+        thr.defer(jax.numpy.ones((), jax.numpy.float32) * i, name="x")  # copy_to_host_async, read later
+    assert got == [0.0, 1.0, 2.0]
+    assert type(thr.latest["x"]).__module__ == "numpy"
