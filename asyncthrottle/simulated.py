@@ -65,7 +65,7 @@ class SimulatedDevice:
     def __init__(self, *, launch_s: float = 0.0, clock: Callable[[], float] = time.perf_counter) -> None:
         self.launch_s = launch_s
         self._clock = clock
-        self._queue: queue.SimpleQueue[float | SimulatedEvent | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[float, float | SimulatedEvent] | None] = queue.SimpleQueue()
         self.launched = self.executed = 0
         self.busy_s = 0.0
         self._worker = threading.Thread(target=self._run, name="asyncthrottle-simulated-device", daemon=True)
@@ -107,15 +107,16 @@ class SimulatedDevice:
 
     def _enqueue(self, item: float | SimulatedEvent) -> None:
         self.launched += 1
-        self._queue.put(item)
+        self._queue.put((self._clock(), item))
 
     def _run(self) -> None:
         device_time = self._clock()
         while True:
-            item = self._queue.get()
-            if item is None:
+            entry = self._queue.get()
+            if entry is None:
                 return
-            device_time = max(device_time, self._clock())
+            launched_at, item = entry
+            device_time = max(device_time, launched_at)  # a late worker does not lose device time
             if isinstance(item, SimulatedEvent):
                 item._reach(device_time)
             else:
