@@ -1,0 +1,36 @@
+"""The ``asyncthrottle`` command line: ``python -m asyncthrottle bench [...]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Dispatch to a subcommand; returns the process exit status.
+
+    Example:
+        ``python -m asyncthrottle bench --backend simulated --json``
+    """
+    from . import __version__
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(
+        prog="python -m asyncthrottle",
+        description="asyncthrottle: bound how far the host runs ahead of an asynchronous device.",
+    )
+    parser.add_argument("--version", action="version", version=f"asyncthrottle {__version__}")
+    parser.add_argument("command", choices=["bench"], help="bench: the seed's experiments (bench --help)")
+    if not args or args[0].startswith("-"):
+        parser.parse_args(args)  # --help, --version, or a usage error: exits
+    parser.parse_args(args[:1])  # an unknown command: exits with the choices
+    from .bench.cli import main as bench_main
+
+    return bench_main(args[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

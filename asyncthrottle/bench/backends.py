@@ -1,0 +1,202 @@
+"""The benchmark backends: CUDA, the real-time simulated device, and the picker (JAX lazily)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..devices import resolve_events
+from ..events import EventFactory
+from ..simulated import SimulatedDevice
+from .backend import BenchBackend
+
+__all__ = ["BACKENDS", "CudaBench", "SimCost", "SimulatedBench", "pick_backend"]
+
+BACKENDS = ("auto", "cuda", "jax", "simulated")
+
+
+class CudaBench:
+    """The seed's workloads on a CUDA GPU, with cheap (non-timing) events.
+
+    Args:
+        device: the CUDA device, e.g. ``"cuda"`` or ``"cuda:1"``.
+
+    Raises:
+        RuntimeError: no CUDA GPU is available.
+    """
+
+    simulated = False
+
+    def __init__(self, device: str = "cuda") -> None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError(
+                "--backend cuda needs a CUDA GPU, but torch.cuda.is_available() is False here; "
+                "use --backend simulated (or auto)"
+            )
+        self._torch = torch
+        self.device = torch.device(device)
+        self.name = f"cuda ({torch.cuda.get_device_name(self.device)})"
+        self._events = resolve_events(self.device)
+        assert self._events is not None  # a CUDA device always has events
+        self._keep: list[Any] = []
+
+    def events(self) -> EventFactory:
+        assert self._events is not None
+        return self._events
+
+    def synchronize(self) -> None:
+        self._torch.cuda.synchronize(self.device)  # host-device sync: the caller asked for one
+
+    def add_one(self) -> Callable[[], None]:
+        x = self._torch.ones((1, 2), device=self.device)  # the seed's (d2l's) x
+
+        def step() -> None:
+            x + 1
+
+        return step
+
+    def matmul(self, n: int = 1000) -> Callable[[], None]:
+        torch = self._torch
+        a = torch.randn((n, n), device=self.device)
+
+        def step() -> None:
+            torch.mm(a, a)  # enqueued; the product is not read
+
+        return step
+
+    def train_step(self) -> Callable[[], None]:
+        torch = self._torch
+        model = torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+        model.to(self.device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        x = torch.randn((256, 784), device=self.device)
+        y = torch.randint(0, 10, (256,), device=self.device)
+        self._keep.append((model, opt, x, y))
+
+        def step() -> None:  # no .item(), no host read: nothing here syncs
+            opt.zero_grad(set_to_none=True)
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+
+        return step
+
+    def close(self) -> None:
+        self.synchronize()
+        self._keep.clear()
+        self._torch.cuda.empty_cache()
+
+
+@dataclasses.dataclass(frozen=True)
+class SimCost:
+    """A simulated workload: ``launches`` ops per step, each costing the host and the device."""
+
+    host_s: float
+    device_s: float
+    launches: int = 1
+
+    def __post_init__(self) -> None:
+        if not (self.host_s >= 0 and self.device_s >= 0 and self.launches >= 1):
+            raise ValueError(f"a simulated cost needs host_s >= 0, device_s >= 0 and launches >= 1, got {self}")
+
+
+DEFAULT_COSTS: Mapping[str, SimCost] = {
+    "add": SimCost(host_s=10e-6, device_s=100e-6),
+    "matmul": SimCost(host_s=15e-6, device_s=1e-3),
+    "train": SimCost(host_s=40e-6, device_s=200e-6, launches=3),
+}
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+class SimulatedBench:
+    """The seed's workloads on :class:`~asyncthrottle.simulated.SimulatedDevice`.
+
+    Each launch spins the host for ``host_s`` and queues ``device_s`` of work
+    on the device's worker thread. Because that thread needs the GIL to mark
+    work done, the harness lowers ``sys.setswitchinterval`` to
+    ``switch_interval_s`` while measuring (real devices need no such help).
+
+    Args:
+        costs: per workload (``"add"``, ``"matmul"``, ``"train"``), overriding the defaults.
+    """
+
+    simulated = True
+    name = "simulated (real-time worker thread, not a GPU)"
+    switch_interval_s = 2e-5
+
+    def __init__(self, costs: Mapping[str, SimCost] | None = None) -> None:
+        unknown = set(costs or ()) - set(DEFAULT_COSTS)
+        if unknown:
+            raise ValueError(f"unknown simulated workloads {sorted(unknown)}; choose from {sorted(DEFAULT_COSTS)}")
+        self.costs = {**DEFAULT_COSTS, **(costs or {})}
+        self.device = SimulatedDevice()
+
+    def events(self) -> EventFactory:
+        return self.device.event
+
+    def synchronize(self) -> None:
+        self.device.synchronize()  # host-device sync: waits for the worker to reach a marker
+
+    def _workload(self, cost: SimCost, scale: float = 1.0) -> Callable[[], None]:
+        device, host_s, device_s, launches = self.device, cost.host_s, cost.device_s * scale, cost.launches
+
+        def step() -> None:
+            for _ in range(launches):
+                _spin(host_s)
+                device.launch(device_s)
+
+        return step
+
+    def add_one(self) -> Callable[[], None]:
+        return self._workload(self.costs["add"])
+
+    def matmul(self, n: int = 1000) -> Callable[[], None]:
+        return self._workload(self.costs["matmul"], scale=(n / 1000) ** 3)
+
+    def train_step(self) -> Callable[[], None]:
+        return self._workload(self.costs["train"])
+
+    def close(self) -> None:
+        self.device.close()
+
+
+def pick_backend(name: str = "auto", *, sim_costs: Mapping[str, SimCost] | None = None) -> BenchBackend:
+    """The backend ``--backend name`` asks for; ``"auto"`` is CUDA > JAX (if installed) > simulated.
+
+    Raises:
+        ValueError: an unknown name.
+        RuntimeError: an explicit backend that is not available here.
+    """
+    if name not in BACKENDS:
+        raise ValueError(f"--backend must be one of {list(BACKENDS)}, got {name!r}")
+    if name == "cuda" or (name == "auto" and _cuda_available()):
+        return CudaBench()
+    if name in ("jax", "auto"):
+        try:
+            from .jax_backend import JaxBench  # type: ignore[import-not-found,unused-ignore]
+
+            backend: BenchBackend = JaxBench()
+        except ImportError as exc:  # jax is an optional extra
+            if name == "jax":
+                raise RuntimeError(
+                    f"--backend jax needs jax ({exc}); pip install 'asyncthrottle[jax]', or use --backend simulated"
+                ) from None
+        else:
+            return backend
+    return SimulatedBench(sim_costs)
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())

@@ -1,0 +1,164 @@
+"""``python -m asyncthrottle bench``: the seed's experiments side by side, on one backend."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from .backend import BenchBackend
+from .backends import BACKENDS, SimCost, pick_backend
+from .report import machine, plot_timelines, to_json, to_text
+from .seed import EXPERIMENTS, run_experiment
+
+__all__ = ["main"]
+
+_EPILOG = """\
+examples:
+  python -m asyncthrottle bench                       # all three experiments, best backend here
+  python -m asyncthrottle bench --backend simulated --json
+  python -m asyncthrottle bench --plot inflight.png   # needs pip install 'asyncthrottle[plot]'
+  python -m asyncthrottle bench --sim-cost add=5:50 --experiments add
+  python -m asyncthrottle bench --overhead            # the core's per-step overhead instead
+"""
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated ints >= 1 such as 1,2,4, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"depths must be ints >= 1 such as 1,2,4, got {text!r}")
+    return values
+
+
+def _experiments(text: str) -> list[str]:
+    keys = [part.strip() for part in text.split(",") if part.strip()]
+    known = [e.key for e in EXPERIMENTS]
+    bad = [k for k in keys if k not in known]
+    if bad or not keys:
+        raise argparse.ArgumentTypeError(
+            f"experiments must be a comma-separated subset of {','.join(known)}, got {text!r}"
+        )
+    return keys
+
+
+def _positive(kind: type[float] | type[int]) -> Any:
+    def parse(text: str) -> float | int:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = 0
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"expected a {kind.__name__} > 0, got {text!r}")
+        return value
+
+    return parse
+
+
+def _sim_cost(text: str) -> tuple[str, SimCost]:
+    """``NAME=HOST_US:DEVICE_US[:LAUNCHES]``, e.g. ``add=10:100``."""
+    fix = "expected NAME=HOST_US:DEVICE_US[:LAUNCHES] such as add=10:100 or train=40:200:3"
+    name, _, rest = text.partition("=")
+    parts = rest.split(":")
+    try:
+        host, device = float(parts[0]) * 1e-6, float(parts[1]) * 1e-6
+        launches = int(parts[2]) if len(parts) == 3 else 1
+        if len(parts) > 3:
+            raise ValueError
+        return name, SimCost(host, device, launches)
+    except (ValueError, IndexError):
+        raise argparse.ArgumentTypeError(f"{fix}, got {text!r}") from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m asyncthrottle bench",
+        description="The seed's experiments, measured: each workload synchronised every step, fully "
+        "asynchronous, and throttled, beside the seed's cost model.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--overhead", action="store_true", help="run the core's overhead benchmark (other flags go to it)")
+    p.add_argument("--backend", choices=BACKENDS, default="auto", help="auto: cuda, else jax, else simulated")
+    p.add_argument("--experiments", type=_experiments, default=[e.key for e in EXPERIMENTS], help="e.g. add,matmul")
+    p.add_argument("--depths", type=_int_list, default=[1, 2, 4], help="throttled depths (default 1,2,4)")
+    p.add_argument("--scale", type=_positive(float), default=1.0, help="multiply every experiment's step count")
+    p.add_argument("--repeat", type=_positive(int), default=1, help="runs per mode; the fastest is kept")
+    p.add_argument("--wait", choices=("poll", "spin", "block"), default="poll", help="the throttle's wait strategy")
+    p.add_argument("--sim-cost", type=_sim_cost, action="append", default=[], metavar="NAME=HOST_US:DEVICE_US",
+                   help="simulated per-launch host and device microseconds for add, matmul or train")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+    p.add_argument("--plot", metavar="FILE.png", help="save in-flight depth over time per mode (needs matplotlib)")
+    return p
+
+
+@contextlib.contextmanager
+def _switch_interval(backend: BenchBackend, notes: list[str]) -> Iterator[None]:
+    """Lower the GIL switch interval for a simulated device's worker thread, then restore it."""
+    wanted = getattr(backend, "switch_interval_s", None)
+    if wanted is None:
+        yield
+        return
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(wanted)
+    notes.append(f"sys.setswitchinterval lowered from {old:g} to {wanted:g} s while measuring (restored after)")
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(old)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the bench CLI; returns the process exit status."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if "--overhead" in args_list:
+        from .overhead import main as overhead_main
+
+        return overhead_main([a for a in args_list if a != "--overhead"])
+    args = _parser().parse_args(args_list)
+    try:
+        backend = pick_backend(args.backend, sim_costs=dict(args.sim_cost))
+    except (RuntimeError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.plot:  # fail before measuring, not after
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print("error: --plot needs matplotlib: pip install 'asyncthrottle[plot]'", file=sys.stderr)
+            return 2
+    notes: list[str] = []
+    chosen = [e for e in EXPERIMENTS if e.key in args.experiments]
+    try:
+        with _switch_interval(backend, notes):
+            results = [
+                run_experiment(backend, e, depths=args.depths, scale=args.scale, repeat=args.repeat,
+                               sample=bool(args.plot), wait=args.wait)
+                for e in chosen
+            ]
+    finally:
+        backend.close()
+    label = f"{backend.name}" + (" -- SIMULATED, not a real accelerator" if backend.simulated else "")
+    if args.plot:
+        plot_timelines(results, args.plot, title=f"asyncthrottle bench: {label}")
+    if args.json:
+        doc = to_json(results, backend=backend.name, simulated=backend.simulated, wait=args.wait,
+                      machine=machine(), notes=notes, plot=args.plot)
+        print(json.dumps(doc, indent=2))
+        return 0
+    info = machine()
+    header = [
+        "asyncthrottle bench: the seed's experiments, measured",
+        f"backend: {label}; wait={args.wait!r}; fastest of {args.repeat} run(s) per mode",
+        f"machine: {info['platform']}, {info['cpus']} CPUs, Python {info['python']}, torch {info.get('torch', '-')}",
+        *(f"note: {n}" for n in notes),
+    ]
+    print(to_text(results, header))
+    if args.plot:
+        print(f"\nplot saved to {args.plot}")
+    return 0

@@ -1,0 +1,168 @@
+"""The seed's experiments: each workload synchronised every step, fully asynchronous, and throttled."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..throttle import Throttle
+from ..waits import WaitStrategy
+from .backend import BenchBackend
+from .model import CostModel, measure_costs
+
+__all__ = ["EXPERIMENTS", "Experiment", "ExperimentResult", "ModeResult", "modes", "run_experiment", "run_mode"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    """One of the seed's workloads: ``steps`` calls of the step ``make(backend)`` returns."""
+
+    key: str
+    title: str
+    steps: int
+    make: Callable[[BenchBackend], Callable[[], None]]
+
+
+EXPERIMENTS: tuple[Experiment, ...] = (
+    Experiment("add", "y = x + 1", 10_000, lambda backend: backend.add_one()),
+    Experiment("matmul", "1000x1000 matrix product", 500, lambda backend: backend.matmul(1000)),
+    Experiment("train", "small training loop", 500, lambda backend: backend.train_step()),
+)
+
+SYNC = "sync"
+ASYNC = "async"
+
+
+def modes(depths: Sequence[int]) -> list[tuple[str, int | None]]:
+    """The modes in table order: (label, depth the cost model uses)."""
+    return [(SYNC, 1), (ASYNC, None)] + [(f"depth {d}", d) for d in depths]
+
+
+@dataclasses.dataclass(frozen=True)
+class ModeResult:
+    """One timed run of one mode.
+
+    Attributes:
+        mode: ``"sync"``, ``"async"`` or ``"depth N"``.
+        depth: the depth the cost model uses (1 for sync, None for async).
+        steps: steps run.
+        wall_s: seconds from the first launch until every step had completed.
+        wait_s: seconds the host spent blocked (throttle waits, explicit syncs).
+        max_in_flight: the throttle's ``stats.max_in_flight`` (a tracking-only
+            throttle for sync and async).
+        predicted_s: the cost model's prediction for this mode.
+        timeline: (seconds since start, steps enqueued and not seen complete)
+            after each step's launch, when sampled.
+    """
+
+    mode: str
+    depth: int | None
+    steps: int
+    wall_s: float
+    wait_s: float
+    max_in_flight: int
+    predicted_s: float
+    timeline: tuple[tuple[float, int], ...] | None = None
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.steps / self.wall_s if self.wall_s > 0 else float("inf")
+
+    @property
+    def wait_fraction(self) -> float:
+        return self.wait_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def model_error(self) -> float:
+        """Measured over predicted, minus one (0.05: 5 % slower than the model)."""
+        return self.wall_s / self.predicted_s - 1.0 if self.predicted_s > 0 else float("nan")
+
+
+def run_mode(
+    backend: BenchBackend,
+    op: Callable[[], None],
+    steps: int,
+    mode: str,
+    depth: int | None,
+    model: CostModel,
+    *,
+    wait: str | WaitStrategy = "poll",
+    clock: Callable[[], float] = time.perf_counter,
+    sample: bool = False,
+) -> ModeResult:
+    """Run ``steps`` steps of ``op`` in one mode and time it until the device is done."""
+    throttled = mode not in (SYNC, ASYNC)
+    thr = Throttle(depth if throttled else None, events=backend.events(), wait=wait, clock=clock)
+    timeline: list[tuple[float, int]] | None = [] if sample else None
+    synced = 0.0
+    backend.synchronize()  # host-device sync: every mode starts on an idle device
+    start = clock()
+    if mode == SYNC:
+        for _ in range(steps):
+            with thr.step():
+                op()
+            if timeline is not None:
+                timeline.append((clock() - start, thr.stats.in_flight))
+            before = clock()
+            backend.synchronize()  # host-device sync every step: the seed's synchronous mode
+            synced += clock() - before
+        thr.drain()  # retires the last event; the device is already idle
+    else:
+        for _ in thr.wrap(range(steps)):  # drains at the end: a host-device sync on the last step
+            op()
+            if timeline is not None:
+                timeline.append((clock() - start, thr.stats.in_flight + 1))
+    wall = clock() - start
+    stats = thr.stats
+    return ModeResult(
+        mode=mode,
+        depth=depth,
+        steps=steps,
+        wall_s=wall,
+        wait_s=stats.wait_s + synced,
+        max_in_flight=stats.max_in_flight,
+        predicted_s=model.predict(steps, depth),
+        timeline=None if timeline is None else tuple(timeline),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentResult:
+    """All modes of one experiment, with the costs measured before them."""
+
+    key: str
+    title: str
+    steps: int
+    costs: CostModel
+    results: tuple[ModeResult, ...]
+
+    def by_mode(self, mode: str) -> ModeResult:
+        for result in self.results:
+            if result.mode == mode:
+                return result
+        raise KeyError(f"no mode {mode!r} in experiment {self.key!r}; have {[r.mode for r in self.results]}")
+
+
+def run_experiment(
+    backend: BenchBackend,
+    experiment: Experiment,
+    *,
+    depths: Sequence[int] = (1, 2, 4),
+    scale: float = 1.0,
+    repeat: int = 1,
+    sample: bool = False,
+    **options: Any,
+) -> ExperimentResult:
+    """Measure the costs, then run every mode ``repeat`` times and keep each mode's fastest run."""
+    steps = max(1, round(experiment.steps * scale))
+    op = experiment.make(backend)
+    for _ in range(min(steps, 10)):  # warm-up: allocations, kernel selection, thread wake-ups
+        op()
+    costs = measure_costs(backend, op, k=max(1, min(50, steps)), clock=options.get("clock", time.perf_counter))
+    results = []
+    for mode, depth in modes(depths):
+        runs = [run_mode(backend, op, steps, mode, depth, costs, sample=sample, **options) for _ in range(repeat)]
+        results.append(min(runs, key=lambda run: run.wall_s))
+    return ExperimentResult(experiment.key, experiment.title, steps, costs, tuple(results))

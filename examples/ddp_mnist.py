@@ -1,0 +1,141 @@
+"""Train the MNIST CNN with DistributedDataParallel, each rank throttling its own loop.
+
+    torchrun --nproc_per_node=2 examples/ddp_mnist.py              # one machine, 2 processes
+    torchrun --nproc_per_node=8 examples/ddp_mnist.py --depth 2    # 8 GPUs: NCCL, one GPU per rank
+    torchrun --nnodes=2 --node_rank=0 --nproc_per_node=8 \\
+        --rdzv_backend=c10d --rdzv_endpoint=HOST:29500 --rdzv_id=mnist examples/ddp_mnist.py
+
+NCCL on GPUs, gloo on CPUs. A throttle is per process and needs nothing from
+the others: each rank bounds its own host's run-ahead. At the end, one
+all-gather collects every rank's statistics and rank 0 prints them, reduced:
+counts and seconds are summed over ranks, ``max_in_flight`` and ``wall_s`` are
+the maximum over ranks, and the host-wait share is summed wait over summed wall.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _mnist_common when run as a script
+
+from _mnist_common import Net, add_training_options, evaluate, load_data
+
+import asyncthrottle as at
+
+CPU_MAX_STEPS = 100  # default steps per epoch and rank without GPUs
+SUMMED = ("steps", "completed", "waits", "wait_s", "fetch_s", "body_s")
+MAXED = ("max_in_flight", "wall_s")
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_training_options(p)
+    return p.parse_args(argv)
+
+
+def setup() -> tuple[int, int, torch.device]:
+    """Join the process group torchrun describes; one GPU per local rank, else the CPU with gloo."""
+    if "RANK" not in os.environ:
+        raise SystemExit("error: run this under torchrun, e.g. torchrun --nproc_per_node=2 examples/ddp_mnist.py")
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+    return dist.get_rank(), dist.get_world_size(), device
+
+
+def reduce_stats(stats: at.Stats, device: torch.device) -> tuple[dict[str, float], list[dict[str, float]]]:
+    """One all-gather of every rank's numeric stats: (reduced over ranks, per rank)."""
+    fields = SUMMED + MAXED
+    row = stats.as_dict()
+    mine = torch.tensor([float(row[name]) for name in fields], dtype=torch.float64, device=device)
+    rows = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(rows, mine)  # the only collective about the throttle, once, at the end
+    per_rank = [dict(zip(fields, r.tolist(), strict=True)) for r in rows]  # host-device sync: once
+    reduced = {name: sum(r[name] for r in per_rank) for name in SUMMED}
+    reduced.update({name: max(r[name] for r in per_rank) for name in MAXED})
+    return reduced, per_rank
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    rank, world, device = setup()
+    torch.manual_seed(args.seed)
+    log = print if rank == 0 else (lambda *a, **k: None)
+    max_steps = args.max_steps if args.max_steps is not None or device.type != "cpu" else CPU_MAX_STEPS
+    if args.max_steps is None and device.type == "cpu":
+        log(f"note: no GPU here, so each epoch stops after {CPU_MAX_STEPS} steps per rank (--max-steps to change)")
+    choice = [load_data(args.data, args.data_dir, args.seed, log=log).source if rank == 0 else None]
+    dist.broadcast_object_list(choice)  # rank 0 downloads (or falls back) first; the others follow its choice
+    data = load_data(str(choice[0]), args.data_dir, args.seed)
+    pin = device.type == "cuda"
+    workers = args.workers if args.workers is not None else (2 if pin else 0)
+    sampler = DistributedSampler(data.train, num_replicas=world, rank=rank, shuffle=True, seed=args.seed,
+                                 drop_last=True)
+    loader = DataLoader(data.train, batch_size=args.batch_size, sampler=sampler, num_workers=workers,
+                        pin_memory=pin, drop_last=True)
+    model = DistributedDataParallel(Net().to(device), device_ids=[device.index] if pin else None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    thr = at.Throttle(args.depth, device=device)
+    last_loss: list[float] = []
+    thr.on_complete(lambda step, values: last_loss.append(float(values["loss"])))  # host copies: no sync
+    log(f"world={world} backend={dist.get_backend()} device={device} data={data.source} depth={args.depth}")
+    for epoch in range(1, args.epochs + 1):
+        sampler.set_epoch(epoch)
+        start = time.perf_counter()
+        steps = len(loader) if max_steps is None else min(max_steps, len(loader))
+        progress = False if args.no_progress or rank != 0 else {"total": steps, "desc": f"epoch {epoch}"}
+        for x, y in thr.wrap(itertools.islice(loader, steps), progress=progress):
+            x, y = x.to(device, non_blocking=pin), y.to(device, non_blocking=pin)
+            loss = nn.functional.cross_entropy(model(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()  # DDP all-reduces gradients here: enqueued, and covered by this step's event
+            optimizer.step()
+            thr.defer(loss.detach(), name="loss")
+        if rank == 0:  # the others wait for it at their next gradient all-reduce
+            correct, total = evaluate(model.module, DataLoader(data.test, batch_size=1000), device, args.depth)
+            log(f"epoch {epoch}: {steps} steps per rank in {time.perf_counter() - start:.1f} s, "
+                f"rank 0 train loss {last_loss[-steps]:.3f} -> {last_loss[-1]:.3f}, "
+                f"test accuracy {correct}/{total} = {correct / total:.1%}")
+    print(f"rank {rank}: {thr.stats.steps} steps, max {thr.stats.max_in_flight} in flight", flush=True)
+    reduced, per_rank = reduce_stats(thr.stats, device)
+    if rank == 0:
+        print(summary_text(reduced, per_rank, args.depth))
+    dist.destroy_process_group()
+    return 0
+
+
+def summary_text(reduced: dict[str, float], per_rank: list[dict[str, float]], depth: int | None) -> str:
+    """The throttle statistics of all ranks, reduced (see the module docstring for how)."""
+    wall = sum(r["wall_s"] for r in per_rank)
+    lines = [
+        f"asyncthrottle across {len(per_rank)} ranks (depth={depth}): {int(reduced['steps'])} steps, "
+        f"{int(reduced['completed'])} seen complete, max {int(reduced['max_in_flight'])} in flight on any rank",
+        f"  host waited {reduced['wait_s']:.3f} s in {int(reduced['waits'])} waits "
+        f"({reduced['wait_s'] / wall if wall else 0.0:.0%} of summed wall time); "
+        f"slowest rank {reduced['wall_s']:.2f} s",
+    ]
+    for i, r in enumerate(per_rank):
+        lines.append(f"  rank {i}: {int(r['steps'])} steps, max {int(r['max_in_flight'])} in flight, "
+                     f"waited {r['wait_s']:.3f} s, wall {r['wall_s']:.2f} s")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""The bench CLI and its parts: cost-model arithmetic, the mode runner on a fake device, the CLI end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+
+import pytest
+
+from asyncthrottle.bench import cli
+from asyncthrottle.bench.backends import SimCost, SimulatedBench, pick_backend
+from asyncthrottle.bench.model import CostModel, measure_costs, solve_device_s
+from asyncthrottle.bench.seed import EXPERIMENTS, Experiment, run_experiment, run_mode
+from asyncthrottle.testing import FakeDevice
+
+T1, T2, T3 = 1e-3, 3e-3, 0.5e-3
+
+
+class FakeBench:
+    """A BenchBackend on the deterministic fake device: each step costs the host T1 and the device t2."""
+
+    name = "fake"
+    simulated = True
+
+    def __init__(self, t1: float = T1, t2: float = T2, t3: float = T3) -> None:
+        self.dev = FakeDevice()
+        self.t1, self.t2, self.t3 = t1, t2, t3
+
+    def events(self) -> Callable[[], object]:
+        return self.dev.event
+
+    def synchronize(self) -> None:
+        self.dev.synchronize()
+        self.dev.host(self.t3)  # the round trip of an explicit sync
+
+    def _op(self) -> Callable[[], None]:
+        def step() -> None:
+            self.dev.host(self.t1)
+            self.dev.launch(self.t2)
+
+        return step
+
+    add_one = train_step = _op
+
+    def matmul(self, n: int = 1000) -> Callable[[], None]:
+        return self._op()
+
+    def close(self) -> None:
+        pass
+
+
+# -- the cost model ----------------------------------------------------------
+
+
+def test_predict_is_the_seeds_models_at_the_extremes() -> None:
+    m = CostModel(t1=1.0, t2=3.0, t3=2.0)
+    assert m.predict(10, 1) == 10 * (1 + 3 + 2)  # sync: n (t1 + t2 + t3)
+    assert m.predict(10, None) == 1 + 10 * 3 + 2  # async: t1 + n t2 + t3
+    assert m.predict(0, None) == 0.0
+
+
+def test_predict_host_bound_and_windows() -> None:
+    host_bound = CostModel(t1=3.0, t2=1.0, t3=2.0)
+    assert host_bound.predict(10, None) == 10 * 3 + 1 + 2  # n t1 + t2 + t3
+    m = CostModel(t1=1.0, t2=3.0, t3=8.0)
+    assert m.predict(10, 2) == 10 * 6 + 1 + 8  # a window of 2 covers half of a 12 s round trip
+    assert m.predict(10, 4) == 10 * 3 + 1 + 8  # wide enough: the device is the limit
+    assert m.predict(10, 1000) == m.predict(10, None)
+
+
+def test_solve_device_s_device_bound_and_host_bound() -> None:
+    # device-bound: host launches 10 steps in 10 s; the device ends at t1 + 10 t2 = 31, sync 2 s more
+    assert solve_device_s(launch_s=10.0, drain_s=31 - 10 + 2, k=10, t1=1.0, t3=2.0) == pytest.approx(3.0)
+    # host-bound: only the last step (0.5 s) is left when launching ends
+    assert solve_device_s(launch_s=10.0, drain_s=0.5 + 2, k=10, t1=1.0, t3=2.0) == pytest.approx(0.5)
+    assert solve_device_s(launch_s=10.0, drain_s=1.0, k=10, t1=1.0, t3=2.0) == 0.0
+    with pytest.raises(ValueError, match="k must be an int >= 1"):
+        solve_device_s(1.0, 1.0, 0, 1.0, 1.0)
+
+
+@pytest.mark.parametrize(("t1", "t2"), [(T1, T2), (T2, T1)], ids=["device-bound", "host-bound"])
+def test_measure_costs_recovers_the_fake_devices_costs(t1: float, t2: float) -> None:
+    bench = FakeBench(t1=t1, t2=t2)
+    costs = measure_costs(bench, bench.add_one(), k=20, repeats=3, clock=bench.dev.clock)
+    assert costs.t1 == pytest.approx(t1)
+    assert costs.t2 == pytest.approx(t2)
+    assert costs.t3 == pytest.approx(T3)
+
+
+# -- the mode runner on the fake device (exact, no sleeping) -----------------
+
+
+def _run(mode: str, depth: int | None, steps: int = 20, sample: bool = False):  # type: ignore[no-untyped-def]
+    bench = FakeBench()
+    model = CostModel(T1, T2, T3)
+    wait = bench.dev.wait("spin")
+    return run_mode(bench, bench.add_one(), steps, mode, depth, model, wait=wait, clock=bench.dev.clock, sample=sample)
+
+
+def test_sync_mode_matches_the_sync_model_exactly() -> None:
+    result = _run("sync", 1)
+    assert result.wall_s == pytest.approx(result.predicted_s)
+    assert result.max_in_flight == 1
+    assert result.wait_fraction == pytest.approx((T2 + T3) / (T1 + T2 + T3))
+
+
+def test_async_and_throttled_modes_on_the_fake_device() -> None:
+    n = 20
+    unthrottled = _run("async", None, n)
+    assert unthrottled.max_in_flight > 10  # the host ran far ahead
+    assert unthrottled.wall_s == pytest.approx(T1 + n * T2)  # fake events sync for free: no t3
+    depth2 = _run("depth 2", 2, n)
+    assert depth2.max_in_flight == 2
+    assert depth2.wall_s == pytest.approx(unthrottled.wall_s)  # depth 2 hides the waits entirely
+    depth1 = _run("depth 1", 1, n)
+    assert depth1.max_in_flight == 1
+    assert depth1.wall_s == pytest.approx(n * (T1 + T2))
+
+
+def test_timeline_samples_each_step_within_the_bound() -> None:
+    result = _run("depth 2", 2, 12, sample=True)
+    assert result.timeline is not None and len(result.timeline) == 12
+    assert max(count for _, count in result.timeline) == 2
+    times = [t for t, _ in result.timeline]
+    assert times == sorted(times)
+
+
+def test_run_experiment_keeps_every_mode() -> None:
+    bench = FakeBench()
+    exp = Experiment("add", "y = x + 1", 30, lambda backend: backend.add_one())
+    clock = bench.dev.clock
+    result = run_experiment(bench, exp, depths=(1, 3), scale=0.5, wait=bench.dev.wait("spin"), clock=clock)
+    assert [r.mode for r in result.results] == ["sync", "async", "depth 1", "depth 3"]
+    assert result.steps == 15 and result.costs.t2 == pytest.approx(T2)
+    assert result.by_mode("depth 3").max_in_flight == 3
+
+
+# -- backends and the CLI (real time: structure only, never speed) -----------
+
+
+def test_simulated_backend_rejects_unknown_workloads() -> None:
+    with pytest.raises(ValueError, match="unknown simulated workloads"):
+        SimulatedBench({"conv": SimCost(1e-6, 1e-6)})
+    with pytest.raises(ValueError, match="launches >= 1"):
+        SimCost(1e-6, 1e-6, 0)
+    with pytest.raises(ValueError, match="--backend must be one of"):
+        pick_backend("tpu")
+
+
+FAST = ["--backend", "simulated", "--scale", "0.002", "--sim-cost", "add=1:20", "--sim-cost", "matmul=1:200",
+        "--sim-cost", "train=1:50:2"]
+
+
+def test_cli_json_on_the_simulated_device(capsys: pytest.CaptureFixture[str]) -> None:
+    before = sys.getswitchinterval()
+    assert cli.main([*FAST, "--json", "--depths", "1,2"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert sys.getswitchinterval() == before
+    assert doc["simulated"] is True and "simulated" in doc["backend"]
+    assert any("setswitchinterval" in note for note in doc["notes"])
+    assert [e["key"] for e in doc["experiments"]] == [e.key for e in EXPERIMENTS]
+    for exp in doc["experiments"]:
+        modes = {m["mode"]: m for m in exp["modes"]}
+        assert list(modes) == ["sync", "async", "depth 1", "depth 2"]
+        assert modes["depth 1"]["max_in_flight"] <= 1 and modes["depth 2"]["max_in_flight"] <= 2
+        assert modes["async"]["vs_async"] == 1.0
+        assert all(m["wall_s"] > 0 and m["predicted_s"] > 0 for m in modes.values())
+        assert set(exp["costs"]) == {"t1", "t2", "t3"}
+
+
+def test_cli_text_and_plot(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "inflight.png"
+    assert cli.main([*FAST, "--experiments", "add", "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "SIMULATED" in out and "t1 =" in out and "model err" in out and "depth 4" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--depths", "0"], "depths must be ints >= 1"),
+        (["--depths", "two"], "comma-separated ints"),
+        (["--scale", "-1"], "expected a float > 0, got '-1'"),
+        (["--repeat", "0"], "expected a int > 0"),
+        (["--experiments", "conv"], "subset of add,matmul,train"),
+        (["--sim-cost", "add=ten:5"], "NAME=HOST_US:DEVICE_US"),
+        (["--backend", "tpu"], "invalid choice: 'tpu'"),
+    ],
+)
+def test_cli_bad_values_name_the_value(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_unknown_sim_workload_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--backend", "simulated", "--sim-cost", "conv=1:2"]) == 2
+    assert "unknown simulated workloads ['conv']" in capsys.readouterr().err
+
+
+def test_cli_cuda_without_a_gpu_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    assert cli.main(["--backend", "cuda"]) == 2
+    assert "torch.cuda.is_available() is False" in capsys.readouterr().err
+
+
+def test_overhead_flag_delegates(monkeypatch: pytest.MonkeyPatch) -> None:
+    from asyncthrottle.bench import overhead
+
+    seen: list[list[str] | None] = []
+    monkeypatch.setattr(overhead, "main", lambda argv=None: seen.append(argv) or 0)
+    assert cli.main(["--overhead", "--steps", "10", "--json"]) == 0
+    assert seen == [["--steps", "10", "--json"]]
+
+
+def test_module_entry_point_runs_bench() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "asyncthrottle", "bench", *FAST, "--experiments", "add", "--json"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["experiments"][0]["key"] == "add"
+    proc = subprocess.run([sys.executable, "-m", "asyncthrottle"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 2 and "required: command" in proc.stderr
