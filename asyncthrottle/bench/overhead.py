@@ -44,6 +44,15 @@ class _NoopEvent:
         pass
 
 
+class _TimedNoopEvent(_NoopEvent):
+    """A no-op event that can be timed: exercises the telemetry's sampled device timing."""
+
+    __slots__ = ()
+
+    def elapsed_time(self, end: _TimedNoopEvent) -> float:
+        return 0.0
+
+
 def _best_loop_s(make_iterable: Callable[[], Iterable[Any]], repeats: int) -> float:
     best = float("inf")
     for _ in range(repeats):
@@ -68,11 +77,15 @@ def measure_overhead(
     bare = _best_loop_s(lambda: data, repeats)
     null = _best_loop_s(lambda: Throttle(2, device="cpu", **options).wrap(data), repeats)
     noop = _best_loop_s(lambda: Throttle(2, events=_NoopEvent, **options).wrap(data), repeats)
+    timed = _best_loop_s(lambda: Throttle(2, events=_TimedNoopEvent, **options).wrap(data), repeats)
+    untimed = _best_loop_s(lambda: Throttle(2, events=_TimedNoopEvent, sample_every=None).wrap(data), repeats)
     return {
         "steps": steps,
         "bare_us": bare / steps * 1e6,
         "null_us": (null - bare) / steps * 1e6,
         "noop_events_us": (noop - bare) / steps * 1e6,
+        "timed_events_us": (timed - bare) / steps * 1e6,
+        "timed_events_no_sampling_us": (untimed - bare) / steps * 1e6,
     }
 
 
@@ -147,6 +160,8 @@ def _print(result: dict[str, Any]) -> None:
     print(f"per-step overhead over a bare loop ({o['steps']:,} steps, bare loop {o['bare_us']:.3f} us/step):")
     print(f"  null backend (CPU)        {o['null_us']:+.3f} us/step   (target <= 0.5)")
     print(f"  Python no-op events       {o['noop_events_us']:+.3f} us/step   (target <= 2)")
+    print(f"  timeable no-op events     {o['timed_events_us']:+.3f} us/step   (default telemetry: device timing)")
+    print(f"    same, sample_every=None {o['timed_events_no_sampling_us']:+.3f} us/step   (device timing off)")
     print("wait strategies on the simulated device (real time, worker thread):")
     print(f"  {'depth':>5} {'wait':>6} {'steps/s':>9} {'vs spin':>8} {'host CPU':>9} {'max in flight':>14}")
     for r in result["waits"]:
