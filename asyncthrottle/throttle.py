@@ -379,7 +379,8 @@ class Throttle:
         self._pending.popleft()
         step = self._completed
         self._completed = step + 1
-        if self._timed is not None or self._deferred or self._callbacks:
+        timed = self._timed
+        if (timed is not None and timed.ends) or self._deferred or self._callbacks:  # most steps: nothing to do
             self._finish(step)
 
     def _finish(self, step: int) -> None:
