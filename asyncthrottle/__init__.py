@@ -4,8 +4,8 @@ from .deferred import Deferred
 from .errors import ThrottleTimeout
 from .events import Event, EventFactory
 from .stats import Stats
-from .throttle import Throttle
-from .view import Throttled, throttle
+from .throttle import Throttle, throttle
+from .view import Throttled
 from .waits import Block, Poll, Spin, WaitStrategy
 
 __all__ = [

@@ -1,15 +1,14 @@
-"""Deferred values: a step's tensors copied to the host without a sync, read once the step completes."""
+"""Deferred values: snapshots of a step's values on their way to the host, read once the step completes."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Deferred", "start_copy"]
+from .events import Event
 
-
-def _is_torch_tensor(value: Any) -> bool:
-    return type(value).__module__.startswith("torch") and hasattr(value, "detach")
+__all__ = ["Deferred", "Snapshot", "snapshot"]
 
 
 def _map(value: Any, leaf: Callable[[Any], Any]) -> Any:
@@ -22,17 +21,56 @@ def _map(value: Any, leaf: Callable[[Any], Any]) -> Any:
     return leaf(value)
 
 
-def _copy_leaf(value: Any) -> Any:
-    if _is_torch_tensor(value):
-        tensor = value.detach()
+class Snapshot:
+    """Copies the leaves of one value; remembers the CUDA streams the copies were enqueued on.
+
+    Args:
+        synchronous: the throttle runs synchronously (no event orders the
+            copies), so a copy from a device blocks until it is done.
+    """
+
+    __slots__ = ("streams", "synchronous")
+
+    def __init__(self, synchronous: bool) -> None:
+        self.synchronous = synchronous
+        self.streams: list[Any] = []
+
+    def __call__(self, value: Any) -> Any:
+        torch = sys.modules.get("torch")  # a tensor exists only if torch was imported
+        if torch is not None and isinstance(value, torch.Tensor):
+            return self._tensor(torch, value.detach())
+        if hasattr(value, "copy_to_host_async"):  # a JAX array
+            return _jax_copy(value)
+        numpy = sys.modules.get("numpy")
+        if numpy is not None and isinstance(value, numpy.ndarray):
+            return value.copy()  # a snapshot: the caller may update the array in place
+        return value
+
+    def _tensor(self, torch: Any, tensor: Any) -> Any:
         if tensor.device.type == "cpu":
             return tensor.clone()  # a snapshot: the caller may update the tensor in place
+        if self.synchronous:
+            return tensor.to("cpu")  # host-device sync: nothing orders a non-blocking copy on this throttle
+        if tensor.device.type == "cuda":
+            self.streams.append(torch.cuda.current_stream(tensor.device))  # joined before the step's event
         # Non-blocking device-to-host copy into pinned memory, enqueued before the step's event.
         return tensor.to("cpu", non_blocking=True)
-    if hasattr(value, "copy_to_host_async"):  # a JAX array: start the transfer, read it later
-        value.copy_to_host_async()
-        return value
-    return value
+
+
+def _jax_copy(array: Any) -> Any:
+    """A device copy of ``array`` on its way to the host: the step may donate the original."""
+    copy = array.copy() if hasattr(array, "copy") else array  # dispatched, never blocks
+    copy.copy_to_host_async()
+    return copy
+
+
+def snapshot(value: Any, synchronous: bool = False) -> tuple[Any, list[Any]]:
+    """Start copying ``value`` (tensors, arrays, nested dicts/lists/tuples) to the host.
+
+    Returns the copy and the CUDA streams its copies were enqueued on.
+    """
+    copier = Snapshot(synchronous)
+    return _map(value, copier), copier.streams
 
 
 def _host_leaf(value: Any) -> Any:
@@ -43,38 +81,43 @@ def _host_leaf(value: Any) -> Any:
     return value
 
 
-def start_copy(value: Any) -> Any:
-    """Start copying ``value`` (a tensor, a JAX array, or a nested dict/list/tuple of them) to the host."""
-    return _map(value, _copy_leaf)
-
-
 class Deferred:
     """A value from one step, readable once that step is complete.
 
     ``ready()`` never blocks. ``get()`` waits for this value's step only --
-    never for a later step, never a device-wide sync -- and the wait counts as
-    host wait in the throttle's stats.
+    never for a later step, never a device-wide sync. Both are safe from any
+    thread: from the loop's thread the wait counts as host wait in the
+    throttle's stats; from another thread it waits on the step's own event
+    and changes nothing in the throttle.
 
     Attributes:
         step: the step the value belongs to.
         name: its name in ``Throttle.latest`` and ``on_complete`` callbacks.
     """
 
-    __slots__ = ("_host", "_is_ready", "_wait", "name", "step")
+    __slots__ = ("_done", "_event", "_host", "_wait", "name", "step")
 
-    def __init__(self, step: int, name: str, host: Any, is_ready: Callable[[int], bool],
-                 wait: Callable[[int], None]) -> None:
+    def __init__(self, step: int, name: str, host: Any, wait: Callable[[Deferred], None]) -> None:
         self.step, self.name = step, name
-        self._host, self._is_ready, self._wait = host, is_ready, wait
+        self._host, self._wait = host, wait
+        self._event: Event | None = None  # the step's event, once recorded
+        self._done = False  # the step was seen complete
+
+    def _recorded(self, event: Event | None) -> None:
+        self._event = event
+        self._done = event is None  # a synchronous step is complete as it is recorded
 
     def ready(self) -> bool:
         """True once the step is complete. Queries; never blocks."""
-        return self._is_ready(self.step)
+        if self._done:
+            return True
+        event = self._event
+        return event is not None and event.query()
 
     def get(self) -> Any:
         """The value on the host, waiting for its step if needed (a host-device sync on that step)."""
-        if not self._is_ready(self.step):
-            self._wait(self.step)
+        if not self.ready():
+            self._wait(self)
         return _map(self._host, _host_leaf)
 
     def item(self) -> float:

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .throttle import Throttle
 
-__all__ = ["make_bar", "postfix", "with_bar"]
-
-T = TypeVar("T")
+__all__ = ["Bar", "make_bar", "postfix"]
 
 
 def make_bar(progress: Any, total: int | None) -> Any:
@@ -51,20 +48,35 @@ def postfix(throttle: Throttle) -> str:
 def _scalar(value: Any) -> float | None:
     try:
         return float(value.item() if hasattr(value, "item") else value)
-    except (TypeError, ValueError, RuntimeError):
+    except (TypeError, ValueError, RuntimeError, AttributeError):
         return None  # not a scalar: not shown
 
 
-def with_bar(throttle: Throttle, loop: Iterator[T], bar: Any) -> Iterator[T]:
-    """Drive ``bar`` from the throttled ``loop``; the postfix is refreshed at tqdm's own cadence."""
-    timer = getattr(bar, "_time", None)
-    try:
-        for item in loop:
-            last = getattr(bar, "last_print_t", None)
-            if timer is None or last is None or timer() - last >= bar.mininterval:
-                bar.set_postfix_str(postfix(throttle), refresh=False)
-            bar.update(1)
-            yield item
-    finally:
-        bar.set_postfix_str(postfix(throttle), refresh=False)
-        bar.close()
+class Bar:
+    """Drives a tqdm bar from a pass: one update per hand-out, the postfix at tqdm's own cadence."""
+
+    __slots__ = ("_bar", "_throttle", "_timer")
+
+    def __init__(self, throttle: Throttle, bar: Any) -> None:
+        self._throttle, self._bar = throttle, bar
+        self._timer = getattr(bar, "_time", None)
+
+    @classmethod
+    def open(cls, throttle: Throttle, progress: Any, total: int | None) -> Bar | None:
+        """The bar for ``progress=``, or None when the bar is disabled (then it costs nothing)."""
+        bar = make_bar(progress, total)
+        if getattr(bar, "disable", False) is True:
+            bar.close()
+            return None
+        return cls(throttle, bar)
+
+    def update(self) -> None:
+        bar, timer = self._bar, self._timer
+        last = getattr(bar, "last_print_t", None)
+        if timer is None or last is None or timer() - last >= bar.mininterval:
+            bar.set_postfix_str(postfix(self._throttle), refresh=False)
+        bar.update(1)
+
+    def close(self) -> None:
+        self._bar.set_postfix_str(postfix(self._throttle), refresh=False)
+        self._bar.close()

@@ -21,6 +21,8 @@ _ADVICE = {
     "host-bound": "the host spends its time in the loop body (Python and kernel launches): try bigger batches, "
     "torch.compile or CUDA graphs",
     "balanced": "no single part dominates",
+    "synchronous": "the backend runs each step to completion as it is issued (the CPU): nothing runs ahead, "
+    "so there is nothing to throttle; the loop body is the computation itself",
     "unknown": "no steps yet",
 }
 
@@ -45,10 +47,11 @@ class Stats:
         max_in_flight: most steps in flight, counted right after each record.
         waits: times the host blocked on the device.
         wait_s: seconds the host spent blocked.
-        wall_s: seconds from the first step's hand-out to the last record.
+        wall_s: seconds inside passes (see below), up to now while one runs.
         wait_fraction: ``wait_s / wall_s``.
         fetch_s: host seconds spent taking the next batch from the source
-            (with ``step()``/``mark()``: the time between steps).
+            (with ``step()``/``begin_step()``: the time between steps; with
+            ``mark()``: 0, fetching is part of the body).
         body_s: host seconds in the loop body (the rest of ``wall_s``).
         steps_per_s: ``steps / wall_s``.
         starved_fraction: share of hand-outs at which nothing was queued on the device.
@@ -58,6 +61,11 @@ class Stats:
         idle_fraction: ``device_idle_s / (device_busy_s + device_idle_s)``.
         device_ms_mean, device_ms_p50, device_ms_p90: device ms per step (recent samples).
         verdict: what limits the loop; see :func:`verdict`.
+
+    Host times count only inside passes: from a wrapped loop's first
+    ``next()`` to its end (or ``break``), and for ``step()``/``mark()`` loops
+    from the first step to ``drain()``; time between passes (an evaluation
+    between epochs) is not loop time.
     """
 
     steps: int = 0
@@ -119,7 +127,13 @@ def _share(part: float, whole: float) -> str:
 
 
 def verdict(
-    steps: int, wait_fraction: float, fetch_fraction: float, body_fraction: float, starved_fraction: float
+    steps: int,
+    wait_fraction: float,
+    fetch_fraction: float,
+    body_fraction: float,
+    starved_fraction: float,
+    *,
+    synchronous: bool = False,
 ) -> str:
     """What limits a loop, from host-side facts only.
 
@@ -129,10 +143,14 @@ def verdict(
       with nothing queued -- each wait empties the queue;
     * ``"input-bound"``: the host rarely waits and fetching takes >= 50 %;
     * ``"host-bound"``: the host rarely waits and the loop body takes >= 50 %;
-    * ``"balanced"`` otherwise (``"unknown"`` before the first steps).
+    * ``"balanced"`` otherwise (``"unknown"`` before the first steps);
+    * on a synchronous backend (the CPU), ``"synchronous"`` instead of
+      ``"host-bound"``/``"balanced"``: no device advice applies there.
     """
     if steps < 2:
         return "unknown"
+    if synchronous:
+        return "input-bound" if fetch_fraction >= _DOMINANT else "synchronous"
     if wait_fraction >= _WAITS:
         return "depth-bound" if starved_fraction >= _STARVED else "device-bound"
     if fetch_fraction >= _DOMINANT:

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["DeviceTimes", "TimedSteps"]
+from .events import Event, EventFactory
+
+if TYPE_CHECKING:
+    from .core import Core
+
+__all__ = ["DeviceTimes", "DeviceTiming"]
+
+_log = logging.getLogger("asyncthrottle")
 
 
 class DeviceTimes:
@@ -51,33 +59,86 @@ def _quantile(ordered: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (index - low)
 
 
-class TimedSteps:
-    """Which steps get timing events, and the timing read when they complete.
+class DeviceTiming:
+    """Times every ``every``-th step on the device; a part of the throttle, read only from completed events.
 
     Step ``n`` is sampled when ``n % every == 0``. Its device time needs a
     timing event at the end of step ``n - 1`` and of step ``n``, and -- when
-    nothing was queued at its hand-out -- a start marker recorded then.
+    nothing was queued at its hand-out -- a start marker recorded then. The
+    part decorates the core's event factory, so a sampled step's own event is
+    the timing event: unsampled steps cost one comparison. The first failing
+    ``elapsed_time`` (events without timing, such as a plain
+    ``torch.cuda.Event()``) turns timing off for good; the loop goes on.
+
+    Args:
+        core: the throttle's core.
+        timed: factory of events with ``elapsed_time``.
+        every: sample every ``every``-th step.
+        trusted: the events are known to have ``elapsed_time`` (a built-in
+            backend); otherwise no start marker is made before the first
+            timed event has shown it.
     """
 
-    def __init__(self, every: int) -> None:
-        self.every = every
+    def __init__(self, core: Core, timed: EventFactory, every: int, *, trusted: bool = False) -> None:
+        self.core, self.timed, self.every, self.trusted = core, timed, every, trusted
+        self.plain = core.new_event
         self.times = DeviceTimes()
-        self.ends: dict[int, Any] = {}  # step -> timing event at its end, until it completes
+        self.ends: deque[tuple[int, Any]] = deque()  # (step, timing event at its end), until read
         self.starts: dict[int, Any] = {}  # step -> start marker recorded at its hand-out
+        self.enabled = True
+        self._want = 0  # the next step whose end needs a timing event
         self._previous: tuple[int, Any] | None = None
+        core.new_event = self._new_event
+        core.subscribe(self)
 
-    def wants_end(self, step: int) -> bool:
-        return step % self.every == 0 or (step + 1) % self.every == 0
+    def _new_event(self) -> Event:
+        step = self.core.steps
+        if step != self._want:
+            return self.plain()  # type: ignore[misc]
+        self._want = step + 1 if step % self.every or self.every == 1 else step + self.every - 1
+        self._read_completed()
+        event = self.timed()
+        if not hasattr(event, "elapsed_time"):  # events that cannot be timed at all: no timing, quietly
+            self.disable(None)
+        else:
+            self.trusted = True
+            self.ends.append((step, event))
+        return event
 
-    def wants_start(self, step: int) -> bool:
-        return step % self.every == 0
+    def on_idle(self, step: int) -> None:
+        """Nothing is queued: mark when a sampled step is handed out (the device is idle)."""
+        if step % self.every == 0 and self.enabled and self.trusted:
+            marker = self.timed()
+            getattr(marker, "record_idle", marker.record)()  # record_idle: see asyncthrottle.jax
+            self.starts[step] = marker
 
-    def complete(self, step: int) -> None:
-        """Step ``step`` (and every step before it) is complete: read its timing. Never blocks."""
-        end = self.ends.pop(step, None)
+    def on_retire(self, step: int) -> None:
+        if self.ends and self.ends[0][0] == step:
+            self._read_completed()
+
+    def disable(self, reason: str | None) -> None:
+        """Turn device timing off for good (the events cannot be timed); ``reason`` is logged."""
+        if self.enabled and reason is not None:
+            _log.warning("asyncthrottle: device timing is off: %s", reason)
+        self.enabled = False
+        self.core.new_event = self.plain
+        self.core.unsubscribe(self)
+        self.ends.clear()
+        self.starts.clear()
+
+    def _read_completed(self) -> None:
+        """Read the timing of every sampled step seen complete so far. Queries only; never blocks."""
+        ends, completed = self.ends, self.core.completed
+        while ends and ends[0][0] < completed:
+            step, end = ends.popleft()
+            try:
+                self._read(step, end)
+            except Exception as exc:
+                self.disable(f"elapsed_time() failed on the backend's events ({exc})")
+                return
+
+    def _read(self, step: int, end: Any) -> None:
         start = self.starts.pop(step, None)
-        if end is None:
-            return
         previous = self._previous[1] if self._previous is not None and self._previous[0] == step - 1 else None
         first = start if start is not None else previous
         if step % self.every == 0 and first is not None and _complete(first, end, previous):
@@ -85,6 +146,8 @@ class TimedSteps:
             idle = previous.elapsed_time(start) / 1000.0 if start is not None and previous is not None else 0.0
             self.times.add(max(busy, 0.0), max(idle, 0.0))
         self._previous = (step, end)
+        for old in [s for s in self.starts if s < step]:  # markers of steps whose end was never timed
+            del self.starts[old]
 
 
 def _complete(*events: Any) -> bool:

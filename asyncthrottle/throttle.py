@@ -2,62 +2,35 @@
 
 from __future__ import annotations
 
-import math
-import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+import weakref
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .deferred import Deferred, start_copy
+from .completions import Completions, OnComplete
+from .core import Core
+from .deferred import Deferred
 from .devices import device_kind, resolve_events
 from .errors import ThrottleTimeout
-from .events import Event, EventFactory
+from .events import EventFactory
+from .options import check_depth, check_sample_every, check_timeout
+from .ownership import Ownership
 from .stats import Stats, verdict
 from .syncdebug import sync_debug
-from .telemetry import TimedSteps
-from .waits import WaitStrategy, resolve_wait
+from .telemetry import DeviceTiming
+from .view import Throttled
+from .waits import Poll, WaitStrategy, resolve_wait
 
 if TYPE_CHECKING:
-    from .view import Throttled
+    from .passes import Pass
 
-__all__ = ["Throttle"]
+__all__ = ["Throttle", "throttle"]
 
 T = TypeVar("T")
-OnComplete = Callable[[int, dict[str, Any]], None]
-_HISTOGRAM_BUCKETS = 64  # in-flight histogram size when depth is None
-
-
-def _check_depth(depth: object) -> int | None:
-    if depth is None:
-        return None
-    if isinstance(depth, bool) or not isinstance(depth, int):
-        raise TypeError(f"depth must be an int >= 1 or None, got {depth!r} ({type(depth).__name__})")
-    if depth < 1:
-        raise ValueError(f"depth must be an int >= 1 or None, got {depth!r}; depth=1 syncs once per step")
-    return depth
-
-
-def _check_timeout(timeout: object) -> float | None:
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise TypeError(f"timeout must be a number of seconds > 0 or None, got {timeout!r}")
-    if not timeout > 0:  # also rejects NaN
-        raise ValueError(f"timeout must be a number of seconds > 0 or None, got {timeout!r}")
-    return None if math.isinf(timeout) else float(timeout)
-
-
-def _check_sample_every(sample_every: object) -> int | None:
-    if sample_every is None:
-        return None
-    if isinstance(sample_every, bool) or not isinstance(sample_every, int) or sample_every < 1:
-        raise ValueError(f"sample_every must be an int >= 1 (time every k-th step) or None, got {sample_every!r}")
-    return sample_every
 
 
 class _StepContext:
-    """``with throttle.step():`` -- enter waits for room, a clean exit records."""
+    """``with throttle.step():`` -- enter is :meth:`Throttle.begin_step`, exit :meth:`Throttle.end_step`."""
 
     __slots__ = ("_throttle",)
 
@@ -65,10 +38,10 @@ class _StepContext:
         self._throttle = throttle
 
     def __enter__(self) -> int:
-        return self._throttle._enter_step()
+        return self._throttle.begin_step()
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        self._throttle._exit_step(failed=exc_type is not None)
+        self._throttle.end_step(failed=exc_type is not None)
 
 
 class Throttle:
@@ -94,12 +67,12 @@ class Throttle:
             explicit device that is not available raises ``RuntimeError``.
         events: a zero-argument factory of objects with ``record()``,
             ``query()``, ``synchronize()`` and optionally ``elapsed_time(end)``
-            -- use it instead of ``device``.
+            -- use it instead of ``device``. Events without working timing
+            (``torch.cuda.Event`` with its default ``enable_timing=False``)
+            are fine: device timing turns itself off at the first failure.
         wait: ``"poll"`` (default), ``"spin"``, ``"block"`` or a
-            :class:`~asyncthrottle.waits.WaitStrategy`. ``"poll"`` is the
-            default because it matched ``"spin"``'s throughput at depth 1 in
-            our benchmark (BENCHMARKS.md) while answering Ctrl-C within
-            milliseconds and leaving the core free during long waits.
+            :class:`~asyncthrottle.waits.WaitStrategy` instance. See the
+            README's wait table for what each costs.
         timeout: seconds one wait may take before ``ThrottleTimeout``; None waits
             for ever. Needs ``"poll"`` or ``"spin"``.
         drain: wait for every step at the end of a wrapped iteration.
@@ -111,6 +84,11 @@ class Throttle:
             for the loop body only, so hidden syncs (``.item()``, ``print``) are
             reported; elsewhere it warns once that it cannot.
         clock: the clock that times the host (tests inject a fake one).
+
+    Threads: one loop runs in one thread; ``stats``, ``latest``,
+    ``in_flight`` and ``Deferred.ready()``/``get()`` are safe from any thread.
+    Changing the throttle (a pass, a step, ``mark()``, ``drain()``) from a
+    second thread while the first uses it raises ``RuntimeError``.
 
     Host-device syncs: the only ones are the waits the depth rule requires,
     ``drain()`` and ``Deferred.get()`` on an unfinished step; everything else
@@ -131,162 +109,97 @@ class Throttle:
         detect_sync: str | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        self._depth = _check_depth(depth)
-        self._timeout = _check_timeout(timeout)
+        depth = check_depth(depth)
+        self._timeout = check_timeout(timeout)
         if not isinstance(drain, bool):
             raise TypeError(f"drain must be True or False, got {drain!r}")
         self._drain_at_end = drain
-        self._wait = resolve_wait(wait)
-        if self._timeout is not None and not self._wait.honours_timeout:
+        strategy = resolve_wait(wait)
+        if self._timeout is not None and not strategy.honours_timeout:
             raise ValueError(f"timeout={timeout!r} cannot interrupt wait={wait!r}; use wait='poll' or 'spin'")
-        self._resolve_events(device, events, streams, _check_sample_every(sample_every))
-        self._sync_guard = sync_debug(detect_sync, None if events is not None else device_kind(device))
-        self._limit = None if self._depth is None else self._depth - 1
+        every = check_sample_every(sample_every)
+        new_event, timed = self._resolve_events(device, events, streams, strategy.blocking_events, every)
         self._clock = clock
-        self._pending: deque[Event] = deque()
-        self._steps = self._completed = self._max_in_flight = self._waits = self._starved = 0
-        self._wait_s = self._fetch_s = 0.0
-        self._t_first: float | None = None
-        self._t_last = 0.0
-        self._histogram = [0] * ((self._depth or _HISTOGRAM_BUCKETS - 1) + 1)
-        self._deferred: dict[int, list[Deferred]] = {}
-        self._latest: dict[str, Any] = {}
-        self._callbacks: list[OnComplete] = []
-        self._lock = threading.Lock()
-        self._owner: int | None = None  # thread running a wrapped pass
-        self._in_step = False
+        self._core = Core(depth, new_event, strategy, self._timeout, clock)
+        timing = every is not None and timed is not None
+        self._timing = DeviceTiming(self._core, timed, every, trusted=events is None) if timing else None  # type: ignore[arg-type]
+        self._values = Completions(self._core, self._wait_for_value)
+        self._sync_guard = sync_debug(detect_sync, None if events is not None else device_kind(device))
+        self._ownership = Ownership()
+        self._pass: weakref.ref[Pass[Any]] | None = None  # the wrapped pass running now (a break drops it)
+        self._in_step = False  # begin_step() was called and end_step() not yet
+        self._fetch_s = self._wall_s = 0.0
+        self._t_pass: float | None = None  # when the current pass began (None: between passes)
+        self._t_end = 0.0  # when the last step ended (fetch_s between begin_step() calls)
 
-    def _resolve_events(self, device: Any, events: EventFactory | None, streams: Any, every: int | None) -> None:
+    @staticmethod
+    def _resolve_events(
+        device: Any, events: EventFactory | None, streams: Any, blocking: bool, every: int | None
+    ) -> tuple[EventFactory | None, EventFactory | None]:
         if events is None:
-            blocking = self._wait.blocking_events
-            self._new_event = resolve_events(device, streams=streams, blocking=blocking)
+            new_event = resolve_events(device, streams=streams, blocking=blocking)
             timed = resolve_events(device, streams=streams, blocking=blocking, timing=True) if every else None
-        else:
-            if device is not None or streams is not None:
-                raise ValueError("pass events= or device=/streams=, not both: events= replaces the device backend")
-            if not callable(events):
-                raise TypeError(f"events must be a zero-argument callable returning an event, got {events!r}")
-            self._new_event = timed = events
-        self._new_timed_event = timed if self._new_event is not None else None
-        self._timed = TimedSteps(every) if every and self._new_timed_event is not None else None
-        self._timing_ok: bool | None = None if events is not None else True  # events=: unknown until used
+            return new_event, timed if new_event is not None else None
+        if device is not None or streams is not None:
+            raise ValueError("pass events= or device=/streams=, not both: events= replaces the device backend")
+        if not callable(events):
+            raise TypeError(f"events must be a zero-argument callable returning an event, got {events!r}")
+        return events, events
 
-    # -- public API -------------------------------------------------------
+    # -- reading: safe from any thread, never blocks ------------------------
 
     @property
     def depth(self) -> int | None:
         """Steps allowed in flight (None: unbounded, tracking only)."""
-        return self._depth
+        return self._core.depth
 
     @property
     def synchronous(self) -> bool:
         """True when the backend runs work synchronously (the CPU): nothing is ever waited for."""
-        return self._new_event is None
-
-    def wrap(self, iterable: Iterable[T], *, progress: Any = False) -> Throttled[T]:
-        """An iterable view of ``iterable`` throttled by this object (see :func:`throttle`)."""
-        from .view import Throttled
-
-        return Throttled(self, iterable, progress=progress)
-
-    def step(self) -> _StepContext:
-        """A context manager for one step: enter waits for room, a clean exit records the event.
-
-        An exception inside the block records nothing and blocks on nothing.
-        Entering returns the step's number.
-        """
-        return _StepContext(self)
-
-    def mark(self) -> None:
-        """End the current step: record its event, then wait until the next step may start.
-
-        For loops that cannot use ``step()``. Unlike the wrapper, the next batch
-        is fetched after the wait, so data loading does not overlap it.
-        """
-        with self._exclusive("mark()"):
-            now = self._clock()
-            self._begin(now)
-            self._record(now)
-            self._admit()
-
-    def drain(self) -> None:
-        """Wait for every recorded step (a host-device sync for the last one)."""
-        with self._exclusive("drain()", inside_pass=True):
-            if self._completed < self._steps:
-                self._wait_until(self._steps - 1)
-                self._t_last = max(self._t_last, self._clock())  # the drain is part of the loop's time
-
-    def defer(self, value: Any, name: str | None = None) -> Deferred:
-        """Copy ``value`` from the current step to the host without a sync; read it when the step completes.
-
-        ``value`` is a tensor, a JAX array, or a nested dict/list/tuple of them.
-        The copy is non-blocking (pinned memory on CUDA) and enqueued before the
-        step's event, so it is complete when the step is.
-
-        Args:
-            value: the step's value, e.g. the loss.
-            name: the key in :attr:`latest` and in ``on_complete`` callbacks
-                (default ``"value"``, or ``"value_<k>"`` for the k-th unnamed one).
-        """
-        step = self._steps
-        pending = self._deferred.setdefault(step, [])
-        if name is None:
-            name = "value" if not pending else f"value_{len(pending)}"
-        deferred = Deferred(step, name, start_copy(value), self._is_complete, self._wait_until)
-        pending.append(deferred)
-        return deferred
-
-    def on_complete(self, callback: OnComplete) -> OnComplete:
-        """Call ``callback(step, values)`` for every step, in order, once it is seen complete.
-
-        ``values`` maps names to the step's deferred values on the host. The
-        callback runs on the loop's thread during the throttle's own
-        bookkeeping (or ``drain()``): logging a loss every step adds no sync.
-        Returns ``callback``, so it works as a decorator.
-        """
-        if not callable(callback):
-            raise TypeError(f"on_complete needs a callable(step, values), got {callback!r}")
-        self._callbacks.append(callback)
-        return callback
+        return self._core.synchronous
 
     @property
     def latest(self) -> dict[str, Any]:
         """The most recent completed value of each deferred name. Never blocks."""
-        return dict(self._latest)
+        return dict(self._values.latest)
 
     @property
     def in_flight(self) -> int:
         """Recorded steps whose events do not report completion. Queries, never blocks."""
-        pending = tuple(self._pending)  # a copy: safe to read from any thread
+        pending = tuple(self._core.pending)  # a copy: safe to read from any thread
         return sum(1 for event in pending if not event.query())
 
     @property
     def stats(self) -> Stats:
         """A snapshot of the counters and telemetry; never blocks or syncs."""
-        steps, sync = self._steps, self._new_event is None
-        completed = steps if sync else self._completed
-        wall = self._t_last - self._t_first if self._t_first is not None else 0.0
-        handouts = sum(self._histogram)
-        fetch = min(self._fetch_s, wall)
-        body = max(0.0, wall - fetch - self._wait_s)
-        shares = [x / wall if wall > 0 else 0.0 for x in (self._wait_s, fetch, body)]
-        starved = self._starved / handouts if handouts else 0.0
-        device = self._timed.times.fields(completed) if self._timed is not None else {}
+        core = self._core
+        completed, steps = core.completed, core.steps  # completed first: never ahead of steps
+        synchronous = core.synchronous
+        wall = self._wall_s + (self._clock() - self._t_pass if self._t_pass is not None else 0.0)
+        wall = max(wall, 0.0)
+        wait_s = min(core.wait_s, wall)
+        fetch = min(self._fetch_s, wall - wait_s)
+        body = max(0.0, wall - fetch - wait_s)
+        histogram = tuple(core.histogram)
+        handouts = sum(histogram)
+        shares = [x / wall if wall > 0 else 0.0 for x in (wait_s, fetch, body)]
+        starved = core.starved / handouts if handouts else 0.0
+        device = self._timing.times.fields(completed) if self._timing is not None else {}
         return Stats(
             steps=steps,
             completed=completed,
-            in_flight=steps - completed,
-            max_in_flight=min(steps, 1) if sync else self._max_in_flight,
-            waits=self._waits,
-            wait_s=self._wait_s,
+            in_flight=max(0, steps - completed),
+            max_in_flight=min(steps, 1) if synchronous else core.max_in_flight,
+            waits=core.waits,
+            wait_s=wait_s,
             wall_s=wall,
             wait_fraction=shares[0],
             fetch_s=fetch,
             body_s=body,
             steps_per_s=steps / wall if wall > 0 else 0.0,
             starved_fraction=starved,
-            in_flight_histogram=tuple(self._histogram),
-            verdict=verdict(steps, shares[0], shares[1], shares[2], starved),
+            in_flight_histogram=histogram,
+            verdict=verdict(steps, shares[0], shares[1], shares[2], starved, synchronous=synchronous),
             **device,
         )
 
@@ -295,212 +208,217 @@ class Throttle:
         return self.stats.summary()
 
     def __repr__(self) -> str:
-        return f"Throttle(depth={self._depth}, steps={self._steps}, in_flight<={self._steps - self._completed})"
+        core = self._core
+        return f"Throttle(depth={core.depth}, steps={core.steps}, in_flight<={core.steps - core.completed})"
 
-    # -- the depth rule ---------------------------------------------------
+    # -- the loop's entry points --------------------------------------------
 
-    def _record(self, now: float) -> None:
-        """End of a step: one event, recorded after the step's work was enqueued."""
-        self._t_last = now
-        step = self._steps
-        if self._new_event is None:  # synchronous: the step is complete as it ends
-            self._steps = step + 1
-            self._completed = step + 1
-            if self._deferred or self._callbacks:
-                self._finish(step)
-            return
-        timed = self._timed
-        if timed is not None and timed.wants_end(step):
-            event = self._new_timed_event()  # type: ignore[misc]
-            event.record()  # may raise (CUDA graph capture): then the step is not counted
-            if self._check_timing(event):
-                timed.ends[step] = event
-        else:
-            event = self._new_event()
-            event.record()
-        self._steps = step + 1
-        pending = self._pending
-        pending.append(event)
-        if len(pending) > self._max_in_flight:
-            self._max_in_flight = len(pending)
+    def wrap(self, iterable: Iterable[T], *, progress: Any = False) -> Throttled[T]:
+        """An iterable view of ``iterable`` throttled by this object (see :func:`throttle`)."""
+        return Throttled(self, iterable, progress=progress)
 
-    def _admit(self) -> None:
-        """Before a step: wait until at most depth - 1 steps are in flight."""
-        if self._new_event is None:
-            return
-        pending = self._pending
-        limit = self._limit
-        if limit is not None:
-            while len(pending) > limit:
-                self._wait_front()
-        while pending and pending[0].query():  # retire finished steps without blocking
-            self._retire()
-        queued = len(pending)
-        histogram = self._histogram
-        histogram[min(queued, len(histogram) - 1)] += 1
-        if not queued:
-            self._starved += 1
-            timed = self._timed
-            if timed is not None and self._timing_ok and timed.wants_start(self._steps):
-                marker = self._new_timed_event()  # type: ignore[misc]
-                marker.record()  # the device is idle: this marks when the step is handed out
-                timed.starts[self._steps] = marker
+    def step(self) -> _StepContext:
+        """A context manager for one step: enter waits for room, a clean exit records the event.
 
-    def _check_timing(self, event: Event) -> bool:
-        """Whether the backend's events can be timed; the first timed event decides, for good."""
-        if self._timing_ok is None:
-            self._timing_ok = hasattr(event, "elapsed_time")
-            if not self._timing_ok:
-                self._timed = None
-        return self._timing_ok
+        An exception inside the block records nothing, blocks on nothing and
+        drops the values deferred in it. Entering returns the step's number.
+        """
+        return _StepContext(self)
 
-    def _wait_front(self) -> None:
-        self._wait_for(self._completed)
-        self._retire()
+    def begin_step(self) -> int:
+        """Start a step: wait until it may start (the depth rule) and return its number.
 
-    def _wait_for(self, step: int) -> None:
-        """Block until recorded step ``step``'s event completes (nothing else is waited for)."""
-        event = self._pending[step - self._completed]
-        if event.query():
-            return
-        start = self._clock()
-        done = False
+        With :meth:`end_step`, the same as entering and leaving ``step()``, for
+        frameworks whose hooks cannot hold a ``with`` block (Lightning's
+        ``on_train_batch_start``/``on_train_batch_end``). The time between
+        ``end_step()`` and the next ``begin_step()`` counts as fetching.
+        """
+        self._ownership.claim("begin_step()")
         try:
-            done = self._wait(event, self._timeout)  # host-device sync, required by the rule or the caller
-        finally:  # an interrupted wait (Ctrl-C) still counts
-            waited = self._clock() - start
-            self._waits += 1
-            self._wait_s += waited
-        if not done:
-            assert self._timeout is not None
-            raise ThrottleTimeout(step, self._depth, waited, self._timeout)
-
-    def _retire(self) -> None:
-        self._pending.popleft()
-        step = self._completed
-        self._completed = step + 1
-        timed = self._timed
-        if (timed is not None and timed.ends) or self._deferred or self._callbacks:  # most steps: nothing to do
-            self._finish(step)
-
-    def _finish(self, step: int) -> None:
-        """Step ``step`` is complete: read its timing, resolve its values, call back. Never blocks."""
-        if self._timed is not None:
-            self._timed.complete(step)
-        values = {}
-        for deferred in self._deferred.pop(step, ()):
-            values[deferred.name] = self._latest[deferred.name] = deferred.get()
-        for callback in self._callbacks:
-            callback(step, values)
-
-    def _is_complete(self, step: int) -> bool:
-        if step < self._completed:
-            return True
-        if step >= self._steps:
-            return False
-        return self._pending[step - self._completed].query()
-
-    def _wait_until(self, step: int) -> None:
-        """Wait for ``step`` and every step before it (no later step)."""
-        if step >= self._steps:
-            raise RuntimeError(
-                f"step {step} has not ended yet (its event is recorded when the loop moves on): read "
-                "deferred values after their step, e.g. in on_complete, thr.latest, or a later step"
-            )
-        if self._completed <= step:
-            self._wait_for(step)  # one wait: on an in-order queue the steps before it are done too
-        while self._completed <= step:
-            self._wait_front()
-
-    # -- the entry points -------------------------------------------------
-
-    def _begin(self, now: float) -> None:
-        if self._t_first is None:
-            self._t_first = now
-
-    def _iterate(self, iterable: Iterable[T]) -> Iterator[T]:
-        """The wrapped loop: record step n, fetch n+1, wait for room, hand it out."""
-        self._claim_pass()
-        try:
-            clock, admit, record, guard = self._clock, self._admit, self._record, self._sync_guard
-            asynchronous = self._new_event is not None  # a synchronous backend never waits: skip the call
-            then = clock()
-            self._begin(then)
-            for item in iterable:  # the fetch comes before the wait: loading overlaps the device
-                self._fetch_s += clock() - then
-                if asynchronous:
-                    admit()
-                if guard is None:
-                    yield item  # a break or an exception here leaves without blocking
-                else:
-                    with guard:  # hidden-sync detection covers the loop body only
-                        yield item
-                then = clock()
-                record(then)
-            self._fetch_s += clock() - then
-            if self._drain_at_end:
-                self.drain()
-        finally:
-            self._owner = None
-
-    def _claim_pass(self) -> None:
-        me = threading.get_ident()
-        if self._owner is not None:
-            where = "this thread" if self._owner == me else f"thread {self._owner}"
-            raise RuntimeError(
-                f"this Throttle is already running a wrapped loop in {where}; finish or break out of "
-                "that loop first, or give each loop its own Throttle"
-            )
-        if self._in_step:
-            raise RuntimeError("cannot start a wrapped loop inside `with throttle.step():`")
-        self._owner = me
-
-    def _exclusive(self, what: str, inside_pass: bool = False) -> _Exclusive:
-        owner = self._owner
-        if owner is not None and (owner != threading.get_ident() or not inside_pass):
-            raise RuntimeError(
-                f"{what} was called while a wrapped loop over this Throttle is running"
-                + ("" if owner == threading.get_ident() else f" in thread {owner}")
-                + "; the wrapper already records and waits for each step -- use one or the other"
-            )
-        return _Exclusive(self._lock, what)
-
-    def _enter_step(self) -> int:
-        with self._exclusive("step()"):
+            self._refuse_in_pass("begin_step()")
             if self._in_step:
-                raise RuntimeError("step() is not reentrant: a `with throttle.step():` block is already open")
+                raise RuntimeError("begin_step() was called twice without end_step(); step() is not reentrant")
             now = self._clock()
-            self._begin(now)
-            self._fetch_s += now - self._t_last if self._steps else 0.0
-            self._admit()
-            if self._sync_guard is not None:
-                self._sync_guard.__enter__()
-            self._in_step = True
-            return self._steps
+            if self._t_pass is None:
+                self._t_pass = now
+            elif self._core.steps:
+                self._fetch_s += max(0.0, now - self._t_end)
+            self._core.admit()  # may raise (timeout, Ctrl-C): the step has not begun
+        except BaseException:
+            self._ownership.release()
+            raise
+        if self._sync_guard is not None:
+            self._sync_guard.__enter__()
+        self._in_step = True
+        return self._core.steps
 
-    def _exit_step(self, failed: bool) -> None:
-        with self._exclusive("step()"):
-            self._in_step = False
+    def end_step(self, failed: bool = False) -> None:
+        """End the step begun by :meth:`begin_step`: record its event (never blocks).
+
+        Args:
+            failed: the step's body raised: record nothing and drop its deferred values.
+        """
+        if not self._in_step:
+            raise RuntimeError("end_step() was called without begin_step(); call begin_step() first")
+        self._in_step = False
+        try:
             if self._sync_guard is not None:
                 self._sync_guard.__exit__()
-            if not failed:
-                self._record(self._clock())
+            if failed:
+                self._values.drop_open()
+            else:
+                self._t_end = self._clock()
+                self._core.record(self._t_end)
+        finally:
+            self._ownership.release()
 
+    def mark(self) -> None:
+        """End the current step: record its event, then wait until the next step may start.
 
-class _Exclusive:
-    """Holds the throttle's lock for one call; a second thread gets an error, not a race."""
+        For loops that cannot use ``step()``. Unlike the wrapper, the next batch
+        is fetched after the wait, so data loading does not overlap it (under
+        ``mark()`` fetching is part of the loop body: ``fetch_s`` stays 0).
+        """
+        self._ownership.claim("mark()")
+        try:
+            self._refuse_in_pass("mark()")
+            now = self._clock()
+            if self._t_pass is None:
+                self._t_pass = now
+            self._core.record(now)
+            self._core.admit()
+        finally:
+            self._ownership.release()
 
-    __slots__ = ("_lock", "_what")
+    def drain(self) -> None:
+        """Wait for every recorded step (a host-device sync for the last one).
 
-    def __init__(self, lock: threading.Lock, what: str) -> None:
-        self._lock, self._what = lock, what
+        Outside a wrapped loop, ``drain()`` also ends the pass: the time until
+        the next step (an evaluation between epochs) is not loop time.
+        """
+        self._ownership.claim("drain()")
+        try:
+            self._core.drain()
+            if self._running_pass() is None and not self._in_step:
+                self._close_time(self._clock())
+        finally:
+            self._ownership.release()
 
-    def __enter__(self) -> None:
-        if not self._lock.acquire(blocking=False):
+    # -- deferred values -----------------------------------------------------
+
+    def defer(self, value: Any, name: str | None = None) -> Deferred:
+        """Snapshot ``value`` from the current step and send it to the host without a sync.
+
+        ``value`` is a tensor, a numpy or JAX array, or a nested dict/list/tuple
+        of them; the snapshot is taken now (later in-place updates do not
+        change it). Device tensors are copied non-blocking into pinned memory,
+        ordered before the step's event, so the copy is complete when the step
+        is (on a synchronous throttle a device tensor's copy blocks).
+
+        Args:
+            value: the step's value, e.g. the loss.
+            name: the key in :attr:`latest` and in ``on_complete`` callbacks
+                (default ``"value"``, or ``"value_<k>"`` for the k-th unnamed
+                one). A name deferred k > 1 times in one step maps to the list
+                of its k values, in order.
+        """
+        return self._values.defer(value, name)
+
+    def on_complete(self, callback: OnComplete) -> OnComplete:
+        """Call ``callback(step, values)`` for every step, in order, once it is seen complete.
+
+        ``values`` maps names to the step's deferred values on the host. The
+        callback runs on the loop's thread during the throttle's own
+        bookkeeping (or ``drain()``): logging a loss every step adds no sync.
+        Returns ``callback``, so it works as a decorator; remove it with
+        :meth:`remove_on_complete`.
+        """
+        self._values.add(callback)
+        return callback
+
+    def remove_on_complete(self, callback: OnComplete) -> None:
+        """Stop calling ``callback``; ``ValueError`` if it was not registered."""
+        self._values.remove(callback)
+
+    def subscribe(self, part: object) -> None:
+        """Notify ``part`` of the core's events (see :class:`asyncthrottle.core.Subscriber`)."""
+        self._core.subscribe(part)
+
+    def unsubscribe(self, part: object) -> None:
+        """Stop notifying ``part``."""
+        self._core.unsubscribe(part)
+
+    def _wait_for_value(self, deferred: Deferred) -> None:
+        """``Deferred.get()`` on an unfinished step: the loop's thread retires; any other only waits."""
+        event = deferred._event
+        if event is None:
+            self._core.wait_until(deferred.step)  # not recorded yet: raises, saying so
+            return
+        if self._ownership.mine():
+            self._ownership.claim("Deferred.get()")
+            try:
+                self._core.wait_until(deferred.step)  # host-device sync on that step, counted as host wait
+            finally:
+                self._ownership.release()
+        elif not _PASSIVE(event, self._timeout):  # host-device sync on that step's own event
+            raise ThrottleTimeout(deferred.step, self.depth, self._timeout or 0.0, self._timeout or 0.0)
+
+    # -- passes: time counts only inside them -------------------------------
+
+    def _start_pass(self, new: Pass[Any], now: float) -> None:
+        self._ownership.claim("a wrapped loop")
+        earlier = self._running_pass()
+        if self._in_step:
+            self._ownership.release()
+            raise RuntimeError("cannot start a wrapped loop inside `with throttle.step():` (or begin_step())")
+        if earlier is not None:  # an earlier pass in this thread was left without close(): end it
+            earlier.close()
+        self._pass = weakref.ref(new)
+        if self._t_pass is None:
+            self._t_pass = now
+
+    def _end_pass(self, finished: Pass[Any]) -> None:
+        if self._pass is not None and self._pass() in (finished, None):
+            self._pass = None
+            self._close_time(self._clock())
+            self._ownership.release()
+
+    def _close_time(self, now: float) -> None:
+        if self._t_pass is not None:
+            self._wall_s += max(0.0, now - self._t_pass)
+            self._t_pass = None
+
+    def _running_pass(self) -> Pass[Any] | None:
+        return self._pass() if self._pass is not None else None
+
+    def _refuse_in_pass(self, what: str) -> None:
+        if self._running_pass() is not None:
             raise RuntimeError(
-                f"{self._what} was called while another thread is using this Throttle; "
-                "a Throttle serves one loop in one thread -- give each thread its own"
+                f"{what} was called inside a wrapped loop over this Throttle; the wrapper already "
+                "records and waits for each step -- use one or the other"
             )
 
-    def __exit__(self, *exc: object) -> None:
-        self._lock.release()
+
+def throttle(iterable: Iterable[T], depth: int | None = 2, *, progress: Any = False, **options: Any) -> Throttled[T]:
+    """Iterate ``iterable`` with at most ``depth`` minibatches unfinished on the device.
+
+    Example:
+        >>> import asyncthrottle as at
+        >>> loader = [1, 2, 3]
+        >>> view = at.throttle(loader, depth=2, device="cpu")
+        >>> sum(view), view.stats.steps
+        (6, 3)
+
+    Args:
+        iterable: the data source, e.g. a ``DataLoader``.
+        depth: steps allowed in flight (an int >= 1, or None to only track).
+        progress: False, True (a tqdm bar), a dict of tqdm options (may hold
+            ``tqdm_class``), or a tqdm class. The postfix shows steps done on
+            the device, in flight, host wait %, device idle % and the latest
+            deferred values, refreshed at tqdm's cadence; it never blocks.
+        **options: keyword options of :class:`~asyncthrottle.Throttle`.
+    """
+    return Throttle(depth, **options).wrap(iterable, progress=progress)
+
+
+_PASSIVE = Poll()  # waits of other threads: no state shared with the loop's wait strategy

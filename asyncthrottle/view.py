@@ -5,21 +5,31 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from .passes import Pass
+
 if TYPE_CHECKING:
     from .throttle import Throttle
 
-__all__ = ["Throttled", "throttle"]
+__all__ = ["Throttled"]
 
 T = TypeVar("T")
 
+# The throttle's public API, forwarded by name; everything else comes from the source.
+_FORWARDED = (
+    "begin_step", "defer", "depth", "drain", "end_step", "in_flight", "latest", "mark", "on_complete",
+    "remove_on_complete", "stats", "step", "subscribe", "summary", "synchronous", "unsubscribe",
+)
+
 
 class Throttled(Generic[T]):
-    """An iterable view of ``source`` under ``throttle``'s depth rule.
+    """An iterable view of ``source`` under ``throttle``'s depth rule: a drop-in for the source.
 
-    Each ``iter()`` starts a new pass over the source; ``len()`` is the
-    source's. Attributes the view does not have (``stats``, ``drain``,
-    ``in_flight``, ``defer``, ``latest``, ``summary``, ...) come from its
-    throttle, also during the loop. ``progress`` adds a tqdm bar.
+    Each ``iter()`` starts a new pass over the source (see
+    :class:`~asyncthrottle.passes.Pass`); ``len()`` is the source's. The
+    throttle's public API (``stats``, ``defer``, ``drain``, ``latest``,
+    ``summary``, ...) is forwarded explicitly; every other attribute comes
+    from the source, so ``view.dataset``, ``view.sampler`` and
+    ``view.batch_size`` work as on a ``DataLoader``. ``progress`` adds a tqdm bar.
     """
 
     def __init__(self, throttle: Throttle, source: Iterable[T], *, progress: Any = False) -> None:
@@ -32,13 +42,12 @@ class Throttled(Generic[T]):
         self.progress = progress
 
     def __iter__(self) -> Iterator[T]:
-        loop = self.throttle._iterate(self.source)
-        if self.progress is False or self.progress is None:
-            return loop
-        from .progress import make_bar, with_bar
+        bar = None
+        if self.progress is not False and self.progress is not None:
+            from .progress import Bar
 
-        total = len(self.source) if hasattr(self.source, "__len__") else None  # type: ignore[arg-type]
-        return with_bar(self.throttle, loop, make_bar(self.progress, total))
+            bar = Bar.open(self.throttle, self.progress, _length(self.source))
+        return Pass(self.throttle, self.source, bar)
 
     def __len__(self) -> int:
         try:
@@ -49,31 +58,34 @@ class Throttled(Generic[T]):
     def __getattr__(self, name: str) -> Any:
         if name in ("throttle", "source", "progress"):  # not set yet (e.g. during unpickling)
             raise AttributeError(name)
-        return getattr(self.throttle, name)
+        try:
+            return getattr(self.source, name)
+        except AttributeError:
+            raise AttributeError(
+                f"{type(self).__name__} view has no attribute {name!r}: neither its Throttle's public API "
+                f"({', '.join(_FORWARDED)}) nor the wrapped {type(self.source).__name__} has it"
+            ) from None
 
     def __repr__(self) -> str:
         return f"throttle({type(self.source).__name__}, depth={self.throttle.depth})"
 
 
-def throttle(iterable: Iterable[T], depth: int | None = 2, *, progress: Any = False, **options: Any) -> Throttled[T]:
-    """Iterate ``iterable`` with at most ``depth`` minibatches unfinished on the device.
+def _forward(name: str) -> property:
+    def get(view: Throttled[Any]) -> Any:
+        return getattr(view.throttle, name)
 
-    Example:
-        >>> import asyncthrottle as at
-        >>> loader = [1, 2, 3]
-        >>> view = at.throttle(loader, depth=2, device="cpu")
-        >>> sum(view), view.stats.steps
-        (6, 3)
+    get.__doc__ = f"The throttle's ``{name}``."
+    return property(get)
 
-    Args:
-        iterable: the data source, e.g. a ``DataLoader``.
-        depth: steps allowed in flight (an int >= 1, or None to only track).
-        progress: False, True (a tqdm bar), a dict of tqdm options (may hold
-            ``tqdm_class``), or a tqdm class. The postfix shows steps done on
-            the device, in flight, host wait %, device idle % and the latest
-            deferred values, refreshed at tqdm's cadence; it never blocks.
-        **options: keyword options of :class:`~asyncthrottle.Throttle`.
-    """
-    from .throttle import Throttle
 
-    return Throttle(depth, **options).wrap(iterable, progress=progress)
+for _name in _FORWARDED:
+    setattr(Throttled, _name, _forward(_name))
+
+
+def _length(source: object) -> int | None:
+    """``len(source)``, or None when it has none (an ``IterableDataset``'s DataLoader raises TypeError)."""
+    try:
+        return len(source)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+

@@ -133,7 +133,7 @@ def test_streams_option_records_one_event_per_stream(fake_cuda: SimpleNamespace)
     thr = at.Throttle(1, device="cuda", streams=["main", "side"], sample_every=None)
     with thr.step():
         pass
-    (event,) = thr._pending
+    (event,) = thr._core.pending
     assert [e._event.stream for e in event.events] == ["main", "side"]  # type: ignore[attr-defined]
     with pytest.raises(ValueError, match="non-empty list of streams"):
         at.Throttle(1, device="cuda", streams=[])

@@ -95,9 +95,9 @@ def test_memory_stays_bounded_over_many_steps() -> None:
         thr.defer(1.0, name="loss")
         dev.launch(0.001)
         dev.host(0.001)
-    assert len(thr._pending) <= 2 and not thr._deferred
-    assert thr._timed is not None
-    assert len(thr._timed.ends) <= 2 and not thr._timed.starts and len(thr._timed.times._recent) == 1024
+    assert len(thr._core.pending) <= 2 and not thr._values.recorded and not thr._values.open
+    assert thr._timing is not None
+    assert len(thr._timing.ends) <= 2 and not thr._timing.starts and len(thr._timing.times._recent) == 1024
     assert len(thr.stats.in_flight_histogram) == 64
 
 

@@ -1,0 +1,156 @@
+"""One wrapped pass over a data source: record step n, fetch n+1, wait for room, hand it out."""
+
+from __future__ import annotations
+
+import dis
+import sys
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from .progress import Bar
+    from .throttle import Throttle
+
+__all__ = ["Pass"]
+
+T = TypeVar("T")
+_EMPTY: Any = object()  # no batch held
+# Opcodes at which a loop lets go of its iterator without an exception in flight: a break or a
+# return pops it (POP_TOP), an outer iterator ends (FOR_ITER, END_FOR), or a name is cleared.
+_CLEAN_EXITS = frozenset(
+    dis.opmap[name]
+    for name in ("POP_TOP", "END_FOR", "FOR_ITER", "RETURN_VALUE", "RETURN_CONST", "DELETE_FAST", "DELETE_NAME",
+                 "DELETE_GLOBAL", "STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF", "JUMP_BACKWARD",
+                 "JUMP_FORWARD", "NOP")
+    if name in dis.opmap
+)
+
+
+class Pass(Iterator[T], Generic[T]):
+    """The iterator of one pass; made by ``iter()`` on a throttled view.
+
+    The batch is fetched before the wait, so loading overlaps the device. A
+    wait that raises (``ThrottleTimeout``, ``KeyboardInterrupt``) keeps the
+    fetched batch: the next ``next()`` waits again and hands it out. When the
+    pass is left early -- a ``break``, ``close()``, or a new pass in the same
+    thread -- the step being run is recorded without blocking; when it is left
+    by an exception from the loop body, that step records nothing and its
+    deferred values are dropped.
+    """
+
+    __slots__ = (
+        "__weakref__", "_admit", "_admits", "_bar", "_clock", "_guard", "_held", "_it", "_open", "_record",
+        "_source", "_state", "_thr",
+    )
+
+    def __init__(self, throttle: Throttle, source: Iterable[T], bar: Bar | None = None) -> None:
+        self._thr, self._source, self._bar = throttle, source, bar
+        self._it: Iterator[T] | None = None
+        self._held: Any = _EMPTY
+        self._open = False  # a batch was handed out and its step is not recorded yet
+        self._state = "new"  # new -> running -> done
+        self._guard = throttle._sync_guard
+        core = throttle._core
+        self._clock, self._record, self._admit = throttle._clock, core.record, core.admit
+        self._admits = not core.synchronous or bool(core.on_handout)  # a synchronous core admits at once
+
+    def __iter__(self) -> Pass[T]:
+        return self
+
+    def __next__(self) -> T:
+        clock = self._clock
+        now = clock()
+        if self._open:  # the loop body of the step handed out last is done
+            self._open = False
+            if self._guard is not None:
+                self._guard.__exit__()
+            self._record(now)
+        elif self._state != "running":
+            self._start(now)
+        item = self._held
+        if item is _EMPTY:
+            try:
+                item = next(self._it)  # type: ignore[arg-type]
+            except StopIteration:
+                self._thr._fetch_s += clock() - now
+                self._finish()
+                raise
+            self._thr._fetch_s += clock() - now
+        else:
+            self._held = _EMPTY
+        if self._admits:
+            try:
+                self._admit()
+            except BaseException:  # a timeout or Ctrl-C in the wait: keep the batch for the next next()
+                self._held = item
+                raise
+        self._open = True
+        if self._bar is not None:
+            self._bar.update()
+        if self._guard is not None:
+            self._guard.__enter__()  # hidden-sync detection covers the loop body
+        return item  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        """End the pass now: the step in progress is recorded (never blocking)."""
+        self._leave(failed=False)
+
+    def __del__(self) -> None:
+        if self._state == "running":
+            self._leave(failed=_left_by_exception())
+
+    def _start(self, now: float) -> None:
+        if self._state == "done":
+            raise StopIteration
+        self._thr._start_pass(self, now)
+        self._state = "running"
+        self._it = iter(self._source)
+
+    def _finish(self) -> None:
+        """The source is exhausted: drain (unless told not to) and end the pass."""
+        thr = self._thr
+        if thr._drain_at_end:
+            thr._core.drain()  # may raise a timeout: the pass stays open, the next next() drains again
+        self._state = "done"
+        self._end()
+
+    def _end(self) -> None:
+        try:
+            self._thr._end_pass(self)
+        finally:
+            if self._bar is not None:
+                self._bar.close()
+
+    def _leave(self, failed: bool) -> None:
+        if self._state != "running":
+            return
+        self._state = "done"
+        thr = self._thr
+        try:
+            if self._open:
+                self._open = False
+                if self._guard is not None:
+                    self._guard.__exit__()
+                if failed:
+                    thr._values.drop_open()
+                else:
+                    thr._core.record(thr._clock())  # the step's work is enqueued; recording never blocks
+        finally:
+            self._end()
+
+
+def _left_by_exception() -> bool:
+    """Whether the loop that dropped this pass is unwinding an exception.
+
+    Python gives a finalizer no access to the exception in flight, but the
+    frame that dropped the iterator is at the instruction where it let go: a
+    ``break`` or ``return`` pops it (``POP_TOP``); an exception leaves the
+    frame at the instruction that raised.
+    """
+    try:
+        frame = sys._getframe(2)  # 0: here, 1: __del__, 2: the frame that dropped the iterator
+    except ValueError:  # finalized with no Python frame around (interpreter shutdown)
+        return False
+    code = frame.f_code.co_code
+    lasti = frame.f_lasti
+    return 0 <= lasti < len(code) and code[lasti] not in _CLEAN_EXITS
