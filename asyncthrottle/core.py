@@ -13,7 +13,8 @@ from .waits import WaitStrategy
 __all__ = ["Core", "Subscriber"]
 
 _HISTOGRAM_BUCKETS = 64  # in-flight histogram size when depth is None
-_HOOKS = ("before_record", "on_record", "on_handout", "on_idle", "on_retire", "on_wait")
+_HOOKS = ("before_record", "on_record", "on_fetch", "holds", "on_handout", "on_idle", "on_retire", "on_wait_begin",
+          "on_wait")
 
 
 class Subscriber:
@@ -32,6 +33,16 @@ class Subscriber:
     def on_record(self, step: int, event: Event | None, now: float) -> None:
         """``step``'s event was recorded at host time ``now`` (None on a synchronous backend)."""
 
+    def on_fetch(self, step: int, start: float, seconds: float) -> None:
+        """The host took ``step``'s batch from the source (the wrapper), or waited between steps (``begin_step``)."""
+
+    def holds(self) -> bool:
+        """Before a hand-out, with steps in flight: True makes the host wait for the oldest one first.
+
+        For budgets other than the depth (memory); asked again after each wait.
+        """
+        return False
+
     def on_handout(self, step: int, in_flight: int, now: float) -> None:
         """``step`` may start: it is handed to the host with ``in_flight`` earlier steps unfinished."""
 
@@ -41,8 +52,11 @@ class Subscriber:
     def on_retire(self, step: int) -> None:
         """``step`` (and every step before it) is seen complete; called in step order."""
 
+    def on_wait_begin(self, step: int) -> None:
+        """The host is about to block on ``step``'s event (``core.draining`` says whether in ``drain()``)."""
+
     def on_wait(self, step: int, start: float, seconds: float) -> None:
-        """The host blocked ``seconds`` from ``start`` waiting for ``step``'s event."""
+        """The host blocked ``seconds`` from ``start`` waiting for ``step``'s event (also after an interrupt)."""
 
 
 class Core:
@@ -73,14 +87,18 @@ class Core:
         self.steps = self.completed = 0
         self.waits = self.starved = self.max_in_flight = 0
         self.wait_s = 0.0
+        self.draining = False  # drain() is waiting
         self.histogram = [0]
         self.depth: int | None = None
         self.limit: int | None = None
         self.before_record: list[Callable[..., Any]] = []
         self.on_record: list[Callable[..., Any]] = []
+        self.on_fetch: list[Callable[..., Any]] = []
+        self.holds: list[Callable[[], bool]] = []
         self.on_handout: list[Callable[..., Any]] = []
         self.on_idle: list[Callable[..., Any]] = []
         self.on_retire: list[Callable[..., Any]] = []
+        self.on_wait_begin: list[Callable[..., Any]] = []
         self.on_wait: list[Callable[..., Any]] = []
         self.set_depth(depth)
 
@@ -145,6 +163,10 @@ class Core:
                 while len(pending) > limit:
                     self.wait_for(self.completed)
                     self.retire()
+            holds = self.holds
+            while holds and pending and any(hold() for hold in holds):
+                self.wait_for(self.completed)
+                self.retire()
             while pending and pending[0].query():  # retire finished steps without blocking
                 self.retire()
             queued = len(pending)
@@ -168,6 +190,8 @@ class Core:
         if event.query():
             return
         clock = self.clock
+        for hook in self.on_wait_begin:
+            hook(step)
         start = clock()
         done = False
         try:
@@ -206,7 +230,11 @@ class Core:
     def drain(self) -> None:
         """Wait for every recorded step (a host-device sync for the last one)."""
         if self.completed < self.steps:
-            self.wait_until(self.steps - 1)
+            self.draining = True
+            try:
+                self.wait_until(self.steps - 1)
+            finally:
+                self.draining = False
 
 
 def _notify(hooks: list[Callable[..., Any]], step: int) -> None:

@@ -39,8 +39,8 @@ class Pass(Iterator[T], Generic[T]):
     """
 
     __slots__ = (
-        "__weakref__", "_admit", "_admits", "_bar", "_clock", "_guard", "_held", "_it", "_open", "_record",
-        "_source", "_state", "_thr",
+        "__weakref__", "_admit", "_admits", "_bar", "_clock", "_fetch_hooks", "_guard", "_held", "_it", "_open",
+        "_record", "_source", "_state", "_thr",
     )
 
     def __init__(self, throttle: Throttle, source: Iterable[T], bar: Bar | None = None) -> None:
@@ -52,6 +52,7 @@ class Pass(Iterator[T], Generic[T]):
         self._guard = throttle._sync_guard
         core = throttle._core
         self._clock, self._record, self._admit = throttle._clock, core.record, core.admit
+        self._fetch_hooks = core.on_fetch
         self._admits = not core.synchronous or bool(core.on_handout)  # a synchronous core admits at once
 
     def __iter__(self) -> Pass[T]:
@@ -72,10 +73,14 @@ class Pass(Iterator[T], Generic[T]):
             try:
                 item = next(self._it)  # type: ignore[arg-type]
             except StopIteration:
-                self._thr._fetch_s += clock() - now
+                self._thr._fetched(now, clock() - now)
                 self._finish()
                 raise
-            self._thr._fetch_s += clock() - now
+            seconds = clock() - now
+            if self._fetch_hooks:
+                self._thr._fetched(now, seconds)
+            else:
+                self._thr._fetch_s += seconds
         else:
             self._held = _EMPTY
         if self._admits:

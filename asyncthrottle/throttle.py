@@ -242,7 +242,7 @@ class Throttle:
             if self._t_pass is None:
                 self._t_pass = now
             elif self._core.steps:
-                self._fetch_s += max(0.0, now - self._t_end)
+                self._fetched(self._t_end, max(0.0, now - self._t_end))
             self._core.admit()  # may raise (timeout, Ctrl-C): the step has not begun
         except BaseException:
             self._ownership.release()
@@ -382,6 +382,12 @@ class Throttle:
             self._pass = None
             self._close_time(self._clock())
             self._ownership.release()
+
+    def _fetched(self, start: float, seconds: float) -> None:
+        """The host spent ``seconds`` from ``start`` taking the next batch (or between steps)."""
+        self._fetch_s += seconds
+        for hook in self._core.on_fetch:
+            hook(self._core.steps, start, seconds)
 
     def _close_time(self, now: float) -> None:
         if self._t_pass is not None:
