@@ -240,7 +240,7 @@ class Core:
 def _notify(hooks: list[Callable[..., Any]], step: int) -> None:
     """Call every hook; the first exception (a user's callback) is raised after all of them ran."""
     error: BaseException | None = None
-    for hook in hooks:
+    for hook in tuple(hooks):  # a copy: a part may unsubscribe itself while being told
         try:
             hook(step)
         except Exception as exc:

@@ -78,10 +78,24 @@ class TorchEvent:
         capturing: a callable that is True while a CUDA graph is being captured.
     """
 
-    __slots__ = ("_capturing", "_event", "_stream")
+    __slots__ = ("_after", "_capturing", "_current", "_event", "_stream")
 
-    def __init__(self, event: Any, stream: Any = None, capturing: Callable[[], bool] | None = None) -> None:
-        self._event, self._stream, self._capturing = event, stream, capturing
+    def __init__(
+        self,
+        event: Any,
+        stream: Any = None,
+        capturing: Callable[[], bool] | None = None,
+        current: Callable[[], Any] | None = None,
+    ) -> None:
+        self._event, self._stream, self._capturing, self._current = event, stream, capturing, current
+        self._after: list[Any] = []
+
+    def wait_stream(self, stream: Any) -> None:
+        """Order this event after the work enqueued on ``stream`` so far (joined when it is recorded).
+
+        Deferred values copied on a side stream use it, so the step's event covers their copies.
+        """
+        self._after.append(stream)
 
     def record(self) -> None:
         if self._capturing is not None and self._capturing():
@@ -91,6 +105,12 @@ class TorchEvent:
                 "captured region, e.g. around graph.replay()"
             )
         stream = self._stream() if callable(self._stream) else self._stream
+        if self._after:
+            target = stream if stream is not None else self._current() if self._current is not None else None
+            for other in self._after:
+                if target is not None and other != target:
+                    target.wait_stream(other)  # enqueues a wait on the device; never blocks the host
+            self._after = []
         if stream is None:
             self._event.record()
         else:
@@ -120,6 +140,8 @@ def _raw_factory(torch: Any, device: Any, *, blocking: bool, timing: bool) -> Ca
 
 
 def _current_stream(torch: Any, device: Any) -> Callable[[], Any] | None:
+    if device.type == "mps":
+        return None  # one stream per device; torch.mps.event.Event.record() takes no stream
     if device.index is None:
         return None  # the current stream of the current device
     module = getattr(torch, device.type, None)
@@ -167,10 +189,14 @@ def resolve_events(
             f"(torch.{torch_device.type}.is_available() is False); pass device=None to auto-detect or device='cpu'"
         )
     raw = _raw_factory(torch, torch_device, blocking=blocking, timing=timing)
-    capturing = torch.cuda.is_current_stream_capturing if torch_device.type == "cuda" else None
+    cuda = torch_device.type == "cuda"
+    capturing = torch.cuda.is_current_stream_capturing if cuda else None
+    current_cuda = functools.partial(torch.cuda.current_stream, torch_device.index) if cuda else None
     if streams is None:
         current = _current_stream(torch, torch_device)
-        return lambda: TorchEvent(raw(), current, capturing)
+        return lambda: TorchEvent(raw(), current, capturing, current_cuda)
+    if torch_device.type == "mps":
+        raise ValueError("streams= does not apply to MPS, which has one stream per device; drop streams=")
     if isinstance(streams, (str, bytes)) or not isinstance(streams, Sequence) or not streams:
         raise ValueError(f"streams must be a non-empty list of streams, got {streams!r}")
     fixed = tuple(streams)

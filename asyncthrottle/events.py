@@ -13,8 +13,12 @@ class Event(Protocol):
     """A marker in a device's work queue.
 
     Every backend (CUDA, MPS, XPU, ``torch.Event``, JAX, the test fakes) is a
-    zero-argument factory returning objects of this shape. ``elapsed_time`` is
-    optional and only used for telemetry.
+    zero-argument factory returning objects of this shape. Optional methods:
+    ``elapsed_time(end) -> ms`` (telemetry; if it raises, timing turns off),
+    ``wait_stream(stream)`` (order the event after another CUDA stream's work,
+    used for deferred copies made on side streams) and ``record_idle()``
+    (record on a device known to be idle; backends that time from host
+    observations, like JAX's, take the record time as the completion time).
     """
 
     def record(self) -> None:
@@ -52,6 +56,12 @@ class MultiEvent:
     def synchronize(self) -> None:
         for event in self.events:
             event.synchronize()  # host-device sync: the caller asked to block.
+
+    def wait_stream(self, stream: object) -> None:
+        """Order the step after ``stream``'s work: the first (main) stream joins it when recorded."""
+        join = getattr(self.events[0], "wait_stream", None)
+        if join is not None:
+            join(stream)
 
     def elapsed_time(self, end: MultiEvent) -> float:
         """Milliseconds between the first streams' markers (the main stream)."""

@@ -122,23 +122,46 @@ class TimedJaxEvent(JaxEvent):
     when ``query()`` or ``synchronize()`` first saw the barrier complete: an
     upper bound on when the device reached it. ``elapsed_time`` is the
     difference of two such bounds, so it is the device time between the
-    markers only when the host was waiting on both (a device-bound throttled
-    loop: each is seen within the wait strategy's overshoot); when the host
-    was busy as the start marker completed, it underestimates. A host callback
+    markers when the host was waiting on both (a device-bound throttled loop:
+    each is seen within the wait strategy's overshoot). A step handed out
+    with nothing in flight starts at a marker recorded with
+    :meth:`record_idle`, dated when it was recorded; so at depth 1 or in a
+    starved loop the figure runs from the hand-out to the end's observation,
+    an upper bound like CUDA's. A host callback
     inside the barrier was measured and rejected: 37 times the dispatch cost
     (226 us against 6 us on the CPU) and still late by up to the GIL's switch
     interval.
     """
 
-    __slots__ = ()
+    __slots__ = ("idle_at",)
+
+    def __init__(self, seed: Any, tick: Callable[[Any], Any], clock: Callable[[], float]) -> None:
+        super().__init__(seed, tick, clock)
+        self.idle_at: float | None = None
+
+    def record_idle(self) -> None:
+        """Record on a device known to be idle: its completion is taken as now.
+
+        The throttle records such a marker when it hands out a step with
+        nothing in flight. Observing it later (after the step's end, at depth 1
+        or in a starved loop) would date the step's start after its work.
+        """
+        self.record()
+        self.idle_at = self._clock()
 
     def elapsed_time(self, end: JaxEvent) -> float:
-        """Milliseconds between the observed completions of ``self`` and ``end``."""
-        if self.observed_at is None or end.observed_at is None:
+        """Milliseconds between the completions of ``self`` and ``end`` (observed, or a marker's idle record)."""
+        start, stop = _completed_at(self), _completed_at(end)
+        if start is None or stop is None:
             raise RuntimeError(
                 "elapsed_time() needs both events recorded and seen complete; call query() or synchronize() first"
             )
-        return (end.observed_at - self.observed_at) * 1000.0
+        return (stop - start) * 1000.0
+
+
+def _completed_at(event: JaxEvent) -> float | None:
+    idle_at = getattr(event, "idle_at", None)
+    return idle_at if idle_at is not None else event.observed_at
 
 
 def _parse_device(jax: Any, device: Any) -> Any:

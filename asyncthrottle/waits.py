@@ -117,8 +117,8 @@ class Poll:
             if waited < self.spin_s:
                 continue
             nap = min(self.max_sleep_s, max(self.min_sleep_s, waited * self.fraction))
-            if timeout is not None:
-                nap = min(nap, timeout - waited)
+            if timeout is not None:  # stop at the deadline, but always move on (a fake clock rounds)
+                nap = max(min(nap, timeout - waited), self.min_sleep_s, 1e-9)
             self._sleep(nap)
         return True
 
@@ -132,6 +132,11 @@ def resolve_wait(wait: str | WaitStrategy) -> WaitStrategy:
         if wait not in _BY_NAME:
             raise ValueError(f"wait must be one of {sorted(_BY_NAME)} or a WaitStrategy, got {wait!r}")
         return _BY_NAME[wait]()
+    if isinstance(wait, type):
+        raise TypeError(
+            f"wait={wait.__name__} is a class; pass an instance such as wait={wait.__name__}() "
+            f"(or a name: one of {sorted(_BY_NAME)})"
+        )
     if isinstance(wait, WaitStrategy):
         return wait
     raise TypeError(
