@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 RECORD = struct.Struct("<dd")
 HEADER = 4  # 8-byte words before the marker slots
-SLEEP_MARGIN_S = 3e-4  # sleep until this long before an op's end, then spin: sleeps overshoot
+SLEEP_MARGIN_S = 1e-3  # sleep until this long before an op's end, then spin (on a VM an idle CPU wakes ~0.5 ms late)
 PARENT_CHECK_S = 0.2  # how often a blocked or sleeping worker checks that its parent is alive
 
 
