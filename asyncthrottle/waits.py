@@ -153,9 +153,11 @@ class Hybrid:
         fraction: sleep slice as a share of the time waited, once past the prediction.
         min_sleep_s: shortest sleep worth taking; shorter remaining times are spun.
         max_sleep_s: longest sleep slice (bounds Ctrl-C latency); at most 0.1.
-        yield_gil: call ``os.sched_yield()`` between queries while spinning, which
-            releases the GIL to other Python threads (a DataLoader's pin-memory
-            thread) at the cost of wake-up latency when one takes it.
+        yield_gil: call ``os.sched_yield()`` between queries while spinning
+            (~0.4 us), which releases the GIL to other Python threads (a
+            DataLoader's pin-memory thread) and the CPU to other processes; a
+            thread that then holds the GIL can delay the wake-up by up to the
+            interpreter's switch interval (5 ms). Measured in BENCHMARKS.md.
         clock: monotonic clock in seconds.
         sleep: the sleep function.
     """
@@ -175,7 +177,7 @@ class Hybrid:
         fraction: float = 0.02,
         min_sleep_s: float = 2e-5,
         max_sleep_s: float = 0.05,
-        yield_gil: bool = False,
+        yield_gil: bool = True,
         clock: Callable[[], float] = time.perf_counter,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
