@@ -1,8 +1,12 @@
-"""A real-time simulated accelerator: a worker thread runs enqueued work in order.
+"""Real-time simulated accelerators: a worker thread (here) or a GIL-free child process.
 
-Used by the benchmarks on machines without a GPU. ``launch(seconds)`` costs the
-host ``launch_s`` and queues ``seconds`` of device work; the worker keeps a
-device timeline (each op ends ``seconds`` after the previous one, or after it
+:class:`ProcessDevice` (from :mod:`asyncthrottle.procdevice`, re-exported here) is
+the one the benchmarks use: its work completes outside the host interpreter, so
+waits are measured faithfully. :class:`SimulatedDevice` completes work on a Python
+thread that needs the host's GIL; it stays for tests that want a device in-process.
+
+``launch(seconds)`` costs the host ``launch_s`` and queues ``seconds`` of device
+work; both devices keep a device timeline (each op ends ``seconds`` after the previous one, or after it
 was launched if the device was idle), so sleep jitter does not accumulate.
 """
 
@@ -13,7 +17,9 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["SimulatedDevice", "SimulatedEvent"]
+from .procdevice import ProcessDevice, ProcessEvent
+
+__all__ = ["ProcessDevice", "ProcessEvent", "SimulatedDevice", "SimulatedEvent"]
 
 
 class SimulatedEvent:

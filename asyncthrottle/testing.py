@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from .throttle import Throttle
-from .waits import Block, Poll, Spin, WaitStrategy
+from .waits import Block, Hybrid, Poll, Spin, WaitStrategy
 
 __all__ = ["FakeClock", "FakeDevice", "FakeEvent"]
 
@@ -119,13 +119,15 @@ class FakeDevice:
         return max(0.0, self.busy_until - self.clock())
 
     def wait(self, kind: str = "poll", **options: Any) -> WaitStrategy:
-        """A wait strategy that runs on this device's clock (``"poll"``, ``"spin"``, ``"block"``)."""
+        """A wait strategy that runs on this device's clock (``"poll"``, ``"spin"``, ``"block"``, ``"hybrid"``)."""
         if kind == "poll":
             options.setdefault("spin_s", 0.0)  # a fake clock does not move while spinning
             return Poll(clock=self.clock, sleep=self.clock.sleep, **options)
+        if kind == "hybrid":  # its spin reads advance the clock; its sleeps advance it exactly
+            return Hybrid(clock=self._spinning_clock, sleep=self.clock.sleep, **options)
         if kind in ("spin", "block"):
             return (Spin if kind == "spin" else Block)(clock=self._spinning_clock, **options)
-        raise ValueError(f"kind must be 'poll', 'spin' or 'block', got {kind!r}")
+        raise ValueError(f"kind must be 'poll', 'spin', 'block' or 'hybrid', got {kind!r}")
 
     def throttle(self, depth: int | None = 2, *, wait: str | WaitStrategy = "poll", **options: Any) -> Throttle:
         """A :class:`Throttle` on this device, its clock and its waits."""

@@ -4,6 +4,7 @@
     python examples/mnist.py --depth 1           # the seed's advice: sync once per minibatch
     python examples/mnist.py --depth none        # no throttling (tracking only)
     python examples/mnist.py --data synthetic --max-steps 100
+    python examples/mnist.py --item-every-step   # compare: a .item() sync every step
 
 The loss is logged every step without a single ``.item()`` in the loop:
 ``thr.defer(loss)`` copies it to the host without blocking, and the value is
@@ -38,6 +39,8 @@ CPU_MAX_STEPS = 200  # default steps per epoch without an accelerator: the run s
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_training_options(p)
+    p.add_argument("--item-every-step", action="store_true",
+                   help="also call loss.item() every step: a host-device sync per step, for comparison")
     return p.parse_args(argv)
 
 
@@ -82,6 +85,8 @@ def train(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
             loss.backward()
             optimizer.step()
             thr.defer(loss.detach(), name="loss")  # no .item(): read when this step completes
+            if args.item_every_step:
+                loss.item()  # host-device sync every step: what the flag measures, the habit to avoid
         # the wrapper drained at the end of the pass (a sync on the last step): all losses are in
         epoch_losses = [value for _, value in losses[-steps:]]
         correct, total = evaluate(model, test_loader, device, args.depth)

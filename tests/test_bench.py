@@ -155,11 +155,10 @@ FAST = ["--backend", "simulated", "--scale", "0.002", "--sim-cost", "add=1:20", 
 
 def test_cli_json_on_the_simulated_device(capsys: pytest.CaptureFixture[str]) -> None:
     before = sys.getswitchinterval()
-    assert cli.main([*FAST, "--json", "--depths", "1,2"]) == 0
+    assert cli.main([*FAST, "--json", "--depths", "1,2", "--wait", "hybrid"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert sys.getswitchinterval() == before
-    assert doc["simulated"] is True and "simulated" in doc["backend"]
-    assert any("setswitchinterval" in note for note in doc["notes"])
+    assert sys.getswitchinterval() == before  # the GIL-free device needs no switch-interval tuning
+    assert doc["simulated"] is True and "simulated" in doc["backend"] and doc["wait"] == "hybrid"
     assert [e["key"] for e in doc["experiments"]] == [e.key for e in EXPERIMENTS]
     for exp in doc["experiments"]:
         modes = {m["mode"]: m for m in exp["modes"]}
@@ -229,3 +228,36 @@ def test_module_entry_point_runs_bench() -> None:
     assert json.loads(proc.stdout)["experiments"][0]["key"] == "add"
     proc = subprocess.run([sys.executable, "-m", "asyncthrottle"], capture_output=True, text=True, check=False)
     assert proc.returncode == 2 and "required: command" in proc.stderr
+
+
+# -- the wait sweep (bench --waits): structure only, tiny sizes ---------------
+
+
+def test_wait_sweep_reports_every_cell_against_spin() -> None:
+    from asyncthrottle.bench import waits
+
+    bench = waits.SimulatedWaitBench()
+    try:
+        rows = waits.measure_waits(bench, depths=(1, 2), steps_us=(100,), repeats=1, run_s=0.002)
+        thread = waits.measure_thread(bench, waits=("spin", "hybrid"), steps_us=(100,), repeats=1, run_s=0.002)
+    finally:
+        bench.close()
+    assert [(r["depth"], r["wait"]) for r in rows] == [(d, w) for d in (1, 2) for w in waits.WAITS]
+    assert all(r["steps_per_s"]["min"] <= r["steps_per_s"]["median"] <= r["steps_per_s"]["max"] for r in rows)
+    assert all(r["vs_spin"] == 1.0 and r["cpu_vs_spin"] == 1.0 for r in rows if r["wait"] == "spin")
+    assert [r["wait"] for r in thread] == ["spin", "hybrid"]
+    assert all(r["thread_kept"]["median"] > 0 and r["loop_steps_per_s"]["median"] > 0 for r in thread)
+
+
+def test_waits_flag_delegates_and_prints_a_table(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--waits", "--strategies", "spin,hybrid", "--steps-us", "200", "--repeats", "1", "--run-s", "0.003",
+            "--no-thread"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "vs spin" in out and "hybrid" in out and "simulated" in out
+
+
+def test_waits_bad_values_name_the_value(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["--waits", "--strategies", "nap"])
+    assert "got strategies=['nap']" in capsys.readouterr().err

@@ -48,7 +48,7 @@ def test_bad_depth_names_the_rule_and_the_value(depth: object, error: type, mess
         ({"timeout": -1.0}, ValueError, "got -1.0"),
         ({"timeout": float("nan")}, ValueError, "got nan"),
         ({"timeout": "5"}, TypeError, "got '5'"),
-        ({"wait": "fast"}, ValueError, r"wait must be one of \['block', 'poll', 'spin'\]"),
+        ({"wait": "fast"}, ValueError, r"wait must be one of \['block', 'hybrid', 'poll', 'spin'\]"),
         ({"wait": 3}, TypeError, "got int"),
         ({"wait": "block", "timeout": 1.0}, ValueError, "use wait='poll' or 'spin'"),
         ({"drain": "yes"}, TypeError, "drain must be True or False"),

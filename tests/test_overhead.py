@@ -17,5 +17,6 @@ def test_overhead_reports_every_configuration() -> None:
 
 def test_wait_strategies_are_measured_on_the_simulated_device() -> None:
     rows = overhead.measure_waits(steps=5, device_s=1e-4, launch_s=0.0, repeats=1)
-    assert [(r["depth"], r["wait"]) for r in rows] == [(d, w) for d in (1, 2) for w in ("spin", "block", "poll")]
+    waits = ("spin", "block", "poll", "hybrid")
+    assert [(r["depth"], r["wait"]) for r in rows] == [(d, w) for d in (1, 2) for w in waits]
     assert all(r["max_in_flight"] <= r["depth"] and r["steps_per_s"] > 0 for r in rows)

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..devices import resolve_events
 from ..events import EventFactory
-from ..simulated import SimulatedDevice
+from ..procdevice import ProcessDevice
 from .backend import BenchBackend
 
 __all__ = ["BACKENDS", "CudaBench", "SimCost", "SimulatedBench", "pick_backend"]
@@ -117,33 +117,31 @@ def _spin(seconds: float) -> None:
 
 
 class SimulatedBench:
-    """The seed's workloads on :class:`~asyncthrottle.simulated.SimulatedDevice`.
+    """The seed's workloads on the GIL-free :class:`~asyncthrottle.procdevice.ProcessDevice`.
 
     Each launch spins the host for ``host_s`` and queues ``device_s`` of work
-    on the device's worker thread. Because that thread needs the GIL to mark
-    work done, the harness lowers ``sys.setswitchinterval`` to
-    ``switch_interval_s`` while measuring (real devices need no such help).
+    on the device process, which completes it without the host's GIL (like a
+    GPU), so no GIL switch-interval tuning is needed.
 
     Args:
         costs: per workload (``"add"``, ``"matmul"``, ``"train"``), overriding the defaults.
     """
 
     simulated = True
-    name = "simulated (real-time worker thread, not a GPU)"
-    switch_interval_s = 2e-5
+    name = "simulated (real-time child process, not a GPU)"
 
     def __init__(self, costs: Mapping[str, SimCost] | None = None) -> None:
         unknown = set(costs or ()) - set(DEFAULT_COSTS)
         if unknown:
             raise ValueError(f"unknown simulated workloads {sorted(unknown)}; choose from {sorted(DEFAULT_COSTS)}")
         self.costs = {**DEFAULT_COSTS, **(costs or {})}
-        self.device = SimulatedDevice()
+        self.device = ProcessDevice()
 
     def events(self) -> EventFactory:
         return self.device.event
 
     def synchronize(self) -> None:
-        self.device.synchronize()  # host-device sync: waits for the worker to reach a marker
+        self.device.synchronize()  # host-device sync: waits for the device process
 
     def _workload(self, cost: SimCost, scale: float = 1.0) -> Callable[[], None]:
         device, host_s, device_s, launches = self.device, cost.host_s, cost.device_s * scale, cost.launches

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from .backend import BenchBackend
 from .backends import BACKENDS, SimCost, pick_backend
 from .report import machine, plot_timelines, to_json, to_text
 from .seed import EXPERIMENTS, run_experiment
@@ -23,6 +21,7 @@ examples:
   python -m asyncthrottle bench --plot inflight.png   # needs pip install 'asyncthrottle[plot]'
   python -m asyncthrottle bench --sim-cost add=5:50 --experiments add
   python -m asyncthrottle bench --overhead            # the core's per-step overhead instead
+  python -m asyncthrottle bench --waits               # each wait strategy, 50 us to 10 ms steps
 """
 
 
@@ -84,33 +83,19 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--overhead", action="store_true", help="run the core's overhead benchmark (other flags go to it)")
+    p.add_argument("--waits", action="store_true", help="run the wait-strategy sweep (other flags go to it)")
     p.add_argument("--backend", choices=BACKENDS, default="auto", help="auto: cuda, else jax, else simulated")
     p.add_argument("--experiments", type=_experiments, default=[e.key for e in EXPERIMENTS], help="e.g. add,matmul")
     p.add_argument("--depths", type=_int_list, default=[1, 2, 4], help="throttled depths (default 1,2,4)")
     p.add_argument("--scale", type=_positive(float), default=1.0, help="multiply every experiment's step count")
     p.add_argument("--repeat", type=_positive(int), default=1, help="runs per mode; the fastest is kept")
-    p.add_argument("--wait", choices=("poll", "spin", "block"), default="poll", help="the throttle's wait strategy")
+    p.add_argument("--wait", choices=("poll", "spin", "block", "hybrid"), default="poll",
+                   help="the throttle's wait strategy")
     p.add_argument("--sim-cost", type=_sim_cost, action="append", default=[], metavar="NAME=HOST_US:DEVICE_US",
                    help="simulated per-launch host and device microseconds for add, matmul or train")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     p.add_argument("--plot", metavar="FILE.png", help="save in-flight depth over time per mode (needs matplotlib)")
     return p
-
-
-@contextlib.contextmanager
-def _switch_interval(backend: BenchBackend, notes: list[str]) -> Iterator[None]:
-    """Lower the GIL switch interval for a simulated device's worker thread, then restore it."""
-    wanted = getattr(backend, "switch_interval_s", None)
-    if wanted is None:
-        yield
-        return
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(wanted)
-    notes.append(f"sys.setswitchinterval lowered from {old:g} to {wanted:g} s while measuring (restored after)")
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(old)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -120,6 +105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .overhead import main as overhead_main
 
         return overhead_main([a for a in args_list if a != "--overhead"])
+    if "--waits" in args_list:
+        from .waits import main as waits_main
+
+        return waits_main([a for a in args_list if a != "--waits"])
     args = _parser().parse_args(args_list)
     try:
         backend = pick_backend(args.backend, sim_costs=dict(args.sim_cost))
@@ -135,12 +124,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     notes: list[str] = []
     chosen = [e for e in EXPERIMENTS if e.key in args.experiments]
     try:
-        with _switch_interval(backend, notes):
-            results = [
-                run_experiment(backend, e, depths=args.depths, scale=args.scale, repeat=args.repeat,
-                               sample=bool(args.plot), wait=args.wait)
-                for e in chosen
-            ]
+        results = [
+            run_experiment(backend, e, depths=args.depths, scale=args.scale, repeat=args.repeat,
+                           sample=bool(args.plot), wait=args.wait)
+            for e in chosen
+        ]
     finally:
         backend.close()
     label = f"{backend.name}" + (" -- SIMULATED, not a real accelerator" if backend.simulated else "")

@@ -5,8 +5,9 @@ asyncthrottle.bench.overhead``). It prints, in one run on one machine:
 
 * the per-step host overhead of a throttled loop over a bare loop on the same
   iterable, with the CPU (null) backend and with Python-level no-op events;
-* the throughput of each wait strategy on the real-time simulated device at
-  depth 1 and 2, with the host CPU time each one burns;
+* the throughput of each wait strategy on the real-time, GIL-free simulated
+  device at depth 1 and 2, with the host CPU time each one burns (the full
+  sweep over step lengths is ``bench --waits``);
 * how long a ``KeyboardInterrupt`` takes to arrive in a polling wait.
 """
 
@@ -23,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..simulated import SimulatedDevice
+from ..procdevice import ProcessDevice
 from ..throttle import Throttle
 
 __all__ = ["main", "measure_interrupt", "measure_overhead", "measure_waits"]
@@ -90,7 +91,7 @@ def measure_overhead(
 
 
 def _run_simulated(wait: str, depth: int | None, steps: int, device_s: float, launch_s: float) -> dict[str, float]:
-    with SimulatedDevice(launch_s=launch_s) as device:
+    with ProcessDevice(launch_s=launch_s) as device:
         thr = Throttle(depth, events=device.event, wait=wait)
         cpu0, start = time.thread_time(), time.perf_counter()
         for _ in thr.wrap(range(steps)):
@@ -106,16 +107,11 @@ def measure_waits(
 ) -> list[dict[str, Any]]:
     """Throughput of each wait strategy on the simulated device at depth 1 and 2 (best of ``repeats``)."""
     rows: list[dict[str, Any]] = []
-    old_interval = sys.getswitchinterval()
-    sys.setswitchinterval(5e-5)  # the simulated worker needs the GIL to complete work; a GPU does not
-    try:
-        for depth in (1, 2):
-            for wait in ("spin", "block", "poll"):
-                runs = [_run_simulated(wait, depth, steps, device_s, launch_s) for _ in range(repeats)]
-                best = max(runs, key=lambda run: run["steps_per_s"])
-                rows.append({"depth": depth, "wait": wait, **best})
-    finally:
-        sys.setswitchinterval(old_interval)
+    for depth in (1, 2):
+        for wait in ("spin", "block", "poll", "hybrid"):
+            runs = [_run_simulated(wait, depth, steps, device_s, launch_s) for _ in range(repeats)]
+            best = max(runs, key=lambda run: run["steps_per_s"])
+            rows.append({"depth": depth, "wait": wait, **best})
     for row in rows:
         spin = next(r for r in rows if r["depth"] == row["depth"] and r["wait"] == "spin")
         row["vs_spin"] = row["steps_per_s"] / spin["steps_per_s"]
@@ -162,7 +158,7 @@ def _print(result: dict[str, Any]) -> None:
     print(f"  Python no-op events       {o['noop_events_us']:+.3f} us/step   (target <= 2)")
     print(f"  timeable no-op events     {o['timed_events_us']:+.3f} us/step   (default telemetry: device timing)")
     print(f"    same, sample_every=None {o['timed_events_no_sampling_us']:+.3f} us/step   (device timing off)")
-    print("wait strategies on the simulated device (real time, worker thread):")
+    print("wait strategies on the simulated device (real time, GIL-free child process):")
     print(f"  {'depth':>5} {'wait':>6} {'steps/s':>9} {'vs spin':>8} {'host CPU':>9} {'max in flight':>14}")
     for r in result["waits"]:
         print(

@@ -1,0 +1,87 @@
+"""The device side of :class:`~asyncthrottle.procdevice.ProcessDevice`: a stdlib-only child process.
+
+Run as ``python -I -S _simworker.py CMD_FD SHM_FD SLOTS PARENT_PID``. It reads fixed-size
+commands ``(launched_at, seconds)`` from the pipe ``CMD_FD`` (``seconds < 0``: a marker),
+executes them in order on a device timeline (each op ends ``seconds`` after the previous
+one, or after its launch if the device was idle), and publishes progress in the shared
+memory ``SHM_FD``: int64 ``[0]`` ops and markers executed, float64 ``[1]`` busy seconds,
+int64 ``[2]`` 1 once ready, then ``SLOTS`` pairs ``(sequence, device time)`` for markers.
+It exits on EOF (the parent closed the pipe or died) or when its parent pid changes.
+This file imports nothing from the package, so the child starts in milliseconds.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import select
+import signal
+import struct
+import sys
+import time
+from collections.abc import Callable
+
+RECORD = struct.Struct("<dd")
+HEADER = 4  # 8-byte words before the marker slots
+SLEEP_MARGIN_S = 1e-3  # sleep until this long before an op's end, then spin (on a VM an idle CPU wakes ~0.5 ms late)
+PARENT_CHECK_S = 0.2  # how often a blocked or sleeping worker checks that its parent is alive
+
+
+def size_for(slots: int) -> int:
+    """Bytes of shared memory for ``slots`` marker slots."""
+    return 8 * (HEADER + 2 * slots)
+
+
+def run(cmd_fd: int, shm_fd: int, slots: int, parent: int) -> None:
+    """Execute commands until the pipe closes or the parent goes away."""
+    mem = mmap.mmap(shm_fd, size_for(slots))
+    words = memoryview(mem).cast("q")
+    floats = memoryview(mem).cast("d")
+    clock = time.perf_counter  # CLOCK_MONOTONIC on Linux: the same timeline as the host's
+    executed, busy, device_time = 0, 0.0, clock()
+    pending = b""
+    words[2] = 1
+    while True:
+        ready, _, _ = select.select([cmd_fd], [], [], PARENT_CHECK_S)  # idle: block, no CPU
+        if os.getppid() != parent:
+            return
+        if not ready:
+            continue
+        chunk = os.read(cmd_fd, RECORD.size * 4096)
+        if not chunk:
+            return  # EOF: the parent closed the pipe (close()) or died
+        pending += chunk
+        whole = len(pending) - len(pending) % RECORD.size
+        for launched_at, seconds in RECORD.iter_unpack(pending[:whole]):
+            device_time = max(device_time, launched_at)  # a late wake-up does not lose device time
+            if seconds < 0:  # a marker: stamp its slot, then publish it as executed
+                slot = HEADER + 2 * (executed % slots)
+                words[slot] = executed + 1
+                floats[slot + 1] = device_time
+            else:
+                device_time += seconds
+                busy += seconds
+                floats[1] = busy
+                if not _run_until(device_time, clock, parent):
+                    return
+            executed += 1
+            words[0] = executed  # last: the slot above is written before the count that publishes it
+        pending = pending[whole:]
+
+
+def _run_until(end: float, clock: Callable[[], float], parent: int) -> bool:
+    """Occupy the device until ``end``: sleep most of the way, spin the rest. False if orphaned."""
+    now = clock()
+    while end - now > SLEEP_MARGIN_S:
+        time.sleep(min(end - now - SLEEP_MARGIN_S, PARENT_CHECK_S))
+        if os.getppid() != parent:
+            return False
+        now = clock()
+    while clock() < end:
+        pass
+    return True
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the host's; the host's close() ends us
+    run(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))

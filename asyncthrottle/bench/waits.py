@@ -1,0 +1,238 @@
+"""``python -m asyncthrottle bench --waits``: each wait strategy's throughput, CPU and GIL cost.
+
+On the GIL-free simulated device (:class:`~asyncthrottle.procdevice.ProcessDevice`)
+or on CUDA (``--backend cuda``: ``torch.cuda._sleep`` kernels calibrated to the step
+length), every wait runs at depth 1 and 2 over steps of 50 us to 10 ms, one op and
+~5 us of host work per step. Reported per cell: steps/s (median of ``--repeats``
+runs, with min-max), the ratio to ``"spin"`` in the same run, and the host thread's
+CPU time as a share of spin's. A second table runs a Python thread that counts loop
+iterations beside the throttled loop: the share of its solo rate it keeps, and the
+loop's own throughput beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from ..throttle import Throttle
+from .report import machine
+
+__all__ = ["WAITS", "WaitBench", "main", "measure_thread", "measure_waits", "run_loop"]
+
+WAITS = ("spin", "block", "poll", "hybrid")
+STEPS_US = (50, 100, 300, 1000, 10000)
+
+
+class WaitBench(Protocol):
+    """A device the wait sweep runs on: timed launches, a full sync, throttle options."""
+
+    name: str
+
+    def launch(self, seconds: float) -> None:
+        """Queue ``seconds`` of device work."""
+
+    def synchronize(self) -> None:
+        """Wait for all launched work."""
+
+    def throttle_options(self) -> dict[str, Any]:
+        """Keyword arguments that put a Throttle on this device (``events=`` or ``device=``)."""
+
+    def close(self) -> None:
+        """Release the device."""
+
+
+class SimulatedWaitBench:
+    """The GIL-free simulated device."""
+
+    name = "simulated (child process, shared-memory completion; not a GPU)"
+
+    def __init__(self) -> None:
+        from ..procdevice import ProcessDevice
+
+        self.device = ProcessDevice()
+        self.launch = self.device.launch
+
+    def synchronize(self) -> None:
+        self.device.synchronize()  # host-device sync: between runs
+
+    def throttle_options(self) -> dict[str, Any]:
+        return {"events": self.device.event}
+
+    def close(self) -> None:
+        self.device.close()
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def run_loop(bench: WaitBench, wait: str, depth: int, step_s: float, steps: int, host_s: float = 5e-6,
+             warmup: int = 5) -> dict[str, float]:
+    """One timed throttled loop (after ``warmup`` untimed steps on the same throttle)."""
+    thr = Throttle(depth, wait=wait, **bench.throttle_options())
+    bench.synchronize()  # host-device sync: each run starts on an idle device
+    launch = bench.launch
+    for _ in thr.wrap(range(warmup)):  # lets a learning wait see a few waits first
+        _spin(host_s)
+        launch(step_s)
+    cpu0, start = time.thread_time(), time.perf_counter()
+    for _ in thr.wrap(range(steps)):  # drains at the end: a host-device sync on the last step
+        _spin(host_s)
+        launch(step_s)
+    wall = time.perf_counter() - start
+    return {"steps_per_s": steps / wall, "cpu_s": time.thread_time() - cpu0, "wall_s": wall}
+
+
+def _steps_for(step_s: float, run_s: float) -> int:
+    return max(30, round(run_s / step_s))
+
+
+def _summary(values: Sequence[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def measure_waits(bench: WaitBench, *, waits: Sequence[str] = WAITS, depths: Sequence[int] = (1, 2),
+                  steps_us: Sequence[float] = STEPS_US, repeats: int = 5, run_s: float = 0.15,
+                  host_s: float = 5e-6) -> list[dict[str, Any]]:
+    """The sweep: one row per (depth, step, wait); runs of the waits interleave within each repeat."""
+    rows: list[dict[str, Any]] = []
+    for depth in depths:
+        for step_us in steps_us:
+            step_s = step_us * 1e-6
+            steps = _steps_for(step_s, run_s)
+            runs: dict[str, list[dict[str, float]]] = {w: [] for w in waits}
+            for _ in range(repeats):
+                for wait in waits:
+                    runs[wait].append(run_loop(bench, wait, depth, step_s, steps, host_s))
+            spin = runs.get("spin")
+            spin_rate = statistics.median(r["steps_per_s"] for r in spin) if spin else float("nan")
+            spin_cpu = statistics.median(r["cpu_s"] / r["wall_s"] for r in spin) if spin else float("nan")
+            for wait in waits:
+                rates = [r["steps_per_s"] for r in runs[wait]]
+                cpu = statistics.median(r["cpu_s"] / r["wall_s"] for r in runs[wait])
+                rows.append({
+                    "depth": depth, "step_us": step_us, "wait": wait, "steps": steps,
+                    "steps_per_s": _summary(rates), "vs_spin": statistics.median(rates) / spin_rate,
+                    "ideal_steps_per_s": 1 / step_s, "host_cpu": cpu, "cpu_vs_spin": cpu / spin_cpu,
+                })
+    return rows
+
+
+def _start_counter() -> tuple[float, threading.Thread, list[int]]:
+    """Start a thread counting loop iterations; returns (start time, thread, [count, stop flag])."""
+    box = [0, 0]
+
+    def count() -> None:
+        n = 0
+        while not box[1]:
+            n += 1
+        box[0] = n
+
+    thread = threading.Thread(target=count, name="asyncthrottle-bench-counter", daemon=True)
+    start = time.perf_counter()
+    thread.start()
+    return start, thread, box
+
+
+def _stop(start: float, thread: threading.Thread, box: list[int]) -> float:
+    """Stop the counter; returns its iterations per second."""
+    box[1] = 1
+    thread.join()
+    return box[0] / (time.perf_counter() - start)
+
+
+def measure_thread(bench: WaitBench, *, waits: Sequence[str] = WAITS, depth: int = 2,
+                   steps_us: Sequence[float] = (1000, 10000), repeats: int = 3, run_s: float = 0.3,
+                   host_s: float = 5e-6) -> list[dict[str, Any]]:
+    """A counting Python thread beside the throttled loop: its share of its solo rate, and the loop's rate."""
+    rows: list[dict[str, Any]] = []
+    for step_us in steps_us:
+        step_s = step_us * 1e-6
+        steps = _steps_for(step_s, run_s)
+        for wait in waits:
+            kept, loop, alone = [], [], []
+            for _ in range(repeats):
+                alone.append(run_loop(bench, wait, depth, step_s, steps, host_s)["steps_per_s"])
+                started = _start_counter()
+                time.sleep(run_s)  # the host idle in the kernel: the thread's solo rate
+                solo = _stop(*started)
+                started = _start_counter()
+                loop.append(run_loop(bench, wait, depth, step_s, steps, host_s)["steps_per_s"])
+                kept.append(_stop(*started) / solo)
+            rows.append({"depth": depth, "step_us": step_us, "wait": wait, "thread_kept": _summary(kept),
+                         "loop_steps_per_s": _summary(loop), "loop_alone_steps_per_s": _summary(alone)})
+    return rows
+
+
+def _print(doc: dict[str, Any]) -> None:
+    print(f"asyncthrottle bench --waits on {doc['backend']}")
+    m = doc["machine"]
+    print(f"machine: {m['platform']}, {m['cpus']} CPUs, Python {m['python']}")
+    print(f"median of {doc['repeats']} runs [min-max]; one op and ~5 us of host work per step")
+    print(f"{'depth':>5} {'step':>7} {'wait':>7} {'steps/s':>9} {'[min-max]':>17} {'of ideal':>8} "
+          f"{'vs spin':>8} {'host CPU':>8} {'CPU vs spin':>11}")
+    for r in doc["waits"]:
+        s = r["steps_per_s"]
+        print(f"{r['depth']:>5} {r['step_us']:>5g}us {r['wait']:>7} {s['median']:>9.0f} "
+              f"{s['min']:>8.0f}-{s['max']:<8.0f} {s['median'] / r['ideal_steps_per_s']:>8.1%} "
+              f"{r['vs_spin']:>8.1%} {r['host_cpu']:>8.0%} {r['cpu_vs_spin']:>11.0%}")
+    if doc.get("thread"):
+        print("a Python thread counting beside the loop: share of its solo rate kept, and the loop's steps/s")
+        print(f"{'depth':>5} {'step':>7} {'wait':>7} {'thread kept':>11} {'[min-max]':>13} "
+              f"{'loop steps/s':>12} {'alone':>7}")
+        for r in doc["thread"]:
+            k = r["thread_kept"]
+            print(f"{r['depth']:>5} {r['step_us']:>5g}us {r['wait']:>7} {k['median']:>11.1%} "
+                  f"{k['min']:>6.0%}-{k['max']:<6.0%} {r['loop_steps_per_s']['median']:>12.0f} "
+                  f"{r['loop_alone_steps_per_s']['median']:>7.0f}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the wait sweep and print a table (or ``--json``)."""
+    p = argparse.ArgumentParser(prog="python -m asyncthrottle bench --waits", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--backend", choices=("simulated", "cuda"), default="simulated")
+    p.add_argument("--strategies", type=lambda t: t.split(","), default=list(WAITS), help="e.g. spin,hybrid")
+    p.add_argument("--steps-us", type=lambda t: [float(x) for x in t.split(",")], default=list(STEPS_US))
+    p.add_argument("--repeats", type=int, default=5, help="runs per cell; the median is reported")
+    p.add_argument("--run-s", type=float, default=0.15, help="seconds per timed run")
+    p.add_argument("--no-thread", action="store_true", help="skip the concurrent-thread table")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    args = p.parse_args(argv)
+    bad = [w for w in args.strategies if w not in WAITS]
+    if bad or args.repeats < 1 or args.run_s <= 0 or min(args.steps_us) <= 0:
+        p.error(f"--strategies must be a subset of {','.join(WAITS)}, --repeats >= 1, --run-s and --steps-us > 0; "
+                f"got strategies={args.strategies}, repeats={args.repeats}, run_s={args.run_s}, "
+                f"steps_us={args.steps_us}")
+    if args.backend == "cuda":
+        from .cuda_sleep import CudaSleepBench
+
+        bench: WaitBench = CudaSleepBench()
+    else:
+        bench = SimulatedWaitBench()
+    try:
+        doc: dict[str, Any] = {"backend": bench.name, "machine": machine(), "repeats": args.repeats}
+        doc["waits"] = measure_waits(bench, waits=args.strategies, steps_us=args.steps_us, repeats=args.repeats,
+                                     run_s=args.run_s)
+        doc["thread"] = [] if args.no_thread else measure_thread(bench, waits=args.strategies,
+                                                                 repeats=max(1, args.repeats // 2))
+    finally:
+        bench.close()
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        _print(doc)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

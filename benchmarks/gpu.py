@@ -1,0 +1,166 @@
+"""Every GPU figure in one run: ``benchmarks/gpu.sh [REPORT.md]`` from the source tree.
+
+Runs a list of steps (each a title and a function returning markdown) and writes
+one markdown report, rewritten after every step so a cut-short run keeps what it
+measured. Without CUDA it says so and exits 0. To add a section, append a
+``Step`` to ``STEPS`` (or call :func:`run` with your own list); each step gets the
+remaining time budget and should stay within its own ``budget_s``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One section of the report: ``run(budget_s)`` returns its markdown body."""
+
+    title: str
+    budget_s: float
+    run: Callable[[float], str]
+
+
+def shell(argv: Sequence[str], timeout_s: float) -> tuple[int, str]:
+    """Run a command from the source tree; returns (exit status, stdout and stderr)."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    try:
+        proc = subprocess.run(list(argv), cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s,
+                              check=False)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        return 124, out + f"\n[timed out after {timeout_s:.0f} s]"
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def command_section(argv: Sequence[str], tail: int = 80) -> Callable[[float], str]:
+    """A step that runs ``argv`` and reports the command, its status and its output's last lines."""
+
+    def run(budget_s: float) -> str:
+        start = time.perf_counter()
+        status, out = shell(argv, budget_s)
+        lines = out.rstrip().splitlines()[-tail:]
+        return (f"Command: `{shlex.join(argv)}` (exit {status}, {time.perf_counter() - start:.0f} s)\n\n"
+                "```\n" + "\n".join(lines) + "\n```\n")
+
+    return run
+
+
+def environment(budget_s: float) -> str:
+    """The machine, the GPU and the versions."""
+    import torch
+
+    _, smi = shell(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                   min(budget_s, 20))
+    return (f"- GPU: {torch.cuda.get_device_name(0)} ({smi.strip()})\n"
+            f"- host: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}\n"
+            f"- torch {torch.__version__}, CUDA {torch.version.cuda}\n"
+            f"- date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")
+
+
+MNIST_RUNS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("none", ("--depth", "none")),
+    ("1", ("--depth", "1")),
+    ("2", ("--depth", "2")),
+    ("4", ("--depth", "4")),
+    ("2 + .item() every step", ("--depth", "2", "--item-every-step")),
+)
+
+
+def mnist(budget_s: float, runs: Sequence[tuple[str, Sequence[str]]] = MNIST_RUNS, max_steps: int = 400) -> str:
+    """examples/mnist.py per depth (synthetic data, one epoch): steps/s, waits, idle, peak pinned memory."""
+    rows = ["| depth | steps/s | host wait % | device idle % | peak pinned host MiB | max in flight |",
+            "|---|---:|---:|---:|---:|---:|"]
+    notes = []
+    per_run = budget_s / max(1, len(runs))
+    for label, flags in runs:
+        argv = [PYTHON, str(ROOT / "benchmarks" / "_mnist_run.py"), "--data", "synthetic", "--epochs", "1",
+                "--max-steps", str(max_steps), "--no-progress", *flags]
+        status, out = shell(argv, per_run)
+        result = next((json.loads(line[7:]) for line in out.splitlines() if line.startswith("RESULT ")), None)
+        if status or result is None:
+            rows.append(f"| {label} | failed (exit {status}) | | | | |")
+            notes.append(f"`{shlex.join(argv)}`:\n```\n" + "\n".join(out.splitlines()[-15:]) + "\n```")
+            continue
+        pinned = result["pinned_peak_bytes"]
+        idle = result["idle_fraction"]
+        rows.append(f"| {label} | {result['steps_per_s']:.1f} | {result['wait_fraction']:.1%} | "
+                    f"{'n/a' if idle is None else f'{idle:.1%}'} | "
+                    f"{'n/a' if pinned is None else f'{pinned / 2**20:.1f}'} | {result['max_in_flight']} |")
+    head = (f"`benchmarks/_mnist_run.py --data synthetic --epochs 1 --max-steps {max_steps} --no-progress "
+            "--depth D` (examples/mnist.py's train(); device idle is the throttle's lower bound; pinned memory "
+            "from torch.cuda.host_memory_stats(), n/a where this torch lacks it)\n\n")
+    return head + "\n".join(rows) + "\n" + "\n\n".join(notes)
+
+
+STEPS: list[Step] = [
+    Step("Environment", 30, environment),
+    Step("CUDA-marked tests", 150,
+         command_section([PYTHON, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider"], tail=30)),
+    Step("Core overhead and waits (bench --overhead)", 90,
+         command_section([PYTHON, "-m", "asyncthrottle", "bench", "--overhead", "--steps", "300000"])),
+    Step("The seed's experiments on CUDA (bench --backend cuda)", 90,
+         command_section([PYTHON, "-m", "asyncthrottle", "bench", "--backend", "cuda", "--repeat", "3"])),
+    Step("Wait strategies with CUDA events (bench --waits --backend cuda)", 110,
+         command_section([PYTHON, "-m", "asyncthrottle", "bench", "--waits", "--backend", "cuda", "--repeats", "3"])),
+    Step("examples/mnist.py by depth", 150, mnist),
+]
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def run(report: Path, steps: Sequence[Step] = STEPS, total_s: float = 470.0) -> None:
+    """Run ``steps`` in order within ``total_s``, rewriting ``report`` after each one."""
+    start = time.perf_counter()
+    parts = ["# asyncthrottle GPU report\n", f"Generated by `benchmarks/gpu.sh` in {ROOT.name}.\n"]
+    for step in steps:
+        left = total_s - (time.perf_counter() - start)
+        if left < 10:
+            parts.append(f"## {step.title}\n\nSkipped: the run's time budget ({total_s:.0f} s) was spent.\n")
+            continue
+        print(f"[gpu.sh] {step.title} (up to {min(step.budget_s, left):.0f} s)", flush=True)
+        try:
+            body = step.run(min(step.budget_s, left))
+        except Exception as exc:  # one broken section must not lose the others
+            body = f"Failed: {type(exc).__name__}: {exc}\n"
+        parts.append(f"## {step.title}\n\n{body}")
+        report.write_text("\n".join(parts))
+    report.write_text("\n".join(parts))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("report", nargs="?", default="gpu-report.md", help="markdown report path (default gpu-report.md)")
+    p.add_argument("--total-s", type=float, default=470.0, help="time budget for all steps (default 470 s)")
+    args = p.parse_args(argv)
+    if not cuda_available():
+        print("benchmarks/gpu.sh: no CUDA GPU here (torch.cuda.is_available() is False, or torch is missing); "
+              "nothing measured, no report written. Run it on a machine with a CUDA GPU.")
+        return 0
+    report = Path(args.report)
+    run(report, total_s=args.total_s)
+    print(f"[gpu.sh] report written to {report}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
