@@ -6,13 +6,14 @@ from .events import Event, EventFactory
 from .stats import Stats
 from .throttle import Throttle, throttle
 from .view import Throttled
-from .waits import Block, Poll, Spin, WaitStrategy
+from .waits import Block, Hybrid, Poll, Spin, WaitStrategy
 
 __all__ = [
     "Block",
     "Deferred",
     "Event",
     "EventFactory",
+    "Hybrid",
     "Poll",
     "Spin",
     "Stats",

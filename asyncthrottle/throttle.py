@@ -70,11 +70,12 @@ class Throttle:
             -- use it instead of ``device``. Events without working timing
             (``torch.cuda.Event`` with its default ``enable_timing=False``)
             are fine: device timing turns itself off at the first failure.
-        wait: ``"poll"`` (default), ``"spin"``, ``"block"`` or a
-            :class:`~asyncthrottle.waits.WaitStrategy` instance. See the
-            README's wait table for what each costs.
+        wait: ``"hybrid"`` (default: sleeps until shortly before the
+            predicted completion, then spins), ``"poll"``, ``"spin"``,
+            ``"block"`` or a :class:`~asyncthrottle.waits.WaitStrategy`
+            instance. See the README's wait table for what each costs.
         timeout: seconds one wait may take before ``ThrottleTimeout``; None waits
-            for ever. Needs ``"poll"`` or ``"spin"``.
+            for ever. Needs ``"hybrid"``, ``"poll"`` or ``"spin"``.
         drain: wait for every step at the end of a wrapped iteration.
         streams: record on these streams (one event each) instead of the
             device's current stream; use it when work runs on side streams.
@@ -101,7 +102,7 @@ class Throttle:
         *,
         device: Any = None,
         events: EventFactory | None = None,
-        wait: str | WaitStrategy = "poll",
+        wait: str | WaitStrategy = "hybrid",
         timeout: float | None = None,
         drain: bool = True,
         streams: Any = None,
@@ -116,7 +117,7 @@ class Throttle:
         self._drain_at_end = drain
         strategy = resolve_wait(wait)
         if self._timeout is not None and not strategy.honours_timeout:
-            raise ValueError(f"timeout={timeout!r} cannot interrupt wait={wait!r}; use wait='poll' or 'spin'")
+            raise ValueError(f"timeout={timeout!r} cannot interrupt wait={wait!r}; use wait='hybrid', 'poll' or 'spin'")
         every = check_sample_every(sample_every)
         new_event, timed = self._resolve_events(device, events, streams, strategy.blocking_events, every)
         self._clock = clock

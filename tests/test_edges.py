@@ -67,7 +67,7 @@ def test_an_exception_in_the_body_records_nothing_and_drops_the_steps_values() -
             if i == 2:
                 raise KeyError("in the body")
     assert thr.stats.steps == 2 and dev.syncs == 0
-    for i in thr.wrap(range(1)):
+    for _ in thr.wrap(range(1)):
         thr.defer(7.0, name="loss")
     assert seen == [(0, {"loss": 0.0}), (1, {"loss": 1.0}), (2, {"loss": 7.0})]  # step 2's failed value is gone
 

@@ -50,7 +50,7 @@ def test_bad_depth_names_the_rule_and_the_value(depth: object, error: type, mess
         ({"timeout": "5"}, TypeError, "got '5'"),
         ({"wait": "fast"}, ValueError, r"wait must be one of \['block', 'hybrid', 'poll', 'spin'\]"),
         ({"wait": 3}, TypeError, "got int"),
-        ({"wait": "block", "timeout": 1.0}, ValueError, "use wait='poll' or 'spin'"),
+        ({"wait": "block", "timeout": 1.0}, ValueError, "use wait='hybrid', 'poll' or 'spin'"),
         ({"drain": "yes"}, TypeError, "drain must be True or False"),
         ({"device": "bogus"}, ValueError, "device='bogus' is not a device torch knows"),
         ({"device": 3}, TypeError, "device must be None, a str"),
