@@ -244,3 +244,40 @@ def test_memory_benchmark_measures_one_mode() -> None:
     row = measure_mode("2", steps=8, mib=1)
     assert row["mode"] == "2" and row["max_in_flight"] <= 1
     assert row["steps_per_s"] > 0 and row["peak_rss_mib"] >= row["growth_mib"] > -1
+
+
+def _host_work(seconds: float) -> None:
+    """Host-side Python work (a real runtime needs real time; this is not a sleep)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+@pytest.mark.parametrize("depth,host_s", [(1, 0.0), (2, 0.030)])  # depth 1; and a starved (host-bound) loop
+def test_device_times_are_plausible_at_depth_1_and_when_starved(x0: Any, depth: int, host_s: float) -> None:
+    thr = Throttle(depth, device="jax", sample_every=1)
+    x = x0
+    start = time.perf_counter()
+    for _ in thr.wrap(range(12)):
+        x = _heavy(x)
+        _host_work(host_s)  # starved: the device waits for the host at each hand-out
+    step_ms = (time.perf_counter() - start) / 12 * 1000
+    stats = thr.stats
+    assert stats.device_samples >= 5 and stats.device_ms_mean is not None, stats.summary()
+    assert stats.device_ms_mean > 0.5, stats.summary()  # not '0.00 ms/step'
+    if not host_s:  # device-bound at depth 1: within 2x of the wall-clock step time
+        assert step_ms / 2 <= stats.device_ms_mean <= step_ms * 2, stats.summary()
+    else:  # an upper bound on busy time: at most the step's wall time (plus the observation's lag)
+        assert stats.device_ms_mean <= step_ms * 1.5, stats.summary()
+
+
+def test_deferring_an_array_the_step_then_donates_works() -> None:
+    step = jax.jit(lambda state: state + 1.0, donate_argnums=0)
+    state = jnp.zeros((4,), jnp.float32)
+    thr = Throttle(2, device="jax")
+    got: list[float] = []
+    thr.on_complete(lambda n, values: got.append(float(values["state"][0])))
+    for _ in thr.wrap(range(3)):
+        thr.defer(state, name="state")  # then donated below
+        state = step(state)
+    assert got == [0.0, 1.0, 2.0]
