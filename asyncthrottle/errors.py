@@ -8,8 +8,9 @@ __all__ = ["ThrottleTimeout"]
 class ThrottleTimeout(TimeoutError):
     """A wait for a step ran longer than the throttle's ``timeout``.
 
-    The throttle stays usable: the step is still tracked, and the next wait
-    (or ``drain()``) waits for it again.
+    Nothing is lost: the step is still tracked; in a wrapped loop the next
+    ``next()`` waits again and hands out the batch it had already fetched,
+    and ``drain()`` or ``begin_step()`` wait again when called again.
 
     Attributes:
         step: the step the host was waiting for.

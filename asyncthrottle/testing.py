@@ -9,7 +9,7 @@ Example:
     >>> dev = FakeDevice()
     >>> thr = dev.throttle(depth=1, wait="spin")
     >>> for _ in thr.wrap(range(3)):
-    ...     dev.launch(0.010)          # 10 ms of device work per step
+    ...     _ = dev.launch(0.010)      # 10 ms of device work per step
     >>> round(dev.clock(), 3), round(thr.stats.wait_s, 3)
     (0.03, 0.03)
 """
