@@ -91,6 +91,10 @@ class Core:
         self.histogram = [0]
         self.depth: int | None = None
         self.limit: int | None = None
+        # One part (device timing) may supply the event of one upcoming step: a comparison per step,
+        # not a call, on every other step.
+        self.special_step = -1
+        self.special_event: Callable[[int], Event] | None = None
         self.before_record: list[Callable[..., Any]] = []
         self.on_record: list[Callable[..., Any]] = []
         self.on_fetch: list[Callable[..., Any]] = []
@@ -113,6 +117,7 @@ class Core:
         buckets = (depth or _HISTOGRAM_BUCKETS - 1) + 1
         if buckets > len(self.histogram):
             self.histogram.extend([0] * (buckets - len(self.histogram)))
+        self.top = len(self.histogram) - 1  # the last bucket counts "top or more"
 
     def subscribe(self, part: object) -> None:
         """Call ``part``'s hooks (the methods of :class:`Subscriber` it defines) from now on."""
@@ -141,7 +146,7 @@ class Core:
             if self.on_retire:
                 _notify(self.on_retire, step)
             return step
-        event = new_event()
+        event = self.special_event(step) if step == self.special_step else new_event()  # type: ignore[misc]
         for hook in self.before_record:
             hook(step, event)
         event.record()  # may raise (CUDA graph capture): then the step is not counted
@@ -170,12 +175,13 @@ class Core:
             while pending and pending[0].query():  # retire finished steps without blocking
                 self.retire()
             queued = len(pending)
-            histogram = self.histogram
-            histogram[min(queued, len(histogram) - 1)] += 1
+            top = self.top
+            self.histogram[queued if queued < top else top] += 1
             if not queued:
                 self.starved += 1
-                for hook in self.on_idle:
-                    hook(self.steps)
+                if self.on_idle:
+                    for hook in tuple(self.on_idle):  # a copy: a part may unsubscribe itself here
+                        hook(self.steps)
         else:
             queued = 0
         if self.on_handout:
@@ -211,8 +217,12 @@ class Core:
         self.pending.popleft()
         step = self.completed
         self.completed = step + 1
-        if self.on_retire:
-            _notify(self.on_retire, step)
+        hooks = self.on_retire
+        if hooks:
+            if len(hooks) == 1:
+                hooks[0](step)
+            else:
+                _notify(hooks, step)
 
     def wait_until(self, step: int) -> None:
         """Wait for ``step`` and every step before it (no later step), retiring them."""

@@ -64,9 +64,11 @@ class DeviceTiming:
 
     Step ``n`` is sampled when ``n % every == 0``. Its device time needs a
     timing event at the end of step ``n - 1`` and of step ``n``, and -- when
-    nothing was queued at its hand-out -- a start marker recorded then. The
-    part decorates the core's event factory, so a sampled step's own event is
-    the timing event: unsampled steps cost one comparison. The first failing
+    nothing was queued at its hand-out -- a start marker recorded then. A
+    sampled step's own event is
+    the timing event (the core asks this part for the events of those steps
+    only: unsampled steps cost one comparison), and it listens to
+    retirements only while a timed end is unread. The first failing
     ``elapsed_time`` (events without timing, such as a plain
     ``torch.cuda.Event()``) turns timing off for good; the loop goes on.
 
@@ -81,48 +83,65 @@ class DeviceTiming:
 
     def __init__(self, core: Core, timed: EventFactory, every: int, *, trusted: bool = False) -> None:
         self.core, self.timed, self.every, self.trusted = core, timed, every, trusted
-        self.plain = core.new_event
         self.times = DeviceTimes()
         self.ends: deque[tuple[int, Any]] = deque()  # (step, timing event at its end), until read
         self.starts: dict[int, Any] = {}  # step -> start marker recorded at its hand-out
         self.enabled = True
-        self._want = 0  # the next step whose end needs a timing event
         self._previous: tuple[int, Any] | None = None
-        core.new_event = self._new_event
-        core.subscribe(self)
+        self._listening = False  # subscribed to retirements while an end is unread
+        core.special_event, core.special_step = self._end_event, 0
+        core.on_idle.append(self.on_idle)  # step 0 is sampled
 
-    def _new_event(self) -> Event:
-        step = self.core.steps
-        if step != self._want:
-            return self.plain()  # type: ignore[misc]
-        self._want = step + 1 if step % self.every or self.every == 1 else step + self.every - 1
+    def _end_event(self, step: int) -> Event:
+        """The event of a step whose end is timed: a timing event (the core asks only at those steps)."""
+        every = self.every
+        self.core.special_step = step + 1 if step % every or every == 1 else step + every - 1
         self._read_completed()
         event = self.timed()
         if not hasattr(event, "elapsed_time"):  # events that cannot be timed at all: no timing, quietly
             self.disable(None)
-        else:
-            self.trusted = True
-            self.ends.append((step, event))
+            return event
+        self.trusted = True
+        self.ends.append((step, event))
+        if (step + 1) % every == 0 and self.on_idle not in self.core.on_idle:
+            self.core.on_idle.append(self.on_idle)  # the next hand-out is a sampled step's
+        if not self._listening:
+            self._listening = True
+            self.core.on_retire.append(self.on_retire)
         return event
 
     def on_idle(self, step: int) -> None:
-        """Nothing is queued: mark when a sampled step is handed out (the device is idle)."""
-        if step % self.every == 0 and self.enabled and self.trusted:
+        """Nothing is queued: mark when a sampled step is handed out (the device is idle).
+
+        Listened to only around a sampled step's hand-out.
+        """
+        if step % self.every or not self.enabled:
+            self.core.on_idle.remove(self.on_idle)
+            return
+        if self.every > 1:
+            self.core.on_idle.remove(self.on_idle)
+        if self.trusted:
             marker = self.timed()
             getattr(marker, "record_idle", marker.record)()  # record_idle: see asyncthrottle.jax
             self.starts[step] = marker
 
     def on_retire(self, step: int) -> None:
+        """Listened to only while a timed end is unread."""
         if self.ends and self.ends[0][0] == step:
             self._read_completed()
+        if not self.ends and self._listening:
+            self._listening = False
+            self.core.on_retire.remove(self.on_retire)
 
     def disable(self, reason: str | None) -> None:
         """Turn device timing off for good (the events cannot be timed); ``reason`` is logged."""
         if self.enabled and reason is not None:
             _log.warning("asyncthrottle: device timing is off: %s", reason)
         self.enabled = False
-        self.core.new_event = self.plain
-        self.core.unsubscribe(self)
+        core = self.core
+        core.special_event, core.special_step = None, -1
+        core.unsubscribe(self)
+        self._listening = False
         self.ends.clear()
         self.starts.clear()
 
