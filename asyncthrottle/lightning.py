@@ -20,6 +20,7 @@ from .throttle import Throttle
 
 __all__ = ["ThrottleCallback", "ThrottleProgressBar", "lightning_advice"]
 
+_LIGHTNING_VERSION: str = getattr(pl, "__version__", "0")
 _SIGTERM_BROADCAST = (2, 5, 2)  # Lightning versions from which DDP .item()s a SIGTERM flag every step
 
 
@@ -157,9 +158,9 @@ def lightning_advice(trainer: Any) -> list[tuple[str, str]]:
         advice.append(("throughput_monitor", "Lightning's ThroughputMonitor calls torch.cuda.synchronize() every "
                        "batch, a host-device sync per step that makes the throttle moot: remove it and read "
                        "callback.throttle.stats.steps_per_s (logged as asyncthrottle/steps_per_s) instead"))
-    if getattr(trainer, "world_size", 1) > 1 and _version(pl.__version__) >= _SIGTERM_BROADCAST:
-        advice.append(("sigterm_broadcast", f"Lightning {pl.__version__} broadcasts a SIGTERM flag across ranks and "
-                       "calls .item() on it every training step under multi-process training "
+    if getattr(trainer, "world_size", 1) > 1 and _version(_LIGHTNING_VERSION) >= _SIGTERM_BROADCAST:
+        advice.append(("sigterm_broadcast", f"Lightning {_LIGHTNING_VERSION} broadcasts a SIGTERM flag across ranks "
+                       "and calls .item() on it every training step under multi-process training "
                        "(_TrainingEpochLoop._broadcast_sigterm_tensor): one sync per step that no setting turns "
                        "off; see the asyncthrottle README (Lightning section) for the workaround and its cost"))
     return advice
@@ -167,10 +168,10 @@ def lightning_advice(trainer: Any) -> list[tuple[str, str]]:
 
 def _logged_advice(trainer: Any) -> list[tuple[str, str]]:
     """Metrics logged with ``on_step=True, prog_bar=True`` in the first step: Lightning ``.item()``s each one."""
-    results = getattr(trainer, "_results", None)
+    results: Any = getattr(trainer, "_results", None)
     try:
         names = sorted(key for key, metric in results.items() if metric.meta.prog_bar and metric.meta.on_step)
-    except AttributeError:  # another Lightning version's internals: nothing to say
+    except AttributeError:  # no results yet, or another Lightning version's internals: nothing to say
         return []
     if not names:
         return []

@@ -84,8 +84,8 @@ def test_fit_is_bounded_loses_no_step_and_delivers_every_loss(depth: int, tmp_pa
     _trainer([cb], tmp_path).fit(model, _loader(), _loader(2))
     steps = BATCHES * EPOCHS
     assert len(model.unfinished) == steps
-    assert max(model.unfinished) == depth - 1  # the bound, checked independently at every step's start ...
-    assert model.unfinished.count(depth - 1) >= steps // 2  # ... and the host really runs ahead
+    # The bound, checked independently at every step's start; the host runs ahead up to it (drained each epoch).
+    assert model.unfinished == [min(i, depth - 1) for i in range(BATCHES)] * EPOCHS
     stats = cb.throttle.stats
     assert stats.steps == stats.completed == steps  # no lost step across epochs and validations
     assert [step for step, _ in seen] == list(range(steps))
@@ -137,7 +137,7 @@ def test_manual_optimization_with_two_optimizers_is_one_step_per_batch(tmp_path:
         def training_step(self, batch: Any, batch_idx: int) -> Any:
             x, y = batch
             total = torch.zeros(())
-            for opt, layer in zip(self.optimizers(), (self.layer, self.other)):
+            for opt, layer in zip(self.optimizers(), (self.layer, self.other), strict=True):
                 loss = torch.nn.functional.mse_loss(layer(x), y)
                 opt.zero_grad()
                 self.manual_backward(loss)
@@ -148,7 +148,7 @@ def test_manual_optimization_with_two_optimizers_is_one_step_per_batch(tmp_path:
             return total
 
         def configure_optimizers(self) -> Any:
-            return [torch.optim.SGD(self.layer.parameters(), lr=0.01), torch.optim.SGD(self.other.parameters(), lr=0.01)]
+            return [torch.optim.SGD(layer.parameters(), lr=0.01) for layer in (self.layer, self.other)]
 
     dev = FakeDevice()
     cb = _callback(dev, 2)
@@ -158,7 +158,7 @@ def test_manual_optimization_with_two_optimizers_is_one_step_per_batch(tmp_path:
     assert cb.throttle.latest["loss"].item() == pytest.approx(model.losses[-1])
 
 
-class Recorder(L.pytorch.loggers.Logger if hasattr(L, "pytorch") else L.loggers.Logger):  # type: ignore[misc]
+class Recorder(L.loggers.Logger):  # type: ignore[misc]
     def __init__(self) -> None:
         super().__init__()
         self.logged: list[tuple[int | None, dict[str, Any]]] = []
@@ -222,7 +222,7 @@ def test_settings_that_sync_every_step_are_named_once(tmp_path: Path) -> None:
 
 def test_multi_process_training_on_recent_lightning_is_named() -> None:
     class FakeTrainer:
-        callbacks: list[Any] = []
+        callbacks = ()
         world_size = 2
 
     advice = dict(atl.lightning_advice(FakeTrainer()))
