@@ -11,7 +11,7 @@ try:
     import lightning.pytorch as pl
     from lightning.pytorch.callbacks import Callback, TQDMProgressBar
     from lightning.pytorch.callbacks.progress.progress_bar import get_standard_metrics
-except ImportError:  # pragma: no cover - exercised only without the extra
+except ImportError:
     raise ImportError("asyncthrottle.lightning needs Lightning: pip install 'asyncthrottle[lightning]'") from None
 
 from .hooks import ThrottleHooks

@@ -10,7 +10,7 @@ import torch
 
 try:
     from transformers import TrainerCallback
-except ImportError:  # pragma: no cover - exercised only without the extra
+except ImportError:
     raise ImportError(
         "asyncthrottle.transformers needs transformers: pip install 'asyncthrottle[transformers]'"
     ) from None

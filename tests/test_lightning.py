@@ -286,3 +286,79 @@ def test_the_audit_counts_syncs_in_the_body_and_after_it_per_step(
     assert "3.0/step on the loop's thread" in summary and f"2.0 syncs/step \u2014 {body}" in summary
     assert sum(SYNC_MESSAGE in str(w.message) for w in shown) == 2  # each site shown once, then only counted
     assert cuda.mode == 0  # restored: the throttle's waits and validation are not audited
+
+
+def test_import_asyncthrottle_imports_no_framework() -> None:
+    import subprocess
+    import sys
+
+    code = ("import asyncthrottle, asyncthrottle.hooks, sys; "
+            "print(sorted(m for m in ('lightning', 'transformers', 'accelerate') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize(("module", "blocked", "extra"), [
+    ("asyncthrottle.lightning", "lightning", "lightning"),
+    ("asyncthrottle.transformers", "transformers", "transformers"),
+])
+def test_a_missing_framework_names_the_extra(module: str, blocked: str, extra: str,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+    import sys
+
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    for name in [name for name in sys.modules if name == blocked or name.startswith(blocked + ".")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, blocked, None)
+    with pytest.raises(ImportError, match=rf"pip install 'asyncthrottle\[{extra}\]'"):
+        importlib.import_module(module)
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+FAST = ["--data", "synthetic", "--device", "cpu", "--no-progress", "--batch-size", "32", "--seed", "1"]
+
+
+def _example() -> Any:
+    import sys
+
+    sys.path.insert(0, str(EXAMPLES))
+    return pytest.importorskip("lightning_mnist")
+
+
+@pytest.mark.slow
+def test_the_lightning_example_learns_and_logs_every_step() -> None:
+    example = _example()
+    lines: list[str] = []
+    result = example.train(example.parse_args([*FAST, "--max-steps", "30", "--epochs", "2"]), log=lines.append)
+    assert [step for step, _ in result["losses"]] == list(range(60))  # every step's loss, in order
+    losses = [value for _, value in result["losses"]]
+    assert sum(losses[-10:]) < 0.6 * sum(losses[:10])  # it learns
+    assert len(result["accuracies"]) == 2 and result["accuracies"][-1] > 0.5  # chance is 0.1
+    assert result["stats"].steps == result["stats"].completed == 60
+    assert any(line.startswith("asyncthrottle: 60 steps") for line in lines)
+
+
+@pytest.mark.slow
+def test_the_lightning_example_without_the_advice_is_told_why(tmp_path: Path) -> None:
+    example = _example()
+    with pytest.warns(SyncAdvice, match=r"prog_bar=True\) on every step"):
+        example.train(example.parse_args([*FAST, "--max-steps", "4", "--epochs", "1", "--prog-bar-log"]),
+                      log=lambda line: None)
+
+
+@pytest.mark.slow
+def test_the_lightning_example_script_shows_the_deferred_loss_in_its_bar(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(EXAMPLES.parent)}
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / "lightning_mnist.py"), "--data", "synthetic", "--max-steps", "12",
+         "--epochs", "1", "--device", "cpu"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "asyncthrottle: 12 steps" in proc.stdout and "test accuracy" in proc.stdout
+    assert "loss=" in proc.stdout and "done=" in proc.stdout  # ThrottleProgressBar's postfix (Lightning's bar: stdout)

@@ -202,3 +202,19 @@ def test_the_audit_names_the_trainers_own_sync_sites(tmp_path: Path, monkeypatch
     assert sum(trainer_sites.values()) == pytest.approx(4.0)  # 2 per micro-batch, 2 micro-batches per step
     assert "syncs/step \u2014 transformers/trainer.py:" in cb.throttle.summary()
     assert cuda.mode == 0
+
+
+@pytest.mark.slow
+def test_the_transformers_example_learns_and_logs_every_step() -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+    example = pytest.importorskip("transformers_mnist")
+    lines: list[str] = []
+    args = example.parse_args(["--data", "synthetic", "--device", "cpu", "--no-progress", "--batch-size", "32",
+                               "--max-steps", "30", "--epochs", "1", "--grad-accum", "2", "--seed", "1", "--lr", "0.2"])
+    result = example.train(args, log=lines.append)
+    assert [step for step, _ in result["losses"]] == list(range(30))
+    losses = [value for _, value in result["losses"]]
+    assert sum(losses[-5:]) < 0.8 * sum(losses[:5]) and result["eval_loss"] < losses[0]
+    assert any(line.startswith("asyncthrottle: 30 steps") for line in lines)
