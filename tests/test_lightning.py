@@ -362,3 +362,63 @@ def test_the_lightning_example_script_shows_the_deferred_loss_in_its_bar(tmp_pat
     assert proc.returncode == 0, proc.stderr
     assert "asyncthrottle: 12 steps" in proc.stdout and "test accuracy" in proc.stdout
     assert "loss=" in proc.stdout and "done=" in proc.stdout  # ThrottleProgressBar's postfix (Lightning's bar: stdout)
+
+
+class _StepsToFile:
+    """A picklable on_complete callback: each rank appends its completed steps to its own file."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def __call__(self, step: int, values: dict[str, Any]) -> None:
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        with open(self.folder / f"rank{rank}.txt", "a") as out:
+            out.write(f"{step} {float(values['loss']):.6f}\n")
+
+
+class Plain(L.LightningModule):
+    """A module with nothing unpicklable in it (ddp_spawn sends it to each process)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+@pytest.mark.slow
+def test_ddp_spawn_carries_the_callback_to_every_process(tmp_path: Path) -> None:
+    cb = atl.ThrottleCallback(2, device="cpu")
+    cb.throttle.on_complete(_StepsToFile(tmp_path))
+
+    trainer = _trainer([cb], tmp_path, max_epochs=1, devices=2, strategy="ddp_spawn", limit_val_batches=0)
+    trainer.fit(Plain(), _loader(8))  # before the callback pickled, this failed: cannot pickle '_thread.lock'
+
+    for rank in (0, 1):  # 8 batches split over 2 ranks: 4 steps each, every loss delivered in order
+        lines = (tmp_path / f"rank{rank}.txt").read_text().split()
+        assert lines[::2] == ["0", "1", "2", "3"]
+
+
+def test_checkpoints_are_saved_with_nothing_in_flight(tmp_path: Path) -> None:
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    class Probe(L.Callback):  # after the ThrottleCallback: what a checkpoint sees
+        def __init__(self, cb: Any) -> None:
+            self.cb, self.in_flight_at_save = cb, []
+
+        def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: Any) -> None:
+            self.in_flight_at_save.append(self.cb.throttle.stats.in_flight)
+
+    dev = FakeDevice()
+    cb = _callback(dev, 3)
+    probe = Probe(cb)
+    saver = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_top_k=-1)
+    _trainer([cb, probe, saver], tmp_path, max_epochs=1, enable_checkpointing=True, limit_val_batches=0).fit(
+        Tiny(dev), _loader())
+    assert probe.in_flight_at_save and probe.in_flight_at_save == [0] * len(probe.in_flight_at_save)
+    assert cb.throttle.stats.steps == BATCHES

@@ -63,6 +63,9 @@ class Probe(transformers.TrainerCallback):  # type: ignore[misc]
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.in_flight_at_eval.append(self.cb.throttle.stats.steps - self.cb.throttle.stats.completed)
 
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.in_flight_at_eval.append(self.cb.throttle.stats.steps - self.cb.throttle.stats.completed)
+
 
 def _data(n: int = SAMPLES) -> list[dict[str, Any]]:
     g = torch.Generator().manual_seed(0)
@@ -121,6 +124,15 @@ def test_an_uneven_epoch_tail_and_no_accumulation(tmp_path: Path) -> None:
                       num_train_epochs=1, eval_strategy="no")
     assert cb.throttle.stats.steps == 5  # 24 samples in batches of 5: the short last batch is a step too
     assert cb.throttle.latest["loss"].item() == pytest.approx(model.losses[-1])
+
+
+def test_checkpoints_are_saved_with_nothing_in_flight(tmp_path: Path) -> None:
+    dev = FakeDevice()
+    cb = _callback(dev, 3)
+    _, probe = _train(cb, dev, tmp_path, num_train_epochs=1, eval_strategy="no", save_strategy="steps", save_steps=2,
+                      gradient_accumulation_steps=1)
+    assert probe.in_flight_at_eval == [0, 0, 0]  # saved after steps 2, 4, 6: each with nothing in flight
+    assert probe.unfinished[:2] == [0, 1] and cb.throttle.stats.completed == 6
 
 
 def test_an_exception_blocks_on_nothing_and_the_next_train_starts_clean(tmp_path: Path) -> None:
