@@ -199,8 +199,8 @@ def test_the_progress_bar_shows_the_loss_without_reading_progress_bar_metrics(
     monkeypatch.setattr(L.Trainer, "progress_bar_metrics", property(refuse))
     dev = FakeDevice()
     cb, bar = _callback(dev, 2), atl.ThrottleProgressBar()
-    trainer = _trainer([cb, bar], tmp_path, max_epochs=1, enable_progress_bar=True, limit_val_batches=0)
-    trainer.fit(Tiny(dev), _loader())
+    trainer = _trainer([cb, bar], tmp_path, max_epochs=1, enable_progress_bar=True, num_sanity_val_steps=2)
+    trainer.fit(Tiny(dev), _loader(), _loader(2))  # with the sanity check: a validation before the first step
     metrics = bar.get_metrics(trainer, trainer.lightning_module)
     assert float(metrics["loss"]) == pytest.approx(cb.throttle.latest["loss"].item(), rel=1e-3)
     assert metrics["done"] == str(BATCHES) and "inflight" in metrics
