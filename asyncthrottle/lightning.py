@@ -47,8 +47,10 @@ class ThrottleCallback(ThrottleHooks, Callback):
     sync every step, see :func:`lightning_advice`.
 
     Example:
-        >>> cb = ThrottleCallback(depth=2)                     # doctest: +SKIP
+        >>> cb = ThrottleCallback(depth=2, device="cpu")
         >>> trainer = lightning.Trainer(callbacks=[cb, ThrottleProgressBar()])  # doctest: +SKIP
+        >>> cb.throttle.depth, cb.throttle.stats.steps
+        (2, 0)
 
     Args:
         depth: steps allowed in flight (an int >= 1, or None to only track).

@@ -40,8 +40,10 @@ class ThrottleCallback(ThrottleHooks, TrainerCallback):  # type: ignore[misc]
     every step, see :func:`transformers_advice`.
 
     Example:
-        >>> cb = ThrottleCallback(depth=2)                               # doctest: +SKIP
-        >>> trainer = transformers.Trainer(model, args, callbacks=[cb], ...)  # doctest: +SKIP
+        >>> cb = ThrottleCallback(depth=2, device="cpu")
+        >>> trainer = transformers.Trainer(model, args, callbacks=[cb])  # doctest: +SKIP
+        >>> cb.throttle.depth, cb.throttle.latest
+        (2, {})
 
     Args:
         depth: steps allowed in flight (an int >= 1, or None to only track).
