@@ -63,8 +63,6 @@ class Pass(Iterator[T], Generic[T]):
         now = clock()
         if self._open:  # the loop body of the step handed out last is done
             self._open = False
-            if self._guard is not None:
-                self._guard.__exit__()
             self._record(now)
         elif self._state != "running":
             self._start(now)
@@ -83,6 +81,8 @@ class Pass(Iterator[T], Generic[T]):
                 self._thr._fetch_s += seconds
         else:
             self._held = _EMPTY
+        if self._guard is not None:
+            self._guard.__exit__()  # the sync audit covers the whole step, never the throttle's waits
         if self._admits:
             try:
                 self._admit()
@@ -93,7 +93,7 @@ class Pass(Iterator[T], Generic[T]):
         if self._bar is not None:
             self._bar.update()
         if self._guard is not None:
-            self._guard.__enter__()  # hidden-sync detection covers the loop body
+            self._guard.__enter__()  # hidden-sync detection: from this hand-out until the next wait
         return item  # type: ignore[no-any-return]
 
     def close(self) -> None:
@@ -114,6 +114,8 @@ class Pass(Iterator[T], Generic[T]):
     def _finish(self) -> None:
         """The source is exhausted: drain (unless told not to) and end the pass."""
         thr = self._thr
+        if self._guard is not None:
+            self._guard.__exit__()
         if thr._drain_at_end:
             thr._core.drain()  # may raise a timeout: the pass stays open, the next next() drains again
         self._state = "done"
@@ -132,10 +134,10 @@ class Pass(Iterator[T], Generic[T]):
         self._state = "done"
         thr = self._thr
         try:
+            if self._guard is not None:
+                self._guard.__exit__()
             if self._open:
                 self._open = False
-                if self._guard is not None:
-                    self._guard.__exit__()
                 if failed:
                     thr._values.drop_open()
                 else:

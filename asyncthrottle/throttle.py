@@ -16,6 +16,7 @@ from .events import EventFactory
 from .options import check_depth, check_sample_every, check_timeout
 from .ownership import Ownership
 from .stats import Stats, verdict
+from .syncaudit import SyncAudit
 from .syncdebug import sync_debug
 from .telemetry import DeviceTiming
 from .view import Throttled
@@ -82,8 +83,11 @@ class Throttle:
         sample_every: time every k-th step on the device with timing events
             (None: no device timing). See :class:`~asyncthrottle.Stats`.
         detect_sync: ``"warn"`` or ``"error"`` turns on CUDA's sync debug mode
-            for the loop body only, so hidden syncs (``.item()``, ``print``) are
-            reported; elsewhere it warns once that it cannot.
+            from each hand-out until the throttle next waits (the body and the
+            framework's code between steps, never the throttle's own waits),
+            so hidden syncs (``.item()``, ``print``) are reported; ``"warn"``
+            also counts them per step and site (:attr:`sync_audit`,
+            :meth:`summary`). Elsewhere it warns once that it cannot.
         clock: the clock that times the host (tests inject a fake one).
 
     Threads: one loop runs in one thread; ``stats``, ``latest``,
@@ -205,8 +209,14 @@ class Throttle:
         )
 
     def summary(self) -> str:
-        """A short human-readable report of :attr:`stats`."""
-        return self.stats.summary()
+        """A short human-readable report of :attr:`stats` (and, with ``detect_sync="warn"``, the sync sites)."""
+        audit = self.sync_audit
+        return self.stats.summary() + ("\n" + audit.summary() if audit is not None else "")
+
+    @property
+    def sync_audit(self) -> SyncAudit | None:
+        """With ``detect_sync="warn"`` on CUDA: the syncs counted per step and per site; else None."""
+        return self._sync_guard.audit if self._sync_guard is not None else None
 
     def __repr__(self) -> str:
         core = self._core
@@ -244,6 +254,8 @@ class Throttle:
                 self._t_pass = now
             elif self._core.steps:
                 self._fetched(self._t_end, max(0.0, now - self._t_end))
+            if self._sync_guard is not None:
+                self._sync_guard.__exit__()  # the audit covers the whole step, never the throttle's waits
             self._core.admit()  # may raise (timeout, Ctrl-C): the step has not begun
         except BaseException:
             self._ownership.release()
@@ -263,9 +275,9 @@ class Throttle:
             raise RuntimeError("end_step() was called without begin_step(); call begin_step() first")
         self._in_step = False
         try:
-            if self._sync_guard is not None:
-                self._sync_guard.__exit__()
             if failed:
+                if self._sync_guard is not None:
+                    self._sync_guard.__exit__()
                 self._values.drop_open()
             else:
                 self._t_end = self._clock()
@@ -299,6 +311,8 @@ class Throttle:
         """
         self._ownership.claim("drain()")
         try:
+            if self._sync_guard is not None:
+                self._sync_guard.__exit__()  # the step's sync-audit window ends before the throttle waits
             self._core.drain()
             if self._running_pass() is None and not self._in_step:
                 self._close_time(self._clock())

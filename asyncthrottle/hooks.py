@@ -1,0 +1,138 @@
+"""Framework-agnostic step hooks: begin, end, drain and fail a Throttle's steps from a trainer's callbacks."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import threading
+import warnings
+from typing import Any
+
+from .syncaudit import SyncAdvice
+from .throttle import Throttle
+
+__all__ = ["ThrottleHooks", "numeric_stats"]
+
+logger = logging.getLogger("asyncthrottle")
+
+
+class ThrottleHooks:
+    """A :class:`Throttle` driven from a framework's callback hooks; the base of the integrations.
+
+    ``begin()`` waits for room and starts a step, ``end(loss)`` defers the
+    loss and records the step (never blocks), ``drain()`` waits for every
+    step, ``fail()`` drops the open step without blocking. A step begun
+    while the previous one is still open (the framework skipped its end
+    hook) records the previous one first.
+
+    Pickling (``ddp_spawn``, ``copy.deepcopy``) keeps the constructor options
+    and the ``on_complete`` callbacks that pickle themselves, and makes a new
+    :class:`Throttle` from them on the other side: its counters start at
+    zero. A callback that does not pickle (a lambda, a closure) stays behind,
+    with a logged warning naming it. Pickle before training starts.
+
+    Args:
+        depth: steps allowed in flight (see :class:`Throttle`).
+        **throttle_options: keyword options of :class:`Throttle` (``device``,
+            ``events``, ``wait``, ``clock``, ``detect_sync``, ...).
+    """
+
+    _TRANSIENT: tuple[str, ...] = ()  # attributes that never travel with a pickle (reset to None)
+
+    def __init__(self, depth: int | None = 2, **throttle_options: Any) -> None:
+        self._options: dict[str, Any] = {"depth": depth, **throttle_options}
+        self.throttle = Throttle(depth, **throttle_options)
+        self._open = False  # begin() ran and end()/fail() not yet
+        self._advised: set[str] = set()
+
+    @property
+    def step_open(self) -> bool:
+        """True between ``begin()`` and ``end()``/``fail()``."""
+        return self._open
+
+    def begin(self) -> int:
+        """Wait until the next step may start (the depth rule) and start it; returns its number."""
+        if self._open:
+            logger.debug("asyncthrottle: a step began before the last one ended; recording the last one")
+            self.end()
+        step = self.throttle.begin_step()
+        self._open = True
+        return step
+
+    def end(self, loss: Any = None) -> None:
+        """End the open step: defer ``loss`` (if given) as ``"loss"``, record the step. Never blocks."""
+        if not self._open:
+            return
+        try:
+            if loss is not None:
+                self.throttle.defer(loss, name="loss")  # a non-blocking copy, ordered before the step's event
+        finally:
+            self._open = False
+            self.throttle.end_step()
+
+    def fail(self) -> None:
+        """The open step raised: record nothing, drop its values, block on nothing."""
+        if self._open:
+            self._open = False
+            self.throttle.end_step(failed=True)
+
+    def drain(self) -> None:
+        """Record the open step, if any, then wait for every step (a host-device sync on the last one)."""
+        self.end()
+        self.throttle.drain()
+
+    def advise(self, key: str, message: str) -> None:
+        """Warn once per callback about a framework setting that syncs every step."""
+        if key not in self._advised:
+            self._advised.add(key)
+            warnings.warn(message, SyncAdvice, stacklevel=2)
+
+    def log_values(self) -> dict[str, float]:
+        """The throttle's stats (and sync audit) as plain floats, keyed ``asyncthrottle/<name>``."""
+        values = numeric_stats(self.throttle.stats.as_dict())
+        audit = self.throttle.sync_audit
+        if audit is not None:
+            values.update(numeric_stats(audit.as_dict()))
+        return {f"asyncthrottle/{name}": value for name, value in values.items()}
+
+    # -- pickling: options travel, the Throttle is made anew ------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        throttle: Throttle = state.pop("throttle")
+        state["_open"] = False
+        for name in self._TRANSIENT:
+            state[name] = None
+        state["_on_complete"] = [cb for cb in throttle._values.callbacks if _pickles(cb)]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        callbacks = state.pop("_on_complete", [])
+        self.__dict__.update(state)
+        self.throttle = Throttle(**self._options)
+        for callback in callbacks:
+            self.throttle.on_complete(callback)
+
+
+_CHECKING = threading.local()  # inside _pickles(): a callback that holds these hooks must not recurse
+
+
+def _pickles(callback: Any) -> bool:
+    if getattr(_CHECKING, "active", False):
+        return True
+    _CHECKING.active = True
+    try:
+        pickle.dumps(callback)
+    except Exception as exc:
+        logger.warning("asyncthrottle: the on_complete callback %r does not pickle (%s); it is not carried over, "
+                       "register it again after unpickling (e.g. in the new process)", callback, exc)
+        return False
+    finally:
+        _CHECKING.active = False
+    return True
+
+
+def numeric_stats(values: dict[str, Any]) -> dict[str, float]:
+    """The numbers of a stats dict as floats (strings such as the verdict are left out)."""
+    return {name: float(value) for name, value in values.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)}

@@ -1,0 +1,194 @@
+"""Lightning integration: a callback that throttles ``Trainer.fit`` and a progress bar that never syncs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+try:
+    import lightning.pytorch as pl
+    from lightning.pytorch.callbacks import Callback, TQDMProgressBar
+    from lightning.pytorch.callbacks.progress.progress_bar import get_standard_metrics
+except ImportError:
+    raise ImportError("asyncthrottle.lightning needs Lightning: pip install 'asyncthrottle[lightning]'") from None
+
+from .hooks import ThrottleHooks
+from .progress import postfix
+from .throttle import Throttle
+
+__all__ = ["ThrottleCallback", "ThrottleProgressBar", "lightning_advice"]
+
+_LIGHTNING_VERSION: str = getattr(pl, "__version__", "0")
+_SIGTERM_BROADCAST = (2, 5, 2)  # Lightning versions from which DDP .item()s a SIGTERM flag every step
+
+
+class ThrottleCallback(ThrottleHooks, Callback):
+    """Throttles ``lightning.Trainer.fit``: at most ``depth`` training steps unfinished on the device.
+
+    One step is one training batch: one ``training_step`` call, from
+    ``on_train_batch_start`` (the host waits there for room) to
+    ``on_train_batch_end`` (the step's event is recorded after the optimizer
+    step). That holds for gradient accumulation (each micro-batch is a step),
+    manual optimization and several optimizers (however many
+    ``optimizer.step()`` calls a ``training_step`` makes, it is one step).
+
+    Each step's ``outputs["loss"]`` (or the tensor ``training_step``
+    returned) is deferred as ``"loss"`` without a sync: read it in
+    ``callback.throttle.on_complete`` or ``callback.throttle.latest``. Under
+    ``accumulate_grad_batches=k`` it is Lightning's loss, divided by ``k``.
+    The callback drains before validation, at the end of each training epoch,
+    before a checkpoint is saved and at the end of training; on an exception
+    it drops the open step and blocks on nothing. Every
+    ``trainer.log_every_n_steps`` steps it logs ``throttle.stats`` (plain
+    floats, keys ``asyncthrottle/<field>``) to the trainer's loggers. It warns
+    once (:class:`~asyncthrottle.syncaudit.SyncAdvice`) about settings that
+    sync every step, see :func:`lightning_advice`.
+
+    Example:
+        >>> cb = ThrottleCallback(depth=2, device="cpu")
+        >>> trainer = lightning.Trainer(callbacks=[cb, ThrottleProgressBar()])  # doctest: +SKIP
+        >>> cb.throttle.depth, cb.throttle.stats.steps
+        (2, 0)
+
+    Args:
+        depth: steps allowed in flight (an int >= 1, or None to only track).
+        **throttle_options: keyword options of :class:`~asyncthrottle.Throttle`
+            (``device``, ``events``, ``wait``, ``clock``, ``detect_sync``, ...).
+
+    ``.throttle`` is the :class:`~asyncthrottle.Throttle`, there from
+    construction (register ``on_complete`` before ``fit``). The callback
+    pickles (``strategy="ddp_spawn"``): see :class:`~asyncthrottle.hooks.ThrottleHooks`.
+    """
+
+    throttle: Throttle
+
+    def __init__(self, depth: int | None = 2, **throttle_options: Any) -> None:
+        super().__init__(depth, **throttle_options)
+        self._results_checked = False
+
+    # -- the steps -------------------------------------------------------------
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.fail()  # a step left open by an earlier fit() that raised
+        self._results_checked = False
+        for key, message in lightning_advice(trainer):
+            self.advise(key, message)
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        self.begin()
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        self.end(_loss(outputs))
+        if not self._results_checked:  # what the first step logged tells whether each step will sync
+            self._results_checked = True
+            for key, message in _logged_advice(trainer):
+                self.advise(key, message)
+        every = getattr(trainer, "log_every_n_steps", 0) or 0
+        if every and trainer.loggers and self.throttle.stats.steps % every == 0:
+            values = self.log_values()
+            for logger in trainer.loggers:
+                logger.log_metrics(values, step=trainer.global_step)
+
+    # -- the drains ------------------------------------------------------------
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.drain()
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.drain()
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        self.drain()
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.drain()
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self.fail()  # never blocks: the device may be what failed
+
+
+class ThrottleProgressBar(TQDMProgressBar):
+    """Lightning's tqdm bar without its per-step sync: shows the throttle's postfix and latest loss.
+
+    The default bar reads ``trainer.progress_bar_metrics`` at each refresh,
+    which turns every ``self.log(..., prog_bar=True)`` tensor into a number
+    (``.item()``, a host-device sync). This bar never reads them: its postfix
+    is the :class:`ThrottleCallback`'s (``done``, ``inflight``, ``wait``,
+    ``idle`` and the latest deferred values, e.g. ``loss``) and the logger's
+    version. Add a :class:`ThrottleCallback` to the same trainer.
+    """
+
+    def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:
+        metrics: dict[str, Any] = dict(get_standard_metrics(trainer))
+        callback = next((cb for cb in trainer.callbacks if isinstance(cb, ThrottleCallback)), None)  # type: ignore[attr-defined]
+        if callback is None:
+            metrics["asyncthrottle"] = "no ThrottleCallback"
+            return metrics
+        for part in postfix(callback.throttle).split():  # never blocks or syncs
+            name, _, value = part.partition("=")
+            metrics[name] = value
+        return metrics
+
+
+def _loss(outputs: Any) -> Any:
+    """The step's loss tensor from ``training_step``'s outputs, or None."""
+    if isinstance(outputs, torch.Tensor):
+        return outputs
+    if isinstance(outputs, Mapping) and isinstance(outputs.get("loss"), torch.Tensor):
+        return outputs["loss"]
+    return None
+
+
+def lightning_advice(trainer: Any) -> list[tuple[str, str]]:
+    """The trainer's settings that sync every training step, each with how to avoid it.
+
+    Checked from the trainer alone, so it works on any machine: a
+    ``ThroughputMonitor`` (``torch.cuda.synchronize()`` every batch), the
+    default progress bar with ``prog_bar`` metrics, and multi-process training
+    on Lightning >= 2.5.2 (a SIGTERM flag broadcast and ``.item()``-ed every
+    step). Metrics logged with ``prog_bar=True`` are found after the first
+    step (the callback checks them then).
+    """
+    advice = []
+    names = {type(cb).__name__ for cb in getattr(trainer, "callbacks", ())}
+    if "ThroughputMonitor" in names:
+        advice.append(("throughput_monitor", "Lightning's ThroughputMonitor calls torch.cuda.synchronize() every "
+                       "batch, a host-device sync per step that makes the throttle moot: remove it and read "
+                       "callback.throttle.stats.steps_per_s (logged as asyncthrottle/steps_per_s) instead"))
+    if getattr(trainer, "world_size", 1) > 1 and _version(_LIGHTNING_VERSION) >= _SIGTERM_BROADCAST:
+        advice.append(("sigterm_broadcast", f"Lightning {_LIGHTNING_VERSION} broadcasts a SIGTERM flag across ranks "
+                       "and calls .item() on it every training step under multi-process training "
+                       "(_TrainingEpochLoop._broadcast_sigterm_tensor): one sync per step that no setting turns "
+                       "off; see the asyncthrottle README (Lightning section) for the workaround and its cost"))
+    return advice
+
+
+def _logged_advice(trainer: Any) -> list[tuple[str, str]]:
+    """Metrics logged with ``on_step=True, prog_bar=True`` in the first step: Lightning ``.item()``s each one."""
+    results: Any = getattr(trainer, "_results", None)
+    try:
+        names = sorted(key for key, metric in results.items() if metric.meta.prog_bar and metric.meta.on_step)
+    except AttributeError:  # no results yet, or another Lightning version's internals: nothing to say
+        return []
+    if not names:
+        return []
+    bar = trainer.progress_bar_callback
+    default_bar = bar is not None and not isinstance(bar, ThrottleProgressBar)
+    return [("prog_bar", f"self.log(..., prog_bar=True) on every step ({', '.join(names)}) makes Lightning call "
+             ".item() on each value every batch, even with the bar disabled"
+             + (", and the default progress bar reads them again" if default_bar else "")
+             + ": log them with prog_bar=False (they still reach the loggers every log_every_n_steps) and use "
+             "asyncthrottle.lightning.ThrottleProgressBar, which shows the deferred loss without a sync")]
+
+
+def _version(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
