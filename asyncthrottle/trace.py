@@ -19,7 +19,8 @@ HOST_SPANS = ("fetch", "body", "wait")  # names of the host track's spans
 DEVICE_SPAN = "device"  # name of the device track's spans
 IN_FLIGHT = "in flight"  # name of the counter
 _PID, _HOST_TID, _DEVICE_TID = 1, 1, 2
-_FETCH, _WAIT = "fetch", "wait"
+_FETCH, _WAIT, _DRAIN = "fetch", "wait", "drain"
+_Span = tuple[str, float, float, int]  # (kind, start, seconds, step: its slot for a fetch, the awaited one for a wait)
 _DEVICE_PLACEMENT = "ends when the host saw the step complete (an upper bound on when it finished)"
 
 
@@ -70,14 +71,21 @@ class Trace:
         clock: the throttle's host clock, in seconds.
     """
 
+    __slots__ = ("_clock", "_core", "_device", "_extra", "_fetch", "_handout", "_ring", "capacity")
+
     def __init__(self, core: Core, steps: int, clock: Callable[[], float]) -> None:
         if check_trace(steps) < 1:
             raise ValueError(f"a Trace keeps at least one step, got steps={steps!r}")
         self.capacity = steps
         self._core, self._clock = core, clock
-        self._ring: deque[tuple[int, list[tuple[str, float, float, int]], tuple[int, float, int] | None, float]]
-        self._ring = deque(maxlen=steps)  # (step, fetch/wait spans, (step, hand-out time, in flight), record time)
-        self._spans: list[tuple[str, float, float, int]] = []  # spans of the step not yet recorded
+        # One flat tuple per step, of numbers and tuples of numbers only, so the garbage collector
+        # stops tracking it: (step, (step, hand-out time, in flight) | None, record time,
+        # (fetch start, fetch seconds) | None, further spans | None). Most steps fetch once and
+        # wait at most once; the first fetch has its own slot, other spans go to `further`.
+        self._ring: deque[tuple[int, tuple[int, float, int] | None, float, tuple[float, float] | None,
+                                tuple[_Span, ...] | None]] = deque(maxlen=steps)
+        self._fetch: tuple[float, float] | None = None  # the first fetch of the step not yet recorded
+        self._extra: list[_Span] = []  # its other spans: waits, further fetches
         self._handout: tuple[int, float, int] | None = None
         self._device: deque[tuple[int, float, float, float]] = deque(maxlen=steps)  # (step, seen, busy, idle)
         core.subscribe(self)
@@ -85,18 +93,25 @@ class Trace:
     # -- hooks (the loop's thread; cheap: a tuple and an append) -------------
 
     def on_fetch(self, step: int, start: float, seconds: float) -> None:
-        self._spans.append((_FETCH, start, seconds, step))
+        if self._fetch is None:
+            self._fetch = (start, seconds)
+        else:  # a second fetch for one step: a pass ended and the next began before it was recorded
+            self._extra.append((_FETCH, start, seconds, step))
 
     def on_handout(self, step: int, in_flight: int, now: float) -> None:
         self._handout = (step, now, in_flight)
 
     def on_record(self, step: int, event: Event | None, now: float) -> None:
-        self._ring.append((step, self._spans, self._handout, now))
-        self._spans = []
+        extra = self._extra
+        if extra:
+            self._ring.append((step, self._handout, now, self._fetch, tuple(extra)))
+            extra.clear()
+        else:
+            self._ring.append((step, self._handout, now, self._fetch, None))
+        self._fetch = None
 
     def on_wait(self, step: int, start: float, seconds: float) -> None:
-        # waits are rare next to steps: the drain flag rides in the name slot
-        self._spans.append((_WAIT if not self._core.draining else "drain", start, seconds, step))
+        self._extra.append((_WAIT if not self._core.draining else _DRAIN, start, seconds, step))
 
     def on_device_time(self, step: int, busy_s: float, idle_s: float) -> None:
         """A sampled step's device time was read (its events are complete); placed at the host's now."""
@@ -104,13 +119,14 @@ class Trace:
 
     # -- reading: any thread -------------------------------------------------
 
-    def _snapshot(self) -> tuple[list[Any], list[Any], list[Any]]:
+    def _snapshot(self) -> tuple[list[Any], list[_Span], list[Any]]:
         for _ in range(100):  # a copy races only with a finalizer run mid-copy: try again
             try:
                 ring = list(self._ring)
-                spans = list(self._spans)  # after the ring: a step recorded in between is left out whole
-                device = list(self._device)
-                return ring, spans, device
+                fetch, extra = self._fetch, tuple(self._extra)  # after the ring: a step recorded meanwhile is left out
+                step = ring[-1][0] + 1 if ring else 0
+                open_spans = ([(_FETCH, *fetch, step)] if fetch is not None else []) + list(extra)
+                return ring, open_spans, list(self._device)
             except RuntimeError:  # deque mutated during iteration
                 continue
         raise RuntimeError("the trace changed during 100 attempts to copy it; export it from the loop's thread")
@@ -128,16 +144,16 @@ class Trace:
         counters: list[tuple[float, int]] = []
         totals = dict.fromkeys(HOST_SPANS, 0.0)
 
-        def host(slot: int, entries: list[tuple[str, float, float, int]]) -> None:
+        def host(slot: int, entries: list[_Span]) -> None:
             for kind, start, seconds, step in entries:
                 args: dict[str, Any] = {"step": slot}
                 if kind != _FETCH:  # a wait: "wait", or "drain" when drain() waited
-                    args["waited_for"], args["drain"], kind = step, kind == "drain", _WAIT
+                    args["waited_for"], args["drain"], kind = step, kind == _DRAIN, _WAIT
                 totals[kind] += seconds
                 spans.append((kind, _HOST_TID, start, seconds, args))
 
-        for step, entries, handout, end in ring:
-            host(step, entries)
+        for step, handout, end, fetch, extra in ring:
+            host(step, ([(_FETCH, *fetch, step)] if fetch is not None else []) + list(extra or ()))
             begin, in_flight = end, 0  # mark()'s first step has no hand-out: an empty body
             if handout is not None and handout[0] == step:
                 _, begin, in_flight = handout

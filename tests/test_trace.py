@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -296,3 +297,32 @@ def test_device_timing_tells_its_listeners_once_a_sample_is_read() -> None:
         dev.launch(4 * MS)
     assert [h[0] for h in heard] == [2, 4, 6, 8]
     assert all(h[1] == pytest.approx(4 * MS) and h[2] == 0.0 and h[3] > h[0] for h in heard)
+
+
+def test_the_mnist_example_writes_a_trace(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    if str(examples) not in sys.path:
+        sys.path.insert(0, str(examples))
+    import mnist
+
+    out = tmp_path / "mnist.json"
+    lines: list[str] = []
+    args = mnist.parse_args(["--data", "synthetic", "--device", "cpu", "--no-progress", "--batch-size", "32",
+                             "--max-steps", "6", "--epochs", "2", "--trace", str(out)])
+    mnist.train(args, log=lines.append)
+    doc = json.loads(out.read_text())
+    assert [e["args"]["step"] for e in _spans(doc, "body")] == list(range(12))
+    assert any(f"trace written to {out}" in line for line in lines)
+    assert mnist.parse_args([]).trace is None
+
+
+def test_the_overhead_benchmark_measures_the_trace(capsys: pytest.CaptureFixture[str]) -> None:
+    from asyncthrottle.bench import overhead
+
+    assert overhead.main(["--trace", "100", "--steps", "2000", "--runs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "trace=100 over trace=0" in out and "timeable no-op events" in out
+    with pytest.raises(SystemExit):
+        overhead.main(["--trace", "0"])
+    assert "--trace and --runs must be ints >= 1" in capsys.readouterr().err
