@@ -327,3 +327,38 @@ def test_the_overhead_benchmark_measures_the_trace(capsys: pytest.CaptureFixture
     with pytest.raises(SystemExit):
         overhead.main(["--trace", "0"])
     assert "--trace and --runs must be ints >= 1" in capsys.readouterr().err
+
+
+def test_a_view_forwards_export_trace(tmp_path: Path) -> None:
+    dev = FakeDevice()
+    view = at.throttle(range(4), depth=2, events=dev.event, wait=dev.wait("spin"), clock=dev.clock, trace=10)
+    for _ in view:
+        dev.launch(MS)
+    view.export_trace(tmp_path / "v.json")
+    assert len(_spans(json.loads((tmp_path / "v.json").read_text()), "body")) == 4
+
+
+def test_a_framework_that_drops_the_iterator_early(tmp_path: Path) -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(2, wait="spin", trace=10)
+    it = iter(thr.wrap(_source(dev, 100, MS)))
+    for _ in range(3):
+        next(it)
+        dev.host(MS)
+        dev.launch(2 * MS)
+    del it  # never exhausted: the step in progress is recorded, the pass ends
+    doc = _load(thr, tmp_path)
+    assert [e["args"]["step"] for e in _spans(doc, "body")] == [0, 1, 2]
+    _assert_sums_match(doc, thr.stats)
+
+
+def test_a_wait_that_times_out_is_a_span(tmp_path: Path) -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(1, wait="spin", timeout=0.005, trace=10)
+    with pytest.raises(at.ThrottleTimeout):
+        for _ in thr.wrap(range(3)):
+            dev.launch(1.0)  # a hung step
+    doc = _load(thr, tmp_path)
+    waits = _spans(doc, "wait")
+    assert len(waits) == 1 and waits[0]["dur"] == pytest.approx(5000.0, rel=0.01)
+    assert _sum_s(doc, "wait") == pytest.approx(thr.stats.wait_s)
