@@ -71,44 +71,46 @@ class Trace:
         clock: the throttle's host clock, in seconds.
     """
 
-    __slots__ = ("_clock", "_core", "_device", "_extra", "_fetch", "_handout", "_ring", "capacity")
+    __slots__ = ("_clock", "_core", "_device", "_extra", "_fetch_s", "_fetch_start", "_h_in", "_h_step", "_h_time",
+                 "_ring", "capacity")
 
     def __init__(self, core: Core, steps: int, clock: Callable[[], float]) -> None:
         if check_trace(steps) < 1:
             raise ValueError(f"a Trace keeps at least one step, got steps={steps!r}")
         self.capacity = steps
         self._core, self._clock = core, clock
-        # One flat tuple per step, of numbers and tuples of numbers only, so the garbage collector
-        # stops tracking it: (step, (step, hand-out time, in flight) | None, record time,
-        # (fetch start, fetch seconds) | None, further spans | None). Most steps fetch once and
-        # wait at most once; the first fetch has its own slot, other spans go to `further`.
-        self._ring: deque[tuple[int, tuple[int, float, int] | None, float, tuple[float, float] | None,
-                                tuple[_Span, ...] | None]] = deque(maxlen=steps)
-        self._fetch: tuple[float, float] | None = None  # the first fetch of the step not yet recorded
-        self._extra: list[_Span] = []  # its other spans: waits, further fetches
-        self._handout: tuple[int, float, int] | None = None
+        # One flat tuple of numbers per step (one allocation, soon untracked by the garbage collector):
+        # (step, record time, hand-out step, hand-out time, in flight, fetch start | None, fetch seconds,
+        # further spans | None). Most steps fetch once and wait at most once: the first fetch has its
+        # own fields, other spans (waits, further fetches) go to `further`.
+        self._ring: deque[tuple[int, float, int, float, int, float | None, float, tuple[_Span, ...] | None]]
+        self._ring = deque(maxlen=steps)
+        self._fetch_start: float | None = None  # the first fetch of the step not yet recorded
+        self._fetch_s = 0.0
+        self._extra: list[_Span] = []  # its other spans
+        self._h_step, self._h_time, self._h_in = -1, 0.0, 0  # the last hand-out: step, host time, in flight
         self._device: deque[tuple[int, float, float, float]] = deque(maxlen=steps)  # (step, seen, busy, idle)
         core.subscribe(self)
 
-    # -- hooks (the loop's thread; cheap: a tuple and an append) -------------
+    # -- hooks (the loop's thread; cheap: a few stores, one tuple per step) ---
 
     def on_fetch(self, step: int, start: float, seconds: float) -> None:
-        if self._fetch is None:
-            self._fetch = (start, seconds)
+        if self._fetch_start is None:
+            self._fetch_s = seconds  # before the start: a reader that sees the new start sees these seconds
+            self._fetch_start = start
         else:  # a second fetch for one step: a pass ended and the next began before it was recorded
             self._extra.append((_FETCH, start, seconds, step))
 
     def on_handout(self, step: int, in_flight: int, now: float) -> None:
-        self._handout = (step, now, in_flight)
+        self._h_step, self._h_time, self._h_in = step, now, in_flight
 
     def on_record(self, step: int, event: Event | None, now: float) -> None:
         extra = self._extra
+        self._ring.append((step, now, self._h_step, self._h_time, self._h_in, self._fetch_start, self._fetch_s,
+                           tuple(extra) if extra else None))
+        self._fetch_start = None
         if extra:
-            self._ring.append((step, self._handout, now, self._fetch, tuple(extra)))
             extra.clear()
-        else:
-            self._ring.append((step, self._handout, now, self._fetch, None))
-        self._fetch = None
 
     def on_wait(self, step: int, start: float, seconds: float) -> None:
         self._extra.append((_WAIT if not self._core.draining else _DRAIN, start, seconds, step))
@@ -120,12 +122,14 @@ class Trace:
     # -- reading: any thread -------------------------------------------------
 
     def _snapshot(self) -> tuple[list[Any], list[_Span], list[Any]]:
-        for _ in range(100):  # a copy races only with a finalizer run mid-copy: try again
+        for _ in range(100):  # a copy races only with the loop's thread moving on: try again
             try:
                 ring = list(self._ring)
-                fetch, extra = self._fetch, tuple(self._extra)  # after the ring: a step recorded meanwhile is left out
+                start, seconds, extra = self._fetch_start, self._fetch_s, tuple(self._extra)
+                if start is not self._fetch_start:  # a record or fetch came in between
+                    continue
                 step = ring[-1][0] + 1 if ring else 0
-                open_spans = ([(_FETCH, *fetch, step)] if fetch is not None else []) + list(extra)
+                open_spans = ([(_FETCH, start, seconds, step)] if start is not None else []) + list(extra)
                 return ring, open_spans, list(self._device)
             except RuntimeError:  # deque mutated during iteration
                 continue
@@ -152,11 +156,11 @@ class Trace:
                 totals[kind] += seconds
                 spans.append((kind, _HOST_TID, start, seconds, args))
 
-        for step, handout, end, fetch, extra in ring:
-            host(step, ([(_FETCH, *fetch, step)] if fetch is not None else []) + list(extra or ()))
+        for step, end, h_step, h_time, h_in, f_start, f_s, extra in ring:
+            host(step, ([(_FETCH, f_start, f_s, step)] if f_start is not None else []) + list(extra or ()))
             begin, in_flight = end, 0  # mark()'s first step has no hand-out: an empty body
-            if handout is not None and handout[0] == step:
-                _, begin, in_flight = handout
+            if h_step == step:
+                begin, in_flight = h_time, h_in
                 counters.append((begin, in_flight))
             totals["body"] += end - begin
             spans.append(("body", _HOST_TID, begin, end - begin, {"step": step, "in_flight": in_flight}))
