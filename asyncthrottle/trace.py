@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from .core import Core
     from .events import Event
 
-__all__ = ["HOST_SPANS", "Trace", "check_trace"]
+__all__ = ["DEVICE_SPAN", "HOST_SPANS", "IN_FLIGHT", "Trace", "check_trace"]
 
 HOST_SPANS = ("fetch", "body", "wait")  # names of the host track's spans
 DEVICE_SPAN = "device"  # name of the device track's spans

@@ -362,3 +362,20 @@ def test_a_wait_that_times_out_is_a_span(tmp_path: Path) -> None:
     waits = _spans(doc, "wait")
     assert len(waits) == 1 and waits[0]["dur"] == pytest.approx(5000.0, rel=0.01)
     assert _sum_s(doc, "wait") == pytest.approx(thr.stats.wait_s)
+
+
+@pytest.mark.cuda
+def test_a_real_cuda_loop_has_device_spans_and_nvtx(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    x = torch.randn(1024, 1024, device="cuda")
+    thr = at.Throttle(2, device="cuda", sample_every=2, trace=100, nvtx=True)
+    for _ in thr.wrap(range(20)):
+        for _ in range(4):
+            x = torch.tanh(x @ x)
+    doc = _load(thr, tmp_path)
+    device = _spans(doc, "device")
+    assert device and {e["args"]["step"] for e in device} <= set(range(0, 20, 2))
+    assert all(e["dur"] > 0 for e in device)
+    stats = thr.stats
+    assert _sum_s(doc, "fetch") == pytest.approx(stats.fetch_s) and _sum_s(doc, "wait") == pytest.approx(stats.wait_s)
+    assert 0 <= stats.body_s - _sum_s(doc, "body") < 20 * 50e-6  # a real clock: the bookkeeping between spans
