@@ -378,4 +378,4 @@ def test_a_real_cuda_loop_has_device_spans_and_nvtx(tmp_path: Path) -> None:
     assert all(e["dur"] > 0 for e in device)
     stats = thr.stats
     assert _sum_s(doc, "fetch") == pytest.approx(stats.fetch_s) and _sum_s(doc, "wait") == pytest.approx(stats.wait_s)
-    assert 0 <= stats.body_s - _sum_s(doc, "body") < 20 * 50e-6  # a real clock: the bookkeeping between spans
+    assert 0 <= stats.body_s - _sum_s(doc, "body") < 5e-3  # a real clock: the bookkeeping between spans
