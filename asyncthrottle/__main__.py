@@ -1,4 +1,4 @@
-"""The ``asyncthrottle`` command line: ``python -m asyncthrottle bench [...]``."""
+"""The ``asyncthrottle`` command line: ``python -m asyncthrottle bench|plot [...]``."""
 
 from __future__ import annotations
 
@@ -23,10 +23,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="asyncthrottle: bound how far the host runs ahead of an asynchronous device.",
     )
     parser.add_argument("--version", action="version", version=f"asyncthrottle {__version__}")
-    parser.add_argument("command", choices=["bench"], help="bench: the seed's experiments (bench --help)")
+    parser.add_argument("command", choices=["bench", "plot"],
+                        help="bench: the seed's experiments (bench --help); plot: draw an exported trace (plot --help)")
     if not args or args[0].startswith("-"):
         parser.parse_args(args)  # --help, --version, or a usage error: exits
     parser.parse_args(args[:1])  # an unknown command: exits with the choices
+    if args[0] == "plot":
+        from .plot import main as plot_main
+
+        return plot_main(args[1:])
     from .bench.cli import main as bench_main
 
     return bench_main(args[1:])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .events import Event, EventFactory
@@ -87,6 +88,7 @@ class DeviceTiming:
         self.ends: deque[tuple[int, Any]] = deque()  # (step, timing event at its end), until read
         self.starts: dict[int, Any] = {}  # step -> start marker recorded at its hand-out
         self.enabled = True
+        self.listeners: list[Callable[[int, float, float], None]] = []
         self._previous: tuple[int, Any] | None = None
         self._listening = False  # subscribed to retirements while an end is unread
         core.special_event, core.special_step = self._end_event, 0
@@ -163,7 +165,10 @@ class DeviceTiming:
         if step % self.every == 0 and first is not None and _complete(first, end, previous):
             busy = first.elapsed_time(end) / 1000.0
             idle = previous.elapsed_time(start) / 1000.0 if start is not None and previous is not None else 0.0
-            self.times.add(max(busy, 0.0), max(idle, 0.0))
+            busy, idle = max(busy, 0.0), max(idle, 0.0)
+            self.times.add(busy, idle)
+            for listener in self.listeners:
+                listener(step, busy, idle)
         self._previous = (step, end)
         for old in [s for s in self.starts if s < step]:  # markers of steps whose end was never timed
             del self.starts[old]

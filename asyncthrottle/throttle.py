@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import weakref
 from collections.abc import Callable, Iterable
@@ -15,10 +16,12 @@ from .errors import ThrottleTimeout
 from .events import EventFactory
 from .options import check_depth, check_sample_every, check_timeout
 from .ownership import Ownership
+from .profiling import NvtxRanges, ProfilerRanges, nvtx_module
 from .stats import Stats, verdict
 from .syncaudit import SyncAudit
 from .syncdebug import sync_debug
 from .telemetry import DeviceTiming
+from .trace import Trace, check_trace
 from .view import Throttled
 from .waits import Poll, WaitStrategy, resolve_wait
 
@@ -88,6 +91,14 @@ class Throttle:
             so hidden syncs (``.item()``, ``print``) are reported; ``"warn"``
             also counts them per step and site (:attr:`sync_audit`,
             :meth:`summary`). Elsewhere it warns once that it cannot.
+        trace: keep a timeline of the last ``trace`` steps (host ``fetch``,
+            ``body`` and ``wait`` spans, sampled device spans, steps in flight)
+            for :meth:`export_trace`; 0 keeps none. Memory is constant.
+        nvtx: push NVTX ranges (``torch.cuda.nvtx``) for each wait and step,
+            for Nsight Systems; CUDA only. Whatever this says, while a
+            ``torch.profiler`` session records, each wait is a
+            ``record_function`` range ``asyncthrottle.wait`` (or
+            ``asyncthrottle.drain``).
         clock: the clock that times the host (tests inject a fake one).
 
     Threads: one loop runs in one thread; ``stats``, ``latest``,
@@ -112,9 +123,14 @@ class Throttle:
         streams: Any = None,
         sample_every: int | None = 8,
         detect_sync: str | None = None,
+        trace: int = 0,
+        nvtx: bool = False,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         depth = check_depth(depth)
+        trace = check_trace(trace)
+        if not isinstance(nvtx, bool):
+            raise TypeError(f"nvtx must be True or False, got {nvtx!r}")
         self._timeout = check_timeout(timeout)
         if not isinstance(drain, bool):
             raise TypeError(f"drain must be True or False, got {drain!r}")
@@ -129,6 +145,12 @@ class Throttle:
         timing = every is not None and timed is not None
         self._timing = DeviceTiming(self._core, timed, every, trusted=events is None) if timing else None  # type: ignore[arg-type]
         self._values = Completions(self._core, self._wait_for_value)
+        ProfilerRanges(self._core)  # waits only: free unless a torch.profiler session records
+        if nvtx:
+            NvtxRanges(self._core, nvtx_module())
+        self._trace = Trace(self._core, trace, clock) if trace else None
+        if self._trace is not None and self._timing is not None:
+            self._timing.listeners.append(self._trace.on_device_time)
         self._sync_guard = sync_debug(detect_sync, None if events is not None else device_kind(device))
         self._ownership = Ownership()
         self._pass: weakref.ref[Pass[Any]] | None = None  # the wrapped pass running now (a break drops it)
@@ -354,6 +376,24 @@ class Throttle:
     def remove_on_complete(self, callback: OnComplete) -> None:
         """Stop calling ``callback``; ``ValueError`` if it was not registered."""
         self._values.remove(callback)
+
+    def export_trace(self, path: str | os.PathLike[str]) -> None:
+        """Write the timeline of the last ``trace`` steps to ``path`` as a Chrome trace (JSON).
+
+        Open it in https://ui.perfetto.dev or ``chrome://tracing``, or draw it
+        with ``python -m asyncthrottle plot``. Safe from any thread and during
+        the loop (it writes what was recorded so far). See
+        :class:`asyncthrottle.trace.Trace` for what the spans mean.
+
+        Raises:
+            RuntimeError: the throttle keeps no timeline (``trace=0``).
+        """
+        if self._trace is None:
+            raise RuntimeError(
+                "export_trace() needs a timeline, but this Throttle was made with trace=0; "
+                "pass e.g. Throttle(..., trace=10_000) to keep the last 10,000 steps"
+            )
+        self._trace.export(path, {"depth": self.depth, "stats": self.stats.as_dict()})
 
     def subscribe(self, part: object) -> None:
         """Notify ``part`` of the core's events (see :class:`asyncthrottle.core.Subscriber`)."""

@@ -16,8 +16,8 @@ T = TypeVar("T")
 
 # The throttle's public API, forwarded by name; everything else comes from the source.
 _FORWARDED = (
-    "begin_step", "defer", "depth", "drain", "end_step", "in_flight", "latest", "mark", "on_complete",
-    "remove_on_complete", "stats", "step", "subscribe", "summary", "synchronous", "unsubscribe",
+    "begin_step", "defer", "depth", "drain", "end_step", "export_trace", "in_flight", "latest", "mark",
+    "on_complete", "remove_on_complete", "stats", "step", "subscribe", "summary", "synchronous", "unsubscribe",
 )
 
 

@@ -5,6 +5,7 @@
     python examples/mnist.py --depth none        # no throttling (tracking only)
     python examples/mnist.py --data synthetic --max-steps 100
     python examples/mnist.py --item-every-step   # compare: a .item() sync every step
+    python examples/mnist.py --trace trace.json  # then: python -m asyncthrottle plot trace.json
 
 The loss is logged every step without a single ``.item()`` in the loop:
 ``thr.defer(loss)`` copies it to the host without blocking, and the value is
@@ -34,6 +35,7 @@ from _mnist_common import Net, add_training_options, evaluate, load_data, resolv
 import asyncthrottle as at
 
 CPU_MAX_STEPS = 200  # default steps per epoch without an accelerator: the run stays around a minute
+TRACE_STEPS = 10_000  # --trace keeps the timeline of this many recent steps
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -41,6 +43,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add_training_options(p)
     p.add_argument("--item-every-step", action="store_true",
                    help="also call loss.item() every step: a host-device sync per step, for comparison")
+    p.add_argument("--trace", metavar="FILE", default=None,
+                   help="write a timeline of the last 10,000 steps (Chrome trace JSON: ui.perfetto.dev, "
+                   "chrome://tracing, or python -m asyncthrottle plot FILE)")
     return p.parse_args(argv)
 
 
@@ -65,7 +70,7 @@ def train(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
 
     model = Net().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    thr = at.Throttle(args.depth, device=device)
+    thr = at.Throttle(args.depth, device=device, trace=TRACE_STEPS if args.trace else 0)
     losses: list[tuple[int, float]] = []
 
     @thr.on_complete
@@ -97,6 +102,10 @@ def train(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
             f"test accuracy {correct}/{total} = {correct / total:.1%}"
         )
     log(thr.summary())
+    if args.trace:
+        thr.export_trace(args.trace)
+        log(f"trace written to {args.trace}: open it in https://ui.perfetto.dev or chrome://tracing, "
+            f"or draw it with python -m asyncthrottle plot {args.trace} -o timeline.png")
     return {"losses": losses, "accuracies": accuracies, "stats": thr.stats, "data": data.source}
 
 

@@ -21,7 +21,9 @@ FAST = ["--data", "synthetic", "--device", "cpu", "--no-progress", "--batch-size
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    # The scripts import the package of this checkout, not whichever one is installed (a worktree's venv).
+    path = os.pathsep.join(p for p in (str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
 
 
 @pytest.mark.slow

@@ -9,6 +9,9 @@ asyncthrottle.bench.overhead``). It prints, in one run on one machine:
   device at depth 1 and 2, with the host CPU time each one burns (the full
   sweep over step lengths is ``bench --waits``);
 * how long a ``KeyboardInterrupt`` takes to arrive in a polling wait.
+
+With ``--trace N`` it measures instead what ``Throttle(trace=N)`` adds per
+step over the same throttle with ``trace=0``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import json
 import os
 import platform
 import signal
+import statistics
 import sys
 import threading
 import time
@@ -27,7 +31,7 @@ from typing import Any
 from ..procdevice import ProcessDevice
 from ..throttle import Throttle
 
-__all__ = ["main", "measure_interrupt", "measure_overhead", "measure_waits"]
+__all__ = ["main", "measure_interrupt", "measure_overhead", "measure_trace", "measure_waits"]
 
 
 class _NoopEvent:
@@ -88,6 +92,61 @@ def measure_overhead(
         "timed_events_us": (timed - bare) / steps * 1e6,
         "timed_events_no_sampling_us": (untimed - bare) / steps * 1e6,
     }
+
+
+def _loop_cpu_s(thr: Throttle, data: list[int]) -> float:
+    """The loop's CPU seconds on this thread: time-slicing by other processes on a shared machine is left out."""
+    start = time.thread_time()
+    for _item in thr.wrap(data):
+        pass
+    return time.thread_time() - start
+
+
+def measure_trace(
+    steps: int = 200_000, runs: int = 7, capacity: int = 10_000, best_of: int = 3
+) -> list[dict[str, Any]]:
+    """Microseconds per step that ``trace=capacity`` adds, per backend: median and range over ``runs``.
+
+    Each run times the loop with ``trace=0`` and with ``trace=capacity``,
+    each the best of ``best_of`` loops (the least disturbed), back to back in
+    alternating order so that drift of the machine hits both; the figure is
+    the median of the runs' differences, with their range. Times are the
+    thread's CPU time (the loops never block), so other processes sharing
+    the cores do not inflate them.
+    """
+    data = list(range(steps))
+    backends: list[tuple[str, dict[str, Any]]] = [
+        ("null backend (CPU)", {"device": "cpu"}),
+        ("Python no-op events", {"events": _NoopEvent}),
+        ("timeable no-op events", {"events": _TimedNoopEvent}),
+    ]
+    rows: list[dict[str, Any]] = []
+    for label, options in backends:
+        base: list[float] = []
+        traced: list[float] = []
+        for run in range(runs):
+            order = ((0, base), (capacity, traced)) if run % 2 == 0 else ((capacity, traced), (0, base))
+            for trace, out in order:
+                best = min(_loop_cpu_s(Throttle(2, trace=trace, **options), data) for _ in range(best_of))
+                out.append(best / steps * 1e6)
+        added = sorted(t - b for b, t in zip(base, traced, strict=True))
+        rows.append({
+            "backend": label, "runs": runs, "best_of": best_of, "steps": steps, "trace": capacity,
+            "off_us": statistics.median(base), "on_us": statistics.median(traced),
+            "added_us": statistics.median(added), "added_min_us": added[0], "added_max_us": added[-1],
+        })
+    return rows
+
+
+def _print_trace(rows: list[dict[str, Any]]) -> None:
+    r0 = rows[0]
+    print(f"machine: {_machine()}")
+    print(f"trace={r0['trace']:,} over trace=0: thread CPU us/step, median of {r0['runs']} paired runs "
+          f"(each the best of {r0['best_of']} loops of {r0['steps']:,} steps)")
+    print(f"  {'backend':<24} {'trace=0':>8} {'trace=N':>8} {'added':>7}  {'range of added':>16}  (target <= 1)")
+    for r in rows:
+        print(f"  {r['backend']:<24} {r['off_us']:>8.3f} {r['on_us']:>8.3f} {r['added_us']:>+7.3f}  "
+              f"{r['added_min_us']:>+7.3f}..{r['added_max_us']:<+7.3f}")
 
 
 def _run_simulated(wait: str, depth: int | None, steps: int, device_s: float, launch_s: float) -> dict[str, float]:
@@ -175,9 +234,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait-steps", type=int, default=400, help="steps per wait-strategy run")
     parser.add_argument("--device-ms", type=float, default=2.0, help="simulated device ms per step")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    parser.add_argument("--trace", type=int, metavar="N", help="measure instead what trace=N adds per step")
+    parser.add_argument("--runs", type=int, default=7, help="paired runs for --trace (median and range)")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.wait_steps < 1 or args.device_ms <= 0:
         parser.error("--steps and --wait-steps must be >= 1 and --device-ms > 0")
+    if args.trace is not None:
+        if args.trace < 1 or args.runs < 1:
+            parser.error(f"--trace and --runs must be ints >= 1, got --trace {args.trace} --runs {args.runs}")
+        rows = measure_trace(min(args.steps, 100_000), args.runs, args.trace)
+        print(json.dumps({"machine": _machine(), "trace": rows}, indent=2)) if args.json else _print_trace(rows)
+        return 0
     result = {
         "machine": _machine(),
         "overhead": measure_overhead(args.steps),
