@@ -8,12 +8,14 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .completions import Completions, OnComplete
+from .controller import BodyIdle, DepthController
 from .core import Core
 from .deferred import Deferred
 from .devices import device_kind, resolve_events
 from .errors import ThrottleTimeout
 from .events import EventFactory
-from .options import check_depth, check_sample_every, check_timeout
+from .memory import resolve_budget
+from .options import check_auto, check_depth, check_sample_every, check_timeout
 from .ownership import Ownership
 from .stats import Stats, verdict
 from .syncdebug import sync_debug
@@ -60,7 +62,10 @@ class Throttle:
         (3, 4)
 
     Args:
-        depth: steps allowed in flight, an int >= 1, or None to only track.
+        depth: steps allowed in flight, an int >= 1, None to only track, or
+            ``"auto"``: start at 2 and raise it by one each time the device
+            keeps running dry inside the loop body while the host also waits
+            on it (see the README's "depth='auto'" section); it never shrinks.
         device: None auto-detects (an available accelerator, else the CPU);
             ``"cuda"``, ``"cuda:1"``, a ``torch.device``, ``"mps"``, ``"xpu"``,
             ``"jax"``, ``"cpu"``, or any device ``torch.Event`` supports. An
@@ -84,6 +89,15 @@ class Throttle:
             for the loop body only, so hidden syncs (``.item()``, ``print``) are
             reported; elsewhere it warns once that it cannot.
         clock: the clock that times the host (tests inject a fake one).
+        max_depth: with ``depth="auto"`` only: the deepest it may go (default 8).
+        max_memory: bytes: before a hand-out, wait for the oldest steps while
+            the memory probe reports more (or until nothing is in flight).
+            Works with any depth; ``depth="auto"`` does not go deeper once it binds.
+        memory: the probe, a zero-argument callable returning the bytes held;
+            None uses the backend's default (CUDA: pinned host memory in use
+            plus the device's reserved memory; JAX: ``memory_stats()``; the
+            CPU and ``events=`` have none: pass one). See
+            :mod:`asyncthrottle.memory`.
 
     Threads: one loop runs in one thread; ``stats``, ``latest``,
     ``in_flight`` and ``Deferred.ready()``/``get()`` are safe from any thread.
@@ -97,7 +111,7 @@ class Throttle:
 
     def __init__(
         self,
-        depth: int | None = 2,
+        depth: int | str | None = 2,
         *,
         device: Any = None,
         events: EventFactory | None = None,
@@ -108,8 +122,12 @@ class Throttle:
         sample_every: int | None = 8,
         detect_sync: str | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        max_depth: int | None = None,
+        max_memory: int | None = None,
+        memory: Callable[[], int] | None = None,
     ) -> None:
-        depth = check_depth(depth)
+        auto_max = check_auto(depth, max_depth)
+        fixed = None if auto_max is not None else check_depth(depth)
         self._timeout = check_timeout(timeout)
         if not isinstance(drain, bool):
             raise TypeError(f"drain must be True or False, got {drain!r}")
@@ -120,11 +138,18 @@ class Throttle:
         every = check_sample_every(sample_every)
         new_event, timed = self._resolve_events(device, events, streams, strategy.blocking_events, every)
         self._clock = clock
-        self._core = Core(depth, new_event, strategy, self._timeout, clock)
+        self._core = Core(fixed, new_event, strategy, self._timeout, clock)
+        kind = "events" if events is not None else device_kind(device)
+        self._budget = resolve_budget(max_memory, memory, kind, device)
+        if self._budget is not None:
+            self._core.subscribe(self._budget)
+        self._idle = BodyIdle(self._core)
+        self._core.subscribe(self._idle)
+        self._auto = DepthController(self._core, self._idle, auto_max, self._budget) if auto_max else None
         timing = every is not None and timed is not None
         self._timing = DeviceTiming(self._core, timed, every, trusted=events is None) if timing else None  # type: ignore[arg-type]
         self._values = Completions(self._core, self._wait_for_value)
-        self._sync_guard = sync_debug(detect_sync, None if events is not None else device_kind(device))
+        self._sync_guard = sync_debug(detect_sync, None if events is not None else kind)
         self._ownership = Ownership()
         self._pass: weakref.ref[Pass[Any]] | None = None  # the wrapped pass running now (a break drops it)
         self._in_step = False  # begin_step() was called and end_step() not yet
@@ -150,7 +175,7 @@ class Throttle:
 
     @property
     def depth(self) -> int | None:
-        """Steps allowed in flight (None: unbounded, tracking only)."""
+        """Steps allowed in flight now (None: unbounded, tracking only); under ``depth="auto"``, its current choice."""
         return self._core.depth
 
     @property
@@ -185,6 +210,8 @@ class Throttle:
         shares = [x / wall if wall > 0 else 0.0 for x in (wait_s, fetch, body)]
         starved = core.starved / handouts if handouts else 0.0
         device = self._timing.times.fields(completed) if self._timing is not None else {}
+        dry = self._idle.dry / steps if steps else 0.0
+        budget = self._budget
         return Stats(
             steps=steps,
             completed=completed,
@@ -199,7 +226,13 @@ class Throttle:
             steps_per_s=steps / wall if wall > 0 else 0.0,
             starved_fraction=starved,
             in_flight_histogram=histogram,
-            verdict=verdict(steps, shares[0], shares[1], shares[2], starved, synchronous=synchronous),
+            verdict=verdict(steps, shares[0], shares[1], shares[2], starved, synchronous=synchronous, dry_fraction=dry),
+            depth=core.depth,
+            depth_changes=tuple(self._auto.changes) if self._auto is not None else (),
+            dry_fraction=dry,
+            max_memory=budget.max_memory if budget is not None else None,
+            memory_peak=budget.peak if budget is not None else None,
+            memory_waits=budget.waits if budget is not None else 0,
             **device,
         )
 
@@ -209,7 +242,8 @@ class Throttle:
 
     def __repr__(self) -> str:
         core = self._core
-        return f"Throttle(depth={core.depth}, steps={core.steps}, in_flight<={core.steps - core.completed})"
+        auto = "auto: " if self._auto is not None else ""
+        return f"Throttle(depth={auto}{core.depth}, steps={core.steps}, in_flight<={core.steps - core.completed})"
 
     # -- the loop's entry points --------------------------------------------
 
@@ -405,7 +439,9 @@ class Throttle:
             )
 
 
-def throttle(iterable: Iterable[T], depth: int | None = 2, *, progress: Any = False, **options: Any) -> Throttled[T]:
+def throttle(
+    iterable: Iterable[T], depth: int | str | None = 2, *, progress: Any = False, **options: Any
+) -> Throttled[T]:
     """Iterate ``iterable`` with at most ``depth`` minibatches unfinished on the device.
 
     Example:
@@ -417,7 +453,7 @@ def throttle(iterable: Iterable[T], depth: int | None = 2, *, progress: Any = Fa
 
     Args:
         iterable: the data source, e.g. a ``DataLoader``.
-        depth: steps allowed in flight (an int >= 1, or None to only track).
+        depth: steps allowed in flight (an int >= 1, None to only track, or ``"auto"``).
         progress: False, True (a tqdm bar), a dict of tqdm options (may hold
             ``tqdm_class``), or a tqdm class. The postfix shows steps done on
             the device, in flight, host wait %, device idle % and the latest

@@ -1,0 +1,127 @@
+"""``depth="auto"``: watch for the device running dry inside the loop body, and raise the depth when it does.
+
+Two parts of the throttle live here. :class:`BodyIdle` notes, as each step is
+recorded, whether the step before it -- still unfinished when this step was
+handed out -- has already completed: the device then drained its queue while
+the host was in the loop body, so it ran dry there, out of sight of the
+hand-out's starved count. The verdict reads its count; :class:`DepthController`
+reads it too, and raises the depth by one when the device keeps running dry
+although the host also waits on it. Like tf.data's prefetch autotuner, it
+starts small, only grows, and checks the memory budget before each increase.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .events import Event
+
+if TYPE_CHECKING:
+    from .core import Core
+    from .memory import MemoryBudget
+
+__all__ = ["AUTO_START", "BodyIdle", "DepthController"]
+
+_log = logging.getLogger("asyncthrottle")
+
+AUTO_START = 2  # the depth auto starts at (FSDP's and MaxText's fixed choice)
+_STRIKES = 2  # dry bodies, each after a wait, that it takes to raise the depth by one
+_WINDOW = 64  # steps within which those strikes must fall (a rare hiccup never adds up)
+
+
+class BodyIdle:
+    """A part that counts the steps during whose loop body the device ran dry.
+
+    At the record of step ``n``, if step ``n - 1`` is still queued (it was
+    unfinished at ``n``'s hand-out, or it would have been retired there) and
+    its event now reports completion, the device finished everything it had
+    while the host was still preparing ``n``. One ``query()`` per step; never
+    blocks. Steps handed out with nothing in flight are not counted here (the
+    core counts them as starved).
+
+    Attributes:
+        dry: steps recorded after a dry body.
+        last_dry: the last such step (-1: none yet).
+        listeners: called with the step, after each dry body.
+    """
+
+    def __init__(self, core: Core) -> None:
+        self._pending = core.pending
+        self.dry = 0
+        self.last_dry = -1
+        self.listeners: list[Callable[[int], None]] = []
+
+    def on_record(self, step: int, event: Event | None, now: float) -> None:
+        pending = self._pending
+        if event is not None and len(pending) >= 2 and pending[-2].query():  # a query, never a sync
+            self.dry += 1
+            self.last_dry = step
+            for listener in self.listeners:
+                listener(step)
+
+
+class DepthController:
+    """A part that finds the depth a loop needs: starts at 2, raises it by one when the device runs dry.
+
+    A *strike* is a dry loop body (see :class:`BodyIdle`) after the host has
+    waited on the device at least once since the previous dry body: the host
+    both waits for the device and lets it run dry, which a deeper queue
+    fixes. Two strikes within 64 steps raise the depth by one, never above
+    ``max_depth`` and never while the memory budget has held the host back
+    since the last change (then memory, not depth, is the bound). The depth
+    never shrinks. Waits in ``drain()`` are not counted. Deterministic: it
+    reads only the core's counters and event queries.
+
+    Args:
+        core: the throttle's core; its depth is set to ``min(2, max_depth)`` now.
+        idle: the :class:`BodyIdle` part of the same throttle.
+        max_depth: the highest depth it may choose.
+        budget: the memory budget part, if any.
+
+    Attributes:
+        changes: ``(step, depth)`` for the start and every change: the depth
+            applies from the hand-out of ``step`` on.
+    """
+
+    def __init__(self, core: Core, idle: BodyIdle, max_depth: int, budget: MemoryBudget | None = None) -> None:
+        self.core, self.max_depth, self.budget = core, max_depth, budget
+        start = min(AUTO_START, max_depth)
+        core.set_depth(start)
+        self.changes: list[tuple[int, int]] = [(core.steps, start)]
+        self._waited = False  # the host waited since the last dry body
+        self._strikes: list[int] = []  # steps of recent strikes since the last change
+        self._budget_waits = budget.waits if budget is not None else 0
+        idle.listeners.append(self._dry)
+        core.subscribe(self)
+
+    def on_wait(self, step: int, start: float, seconds: float) -> None:
+        if not self.core.draining:
+            self._waited = True
+
+    def _dry(self, step: int) -> None:
+        """The device ran dry during ``step``'s body."""
+        waited, self._waited = self._waited, False
+        depth = self.core.depth
+        if not waited or depth is None or depth >= self.max_depth:
+            return
+        strikes = [s for s in self._strikes if step - s < _WINDOW]
+        strikes.append(step)
+        self._strikes = strikes
+        if len(strikes) < _STRIKES:
+            return
+        budget = self.budget
+        if budget is not None and budget.waits > self._budget_waits:  # memory is the bound: do not go deeper
+            self._budget_waits = budget.waits
+            self._strikes = []
+            return
+        self._raise(step + 1, depth + 1)
+
+    def _raise(self, step: int, depth: int) -> None:
+        self.core.set_depth(depth)
+        self.changes.append((step, depth))
+        self._strikes = []
+        if self.budget is not None:
+            self._budget_waits = self.budget.waits
+        _log.debug("asyncthrottle: depth='auto' raised the depth to %d from step %d", depth, step)
