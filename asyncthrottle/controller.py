@@ -65,12 +65,17 @@ class BodyIdle:
 class DepthController:
     """A part that finds the depth a loop needs: starts at 2, raises it by one when the device runs dry.
 
-    A *strike* is a dry loop body (see :class:`BodyIdle`) after the host has
-    waited on the device at least once since the previous dry body: the host
-    both waits for the device and lets it run dry, which a deeper queue
-    fixes. Two strikes within 64 steps raise the depth by one, never above
-    ``max_depth`` and never while the memory budget has held the host back
-    since the last change (then memory, not depth, is the bound). The depth
+    A *strike* is a dry loop body (see :class:`BodyIdle`) of a step handed
+    out with the queue full (``depth - 1`` steps in flight: the depth was the
+    bound), after the host has waited on the device at least once since the
+    previous dry body: the host both waits for the device and lets it run
+    dry, which a deeper queue fixes (a sync inside the body, which a deeper
+    queue cannot fix, keeps the queue short and makes no strikes). Two
+    strikes within 64 steps raise the depth by one, never above
+    ``max_depth``, never while the memory budget has held the host back
+    since the last change (then memory, not depth, is the bound), and never
+    when the budget's readings at hand-outs, extrapolated by one more step,
+    say the deeper queue would not fit (:meth:`MemoryBudget.room_for`). The depth
     never shrinks. Waits in ``drain()`` are not counted. Deterministic: it
     reads only the core's counters and event queries.
 
@@ -91,6 +96,7 @@ class DepthController:
         core.set_depth(start)
         self.changes: list[tuple[int, int]] = [(core.steps, start)]
         self._waited = False  # the host waited since the last dry body
+        self._full = -1  # the last step handed out with the queue full
         self._strikes: list[int] = []  # steps of recent strikes since the last change
         self._budget_waits = budget.waits if budget is not None else 0
         idle.listeners.append(self._dry)
@@ -100,11 +106,16 @@ class DepthController:
         if not self.core.draining:
             self._waited = True
 
+    def on_handout(self, step: int, in_flight: int, now: float) -> None:
+        depth = self.core.depth
+        if depth is not None and in_flight >= depth - 1:
+            self._full = step
+
     def _dry(self, step: int) -> None:
         """The device ran dry during ``step``'s body."""
         waited, self._waited = self._waited, False
         depth = self.core.depth
-        if not waited or depth is None or depth >= self.max_depth:
+        if not waited or self._full != step or depth is None or depth >= self.max_depth:
             return
         strikes = [s for s in self._strikes if step - s < _WINDOW]
         strikes.append(step)
@@ -112,8 +123,8 @@ class DepthController:
         if len(strikes) < _STRIKES:
             return
         budget = self.budget
-        if budget is not None and budget.waits > self._budget_waits:  # memory is the bound: do not go deeper
-            self._budget_waits = budget.waits
+        if budget is not None and (budget.waits > self._budget_waits or not budget.room_for(depth)):
+            self._budget_waits = budget.waits  # memory is (or would be) the bound: do not go deeper
             self._strikes = []
             return
         self._raise(step + 1, depth + 1)

@@ -52,6 +52,7 @@ class MemoryBudget:
         self.waits = 0
         self.peak: int | None = None
         self.last: int | None = None
+        self.at: dict[int, int] = {}  # steps in flight at a hand-out -> the latest reading there
         self._fresh = False  # `last` was read for the hand-out under way
 
     def read(self) -> int:
@@ -66,17 +67,31 @@ class MemoryBudget:
 
     def holds(self) -> bool:
         """Before a hand-out, with steps in flight: over the budget means wait for the oldest."""
-        self._fresh = True
-        if self.read() > self.max_memory:
+        over = self.read() > self.max_memory
+        self._fresh = not over  # after a wait, the hand-out's reading is taken afresh
+        if over:
             self.waits += 1
-            return True
-        return False
+        return over
 
     def on_handout(self, step: int, in_flight: int, now: float) -> None:
         reading = self.last if self._fresh and self.last is not None else self.read()
         self._fresh = False
+        self.at[in_flight] = reading
         if self.peak is None or reading > self.peak:
             self.peak = reading
+
+
+    def room_for(self, in_flight: int) -> bool:
+        """Whether hand-outs with ``in_flight`` steps in flight are likely to fit in the budget.
+
+        Extrapolates the readings at ``in_flight - 1`` and ``in_flight - 2``
+        steps by one more step's growth; True when there are not two readings
+        to go by (the budget is enforced at each hand-out anyway).
+        """
+        one, two = self.at.get(in_flight - 1), self.at.get(in_flight - 2)
+        if one is None or two is None:
+            return True
+        return one + max(0, one - two) <= self.max_memory
 
 
 def rss_bytes() -> int:
