@@ -105,20 +105,22 @@ def rss_bytes() -> int:
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
-def pinned_in_use(stats: dict[str, Any]) -> int:
+def pinned_in_use(stats: dict[str, Any], which: str = "current") -> int:
     """Pinned host bytes in use from ``torch.cuda.host_memory_stats()`` (flat) or its nested form.
+
+    ``which`` is ``"current"`` or ``"peak"``.
 
     torch >= 2.10 names blocks checked out to callers ``active_bytes`` (its
     ``allocated_bytes`` counts cached blocks too); torch 2.7--2.9 named them
     ``allocated_bytes`` (beside ``reserved_bytes``). Absent keys give 0.
     """
     for key in ("active_bytes", "allocated_bytes"):
-        flat = stats.get(f"{key}.current")
+        flat = stats.get(f"{key}.{which}")
         if flat is not None:
             return int(flat)
         nested = stats.get(key)
-        if isinstance(nested, dict) and "current" in nested:
-            return int(nested["current"])
+        if isinstance(nested, dict) and which in nested:
+            return int(nested[which])
     return 0
 
 

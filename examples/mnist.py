@@ -3,6 +3,7 @@
     python examples/mnist.py                     # auto-detects the device and the data
     python examples/mnist.py --depth 1           # the seed's advice: sync once per minibatch
     python examples/mnist.py --depth none        # no throttling (tracking only)
+    python examples/mnist.py --depth auto        # start at 2, go deeper when the device runs dry
     python examples/mnist.py --data synthetic --max-steps 100
 
 The loss is logged every step without a single ``.item()`` in the loop:
@@ -31,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _mnist_common wh
 from _mnist_common import Net, add_training_options, evaluate, load_data, resolve_device
 
 import asyncthrottle as at
+from asyncthrottle.memory import pinned_in_use
 
 CPU_MAX_STEPS = 200  # default steps per epoch without an accelerator: the run stays around a minute
 
@@ -92,6 +94,8 @@ def train(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
             f"test accuracy {correct}/{total} = {correct / total:.1%}"
         )
     log(thr.summary())
+    if device.type == "cuda":  # the pinned memory of queued batches: what the depth bounds on the host
+        log(f"peak pinned host memory in use: {pinned_in_use(torch.cuda.host_memory_stats(), 'peak') / 2**20:.1f} MiB")
     return {"losses": losses, "accuracies": accuracies, "stats": thr.stats, "data": data.source}
 
 

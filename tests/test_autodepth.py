@@ -228,3 +228,20 @@ def test_bad_auto_options_name_the_argument_and_the_fix(options: dict[str, Any],
     depth = options.pop("depth")
     with pytest.raises(error, match=match):
         dev.throttle(depth, **options)
+
+
+@pytest.mark.slow
+def test_mnist_example_takes_depth_auto() -> None:
+    pytest.importorskip("torch")
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+    mnist = pytest.importorskip("mnist")
+    args = mnist.parse_args(["--depth", "auto", "--data", "synthetic", "--device", "cpu", "--no-progress",
+                             "--max-steps", "8", "--epochs", "1", "--batch-size", "32"])
+    assert args.depth == "auto"
+    lines: list[str] = []
+    result = mnist.train(args, log=lines.append)
+    assert result["stats"].steps == 8 and result["stats"].depth_changes == ((0, 2),)
+    assert any("depth=auto" in line for line in lines)

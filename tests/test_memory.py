@@ -182,6 +182,11 @@ def test_pinned_in_use_reads_every_torch_versions_keys(stats: dict[str, Any], ex
     assert mem.pinned_in_use(stats) == expected
 
 
+def test_pinned_peak() -> None:
+    assert mem.pinned_in_use({"active_bytes.current": 1, "active_bytes.peak": 8}, "peak") == 8
+    assert mem.pinned_in_use({"allocated_bytes": {"current": 1, "peak": 5}}, "peak") == 5
+
+
 def test_cuda_probe_adds_pinned_host_memory_and_reserved_device_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     torch = pytest.importorskip("torch")
     calls: list[Any] = []
