@@ -43,13 +43,16 @@ class MemoryBudget:
 
     Attributes:
         waits: times the budget made the host wait for the oldest step.
+        over: hand-outs at which the probe still reported more than the
+            budget (only possible with nothing in flight: the budget is below
+            what the loop holds without any queued step).
         peak: the most bytes the probe reported at a hand-out (None before the first).
         last: the latest reading.
     """
 
     def __init__(self, max_memory: int, probe: MemoryProbe) -> None:
         self.max_memory, self.probe = max_memory, probe
-        self.waits = 0
+        self.waits = self.over = 0
         self.peak: int | None = None
         self.last: int | None = None
         self.at: dict[int, int] = {}  # steps in flight at a hand-out -> the latest reading there
@@ -77,6 +80,8 @@ class MemoryBudget:
         reading = self.last if self._fresh and self.last is not None else self.read()
         self._fresh = False
         self.at[in_flight] = reading
+        if reading > self.max_memory:
+            self.over += 1
         if self.peak is None or reading > self.peak:
             self.peak = reading
 

@@ -70,6 +70,9 @@ class Stats:
         max_memory, memory_peak: the ``max_memory`` budget and the most bytes
             its probe reported at a hand-out (None without a budget).
         memory_waits: times the budget made the host wait.
+        memory_over: hand-outs at which the probe was over the budget (only
+            with nothing in flight: the loop holds more than the budget without
+            any queued step).
 
     Host times count only inside passes: from a wrapped loop's first
     ``next()`` to its end (or ``break``), and for ``step()``/``mark()`` loops
@@ -104,6 +107,7 @@ class Stats:
     max_memory: int | None = None
     memory_peak: int | None = None
     memory_waits: int = 0
+    memory_over: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """A flat dict of numbers and strings for TensorBoard, W&B or any logger (None values dropped)."""
@@ -142,7 +146,7 @@ class Stats:
             peak = "-" if self.memory_peak is None else f"{self.memory_peak / 2**20:,.1f} MiB"
             lines.append(
                 f"  memory: budget {self.max_memory / 2**20:,.1f} MiB, peak at a hand-out {peak}, "
-                f"{self.memory_waits} waits for it"
+                f"{self.memory_waits} waits for it, {self.memory_over} hand-outs over it with nothing in flight"
             )
         lines.append(f"  verdict: {self.verdict} -- {_ADVICE[self.verdict]}")
         return "\n".join(lines)

@@ -233,6 +233,7 @@ class Throttle:
             max_memory=budget.max_memory if budget is not None else None,
             memory_peak=budget.peak if budget is not None else None,
             memory_waits=budget.waits if budget is not None else 0,
+            memory_over=budget.over if budget is not None else 0,
             **device,
         )
 

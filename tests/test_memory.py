@@ -49,6 +49,7 @@ def test_the_probe_never_exceeds_the_budget_at_a_hand_out(depth: int | None, loo
     assert max(n for n, _ in probe.handouts) == 2  # 2 x 100 MiB fit, a third would not
     stats = thr.stats
     assert stats.memory_peak == 200 * MiB and stats.max_memory == 250 * MiB and stats.memory_waits > 0
+    assert stats.memory_over == 0
     assert stats.max_in_flight == 3  # two at the hand-out, plus the step being recorded
     assert "memory: budget 250.0 MiB, peak at a hand-out 200.0 MiB" in thr.summary()
 
@@ -93,7 +94,8 @@ def test_a_step_goes_when_nothing_is_in_flight_even_over_budget() -> None:
     thr = dev.throttle(4, max_memory=MiB, memory=lambda: 10 * MiB)  # always over: no deadlock, depth 1 in effect
     drive(thr, "device-bound", 20, host=dev.host, launch=dev.launch)
     stats = thr.stats
-    assert stats.steps == 20 and stats.memory_peak == 10 * MiB
+    assert stats.steps == 20 and stats.memory_peak == 10 * MiB and stats.memory_over == 20
+    assert "20 hand-outs over it with nothing in flight" in thr.summary()
     assert stats.in_flight_histogram[0] == 20  # every hand-out waited for everything
 
 
@@ -223,3 +225,15 @@ def test_jax_on_the_cpu_needs_a_probe_and_runs_with_one() -> None:
     for _ in thr.wrap(range(5)):
         x = x + 1
     assert thr.stats.steps == 5 and thr.stats.memory_waits >= 1 and float(x[0]) == 6.0
+
+
+@pytest.mark.jax
+def test_jax_memory_benchmark_measures_a_budgeted_mode() -> None:
+    pytest.importorskip("jax")
+    from asyncthrottle.bench.jax_memory import measure_mode
+
+    row = measure_mode("8+mem", steps=6, mib=1, budget_mib=64)
+    assert row["mode"] == "8+mem" and row["final_depth"] == 8 and row["budget_mib"] == 64
+    assert row["steps_per_s"] > 0 and "probe_peak_growth_mib" in row and row["memory_waits"] >= 0
+    auto = measure_mode("auto", steps=6, mib=1)
+    assert auto["final_depth"] in (2, 3) and "budget_mib" not in auto

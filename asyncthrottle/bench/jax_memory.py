@@ -38,7 +38,7 @@ def _rss_mib(field: str) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # not Linux: peak only
 
 
-def measure_mode(mode: str, steps: int, mib: int, budget_mib: int = 64) -> dict[str, Any]:
+def measure_mode(mode: str, steps: int, mib: int, budget_mib: int = 256) -> dict[str, Any]:
     """Run the loop in this process under ``mode`` and measure it.
 
     ``mode`` is "unthrottled", a depth, "auto", or "8+mem"/"auto+mem" (a
@@ -88,10 +88,11 @@ def measure_mode(mode: str, steps: int, mib: int, budget_mib: int = 64) -> dict[
             row["budget_mib"] = budget_mib
             row["probe_peak_growth_mib"] = (stats.memory_peak or 0) / 2**20 - before
             row["memory_waits"] = stats.memory_waits
+            row["over_budget_handouts"] = stats.memory_over  # all with nothing in flight
     return row
 
 
-def _run_child(mode: str, steps: int, mib: int, budget_mib: int = 64) -> dict[str, Any]:
+def _run_child(mode: str, steps: int, mib: int, budget_mib: int = 256) -> dict[str, Any]:
     child = ["--child", mode, "--steps", str(steps), "--mib", str(mib), "--budget-mib", str(budget_mib)]
     argv = [sys.executable, "-m", "asyncthrottle.bench.jax_memory", *child]
     result = subprocess.run(argv, capture_output=True, text=True)
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mib", type=int, default=16, help="MiB per batch and per output (default 16)")
     parser.add_argument("--modes", default=",".join(MODES),
                         help=f"comma-separated, from {','.join(MODES + EXTRA_MODES)} (default {','.join(MODES)})")
-    parser.add_argument("--budget-mib", type=int, default=64, help="max_memory above the loop's start, MiB (64)")
+    parser.add_argument("--budget-mib", type=int, default=256, help="max_memory above the loop's start, MiB (256)")
     parser.add_argument("--repeat", type=int, default=1, help="fresh processes per mode; medians (min-max) if > 1")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--child", choices=MODES + EXTRA_MODES, help=argparse.SUPPRESS)
@@ -151,7 +152,8 @@ def _repeated(modes: list[str], args: argparse.Namespace) -> int:
         return 0
     print(f"JAX {args.mib} MiB batch + {args.mib} MiB output per step, {args.steps} steps, one process per run, "
           f"median (min-max) of {args.repeat}; budgets: RSS before the loop + {args.budget_mib} MiB")
-    print(f"{'mode':<12} {'steps/s':>20} {'growth MiB':>18} {'probe peak MiB':>15} {'max in flight':>14} {'depth':>6}")
+    print(f"{'mode':<12} {'steps/s':>20} {'growth MiB':>18} {'probe peak MiB':>15} {'max in flight':>14} {'depth':>6}"
+          f" {'over budget':>12}")
     for mode, rows in runs.items():
         def cell(key: str, fmt: str, rows: list[dict[str, Any]] = rows) -> str:
             values = [r[key] for r in rows if key in r]
@@ -162,7 +164,8 @@ def _repeated(modes: list[str], args: argparse.Namespace) -> int:
         label = mode if mode in ("unthrottled", "auto", "8+mem", "auto+mem") else f"depth {mode}"
         depths = sorted({str(r.get("final_depth", "-")) for r in rows})
         print(f"{label:<12} {cell('steps_per_s', '.1f'):>20} {cell('growth_mib', '.0f'):>18} "
-              f"{cell('probe_peak_growth_mib', '.0f'):>15} {cell('max_in_flight', '.0f'):>14} {'/'.join(depths):>6}")
+              f"{cell('probe_peak_growth_mib', '.0f'):>15} {cell('max_in_flight', '.0f'):>14} {'/'.join(depths):>6}"
+              f" {cell('over_budget_handouts', '.0f'):>12}")
     return 0
 
 
