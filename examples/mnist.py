@@ -32,7 +32,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _mnist_common wh
 from _mnist_common import Net, add_training_options, evaluate, load_data, resolve_device
 
 import asyncthrottle as at
-from asyncthrottle.memory import pinned_in_use
 
 CPU_MAX_STEPS = 200  # default steps per epoch without an accelerator: the run stays around a minute
 
@@ -95,6 +94,8 @@ def train(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
         )
     log(thr.summary())
     if device.type == "cuda":  # the pinned memory of queued batches: what the depth bounds on the host
+        from asyncthrottle.memory import pinned_in_use
+
         log(f"peak pinned host memory in use: {pinned_in_use(torch.cuda.host_memory_stats(), 'peak') / 2**20:.1f} MiB")
     return {"losses": losses, "accuracies": accuracies, "stats": thr.stats, "data": data.source}
 

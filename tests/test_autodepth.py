@@ -269,3 +269,24 @@ def test_benchmark_refuses_bad_options(argv: list[str], message: str, capsys: py
     with pytest.raises(SystemExit):
         main(argv)
     assert message in capsys.readouterr().err
+
+
+def test_a_second_thread_cannot_drive_an_auto_throttle_mid_loop() -> None:
+    dev = FakeDevice()
+    thr = dev.throttle("auto")
+    errors: list[BaseException] = []
+
+    def intrude() -> None:
+        try:
+            thr.begin_step()
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    for step in thr.wrap(range(30)):
+        dev.host(host_seconds("hiccup", step))
+        dev.launch(0.010)
+        if step == 12:
+            other = threading.Thread(target=intrude)
+            other.start()
+            other.join()
+    assert len(errors) == 1 and thr.depth == 4 and thr.stats.steps == 30

@@ -27,7 +27,7 @@ from typing import Any
 __all__ = ["main", "measure_mode"]
 
 MODES = ("unthrottled", "1", "2", "4")
-EXTRA_MODES = ("auto", "8+mem", "auto+mem")  # depth="auto", and max_memory at depth 8 or auto
+EXTRA_MODES = ("8", "auto", "8+mem", "auto+mem")  # depth 8; depth="auto"; max_memory at depth 8 or auto
 
 
 def _rss_mib(field: str) -> float:
