@@ -290,3 +290,14 @@ def test_a_second_thread_cannot_drive_an_auto_throttle_mid_loop() -> None:
             other.start()
             other.join()
     assert len(errors) == 1 and thr.depth == 4 and thr.stats.steps == 30
+
+
+def test_a_long_hiccup_ramps_auto_to_max_depth_one_step_per_two_dry_bodies() -> None:
+    dev = FakeDevice()
+    thr = dev.throttle("auto")
+    for step in thr.wrap(range(200)):
+        dev.host(0.060 if step % 8 == 7 else 0.002)  # needs about 7 steps queued
+        dev.launch(0.010)
+    changes = thr.stats.depth_changes
+    assert [depth for _, depth in changes] == [2, 3, 4, 5, 6, 7, 8] and thr.stats.max_in_flight == 8
+    assert [step for step, _ in changes][1:] == [16, 32, 48, 64, 80, 96]  # every second hiccup
