@@ -12,10 +12,11 @@ budget cannot be met by waiting).
 Default probes (``memory=None``), read once per hand-out and after each wait:
 
 * CUDA: pinned host memory in use (``torch.cuda.host_memory_stats()``:
-  ``active_bytes.current`` since torch 2.10, ``allocated_bytes.current`` in
-  2.7--2.9, where it meant the same; 0 before 2.7 or before CUDA is
-  initialised) plus the device's reserved memory (``memory_reserved``, which
-  the caching allocator keeps once grown: a budget must leave room for it).
+  ``active_bytes.current`` in recent torch -- 2.14 here --,
+  ``allocated_bytes.current`` in the first versions of these stats, where it
+  meant the same; 0 without them or before CUDA is initialised) plus the
+  device's reserved memory (``memory_reserved``, which the caching allocator
+  keeps once grown: a budget must leave room for it).
 * JAX: the device's ``memory_stats()["bytes_in_use"]``; backends that report
   nothing (the CPU) need ``memory=``, e.g. :func:`rss_bytes`.
 * The CPU (synchronous): none; nothing is ever in flight there.
@@ -115,9 +116,11 @@ def pinned_in_use(stats: dict[str, Any], which: str = "current") -> int:
 
     ``which`` is ``"current"`` or ``"peak"``.
 
-    torch >= 2.10 names blocks checked out to callers ``active_bytes`` (its
-    ``allocated_bytes`` counts cached blocks too); torch 2.7--2.9 named them
-    ``allocated_bytes`` (beside ``reserved_bytes``). Absent keys give 0.
+    Recent torch (after pytorch/pytorch#164412, about 2.10; 2.14 here) names
+    blocks checked out to callers ``active_bytes`` (its ``allocated_bytes``
+    counts cached blocks too); the first versions of these stats
+    (pytorch/pytorch#147660, torch 2.7) named them ``allocated_bytes``, beside
+    ``reserved_bytes``. Absent keys give 0.
     """
     for key in ("active_bytes", "allocated_bytes"):
         flat = stats.get(f"{key}.{which}")
