@@ -13,8 +13,8 @@ from .waits import WaitStrategy
 __all__ = ["Core", "Subscriber"]
 
 _HISTOGRAM_BUCKETS = 64  # in-flight histogram size when depth is None
-_HOOKS = ("before_record", "on_record", "on_fetch", "holds", "on_handout", "on_idle", "on_retire", "on_wait_begin",
-          "on_wait")
+_HOOKS = ("before_record", "on_record", "on_dry", "on_fetch", "holds", "on_handout", "on_idle", "on_retire",
+          "on_wait_begin", "on_wait")
 
 
 class Subscriber:
@@ -32,6 +32,9 @@ class Subscriber:
 
     def on_record(self, step: int, event: Event | None, now: float) -> None:
         """``step``'s event was recorded at host time ``now`` (None on a synchronous backend)."""
+
+    def on_dry(self, step: int) -> None:
+        """The device ran dry during ``step``'s loop body (see ``Core.dry``)."""
 
     def on_fetch(self, step: int, start: float, seconds: float) -> None:
         """The host took ``step``'s batch from the source (the wrapper), or waited between steps (``begin_step``)."""
@@ -62,6 +65,14 @@ class Subscriber:
 class Core:
     """Steps in flight and the rule that bounds them; knows devices only as events.
 
+    Besides the rule, the core counts what it sees on the way: waits, hand-outs
+    by steps in flight (``histogram``), hand-outs with nothing queued
+    (``starved``), and loop bodies during which the device ran dry (``dry``):
+    at the record of step ``n``, step ``n - 1`` is still queued (it was
+    unfinished at ``n``'s hand-out, or it would have been retired there) and
+    its event already reports completion -- idle that opened inside the body,
+    where no hand-out sees it. That costs one ``query()`` per step, never a sync.
+
     Only the loop's thread calls the mutating methods (the Throttle enforces
     it). Counters are written by that thread alone; other threads may read
     them, and copy ``pending`` (a C-level copy, atomic under the GIL).
@@ -85,7 +96,8 @@ class Core:
         self.new_event, self.wait_strategy, self.timeout, self.clock = new_event, wait, timeout, clock
         self.pending: deque[Event] = deque()
         self.steps = self.completed = 0
-        self.waits = self.starved = self.max_in_flight = 0
+        self.waits = self.starved = self.max_in_flight = self.dry = 0
+        self.last_dry = -1  # the last step recorded after a dry body
         self.wait_s = 0.0
         self.draining = False  # drain() is waiting
         self.histogram = [0]
@@ -97,6 +109,7 @@ class Core:
         self.special_event: Callable[[int], Event] | None = None
         self.before_record: list[Callable[..., Any]] = []
         self.on_record: list[Callable[..., Any]] = []
+        self.on_dry: list[Callable[..., Any]] = []
         self.on_fetch: list[Callable[..., Any]] = []
         self.holds: list[Callable[[], bool]] = []
         self.on_handout: list[Callable[..., Any]] = []
@@ -153,8 +166,14 @@ class Core:
         pending = self.pending
         pending.append(event)
         self.steps = step + 1
-        if len(pending) > self.max_in_flight:
-            self.max_in_flight = len(pending)
+        queued = len(pending)
+        if queued > self.max_in_flight:
+            self.max_in_flight = queued
+        if queued > 1 and pending[-2].query():  # the device ran dry in this body (a query, never a sync)
+            self.dry += 1
+            self.last_dry = step
+            for hook in self.on_dry:
+                hook(step)
         for hook in self.on_record:
             hook(step, event, now)
         return step

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["check_depth", "check_sample_every", "check_timeout"]
+__all__ = ["DEFAULT_MAX_DEPTH", "check_auto", "check_depth", "check_sample_every", "check_timeout"]
+
+DEFAULT_MAX_DEPTH = 8  # depth="auto" never goes deeper unless told
 
 
 def check_depth(depth: object) -> int | None:
@@ -33,3 +35,23 @@ def check_sample_every(sample_every: object) -> int | None:
     if isinstance(sample_every, bool) or not isinstance(sample_every, int) or sample_every < 1:
         raise ValueError(f"sample_every must be an int >= 1 (time every k-th step) or None, got {sample_every!r}")
     return sample_every
+
+
+def check_auto(depth: object, max_depth: object) -> int | None:
+    """``depth="auto"``: its ``max_depth`` (default 8); a fixed depth: None, and ``max_depth`` must be absent."""
+    if isinstance(depth, str):
+        if depth.strip().lower() == "auto" and depth != "auto":
+            raise ValueError(f"depth={depth!r}: write it depth='auto' (lower case, no spaces)")
+        if depth != "auto":
+            raise TypeError(f"depth must be an int >= 1, None or 'auto', got {depth!r} (str)")
+        if max_depth is None:
+            return DEFAULT_MAX_DEPTH
+        if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1:
+            raise ValueError(f"max_depth must be an int >= 1 (the deepest depth='auto' may go), got {max_depth!r}")
+        return max_depth
+    if max_depth is not None:
+        raise ValueError(
+            f"max_depth={max_depth!r} applies to depth='auto' only, but depth={depth!r}; "
+            "drop max_depth, or pass depth='auto'"
+        )
+    return None

@@ -11,11 +11,12 @@ __all__ = ["Stats", "verdict"]
 _WAITS = 0.10  # the host waits on the device for at least this share of the loop
 _STARVED = 0.5  # at least this share of steps start with nothing queued on the device
 _DOMINANT = 0.5  # fetching (or the loop body) takes at least this share of the loop
+_DRY = 0.1  # at least this share of steps let the device run dry inside the loop body
 
 _ADVICE = {
     "device-bound": "the device is the bottleneck, as it should be: throughput is the device's",
-    "depth-bound": "each wait empties the device's queue, so it starves while the host prepares the next step: "
-    "try a larger depth",
+    "depth-bound": "the device's queue runs empty (at hand-outs, or during slow loop bodies), so it starves "
+    "while the host prepares the next step: try a larger depth, or depth='auto'",
     "input-bound": "the host spends its time taking batches from the source: look at DataLoader num_workers, "
     "pin_memory, prefetch_factor and the dataset's transforms",
     "host-bound": "the host spends its time in the loop body (Python and kernel launches): try bigger batches, "
@@ -61,6 +62,17 @@ class Stats:
         idle_fraction: ``device_idle_s / (device_busy_s + device_idle_s)``.
         device_ms_mean, device_ms_p50, device_ms_p90: device ms per step (recent samples).
         verdict: what limits the loop; see :func:`verdict`.
+        depth: the depth in force (under ``depth="auto"``, its current choice).
+        depth_changes: under ``depth="auto"``, ``(step, depth)`` for its start
+            and each change (the depth applies from that step's hand-out).
+        dry_fraction: share of steps during whose loop body the device ran dry
+            (the previous step, queued at the hand-out, was complete at the record).
+        max_memory, memory_peak: the ``max_memory`` budget and the most bytes
+            its probe reported at a hand-out (None without a budget).
+        memory_waits: times the budget made the host wait.
+        memory_over: hand-outs at which the probe was over the budget (only
+            with nothing in flight: the loop holds more than the budget without
+            any queued step).
 
     Host times count only inside passes: from a wrapped loop's first
     ``next()`` to its end (or ``break``), and for ``step()``/``mark()`` loops
@@ -89,6 +101,13 @@ class Stats:
     device_ms_p50: float | None = None
     device_ms_p90: float | None = None
     verdict: str = "unknown"
+    depth: int | None = None
+    depth_changes: tuple[tuple[int, int], ...] = ()
+    dry_fraction: float = 0.0
+    max_memory: int | None = None
+    memory_peak: int | None = None
+    memory_waits: int = 0
+    memory_over: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """A flat dict of numbers and strings for TensorBoard, W&B or any logger (None values dropped)."""
@@ -97,6 +116,8 @@ class Stats:
             value = getattr(self, field.name)
             if field.name == "in_flight_histogram":
                 flat.update({f"in_flight_hist_{k}": count for k, count in enumerate(value)})
+            elif field.name == "depth_changes":
+                flat[field.name] = max(0, len(value) - 1)  # how many times depth='auto' raised the depth
             elif value is not None:
                 flat[field.name] = value
         return flat
@@ -118,6 +139,15 @@ class Stats:
             )
         else:
             lines.append("  device: not timed (synchronous backend, events without elapsed_time, or no samples yet)")
+        if self.depth_changes:
+            path = " -> ".join(f"{depth} (step {step})" for step, depth in self.depth_changes)
+            lines.append(f"  depth: auto, {path}; device ran dry in {self.dry_fraction:.0%} of loop bodies")
+        if self.max_memory is not None:
+            peak = "-" if self.memory_peak is None else f"{self.memory_peak / 2**20:,.1f} MiB"
+            lines.append(
+                f"  memory: budget {self.max_memory / 2**20:,.1f} MiB, peak at a hand-out {peak}, "
+                f"{self.memory_waits} waits for it, {self.memory_over} hand-outs over it with nothing in flight"
+            )
         lines.append(f"  verdict: {self.verdict} -- {_ADVICE[self.verdict]}")
         return "\n".join(lines)
 
@@ -134,13 +164,16 @@ def verdict(
     starved_fraction: float,
     *,
     synchronous: bool = False,
+    dry_fraction: float = 0.0,
 ) -> str:
     """What limits a loop, from host-side facts only.
 
     * ``"device-bound"``: the host waits (>= 10 % of wall time) and the device
       had work queued at most hand-outs;
     * ``"depth-bound"``: the host waits, but at least half the steps start
-      with nothing queued -- each wait empties the queue;
+      with nothing queued -- each wait empties the queue -- or the device ran
+      dry inside at least 10 % of the loop bodies (``dry_fraction``: a slow
+      body every few steps outlasts the queue);
     * ``"input-bound"``: the host rarely waits and fetching takes >= 50 %;
     * ``"host-bound"``: the host rarely waits and the loop body takes >= 50 %;
     * ``"balanced"`` otherwise (``"unknown"`` before the first steps);
@@ -152,7 +185,7 @@ def verdict(
     if synchronous:
         return "input-bound" if fetch_fraction >= _DOMINANT else "synchronous"
     if wait_fraction >= _WAITS:
-        return "depth-bound" if starved_fraction >= _STARVED else "device-bound"
+        return "depth-bound" if starved_fraction >= _STARVED or dry_fraction >= _DRY else "device-bound"
     if fetch_fraction >= _DOMINANT:
         return "input-bound"
     if body_fraction >= _DOMINANT:

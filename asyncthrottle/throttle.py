@@ -9,12 +9,14 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .completions import Completions, OnComplete
+from .controller import DepthController
 from .core import Core
 from .deferred import Deferred
 from .devices import device_kind, resolve_events
 from .errors import ThrottleTimeout
 from .events import EventFactory
-from .options import check_depth, check_sample_every, check_timeout
+from .memory import resolve_budget
+from .options import check_auto, check_depth, check_sample_every, check_timeout
 from .ownership import Ownership
 from .profiling import NvtxRanges, ProfilerRanges, nvtx_module
 from .stats import Stats, verdict
@@ -64,7 +66,10 @@ class Throttle:
         (3, 4)
 
     Args:
-        depth: steps allowed in flight, an int >= 1, or None to only track.
+        depth: steps allowed in flight, an int >= 1, None to only track, or
+            ``"auto"``: start at 2 and raise it by one each time the device
+            keeps running dry inside the loop body while the host also waits
+            on it (see the README's "depth='auto'" section); it never shrinks.
         device: None auto-detects (an available accelerator, else the CPU);
             ``"cuda"``, ``"cuda:1"``, a ``torch.device``, ``"mps"``, ``"xpu"``,
             ``"jax"``, ``"cpu"``, or any device ``torch.Event`` supports. An
@@ -100,6 +105,15 @@ class Throttle:
             ``record_function`` range ``asyncthrottle.wait`` (or
             ``asyncthrottle.drain``).
         clock: the clock that times the host (tests inject a fake one).
+        max_depth: with ``depth="auto"`` only: the deepest it may go (default 8).
+        max_memory: bytes: before a hand-out, wait for the oldest steps while
+            the memory probe reports more (or until nothing is in flight).
+            Works with any depth; ``depth="auto"`` does not go deeper once it binds.
+        memory: the probe, a zero-argument callable returning the bytes held;
+            None uses the backend's default (CUDA: pinned host memory in use
+            plus the device's reserved memory; JAX: ``memory_stats()``; the
+            CPU and ``events=`` have none: pass one). See
+            :mod:`asyncthrottle.memory`.
 
     Threads: one loop runs in one thread; ``stats``, ``latest``,
     ``in_flight`` and ``Deferred.ready()``/``get()`` are safe from any thread.
@@ -113,7 +127,7 @@ class Throttle:
 
     def __init__(
         self,
-        depth: int | None = 2,
+        depth: int | str | None = 2,
         *,
         device: Any = None,
         events: EventFactory | None = None,
@@ -126,8 +140,12 @@ class Throttle:
         trace: int = 0,
         nvtx: bool = False,
         clock: Callable[[], float] = time.perf_counter,
+        max_depth: int | None = None,
+        max_memory: int | None = None,
+        memory: Callable[[], int] | None = None,
     ) -> None:
-        depth = check_depth(depth)
+        auto_max = check_auto(depth, max_depth)
+        fixed = None if auto_max is not None else check_depth(depth)
         trace = check_trace(trace)
         if not isinstance(nvtx, bool):
             raise TypeError(f"nvtx must be True or False, got {nvtx!r}")
@@ -141,7 +159,12 @@ class Throttle:
         every = check_sample_every(sample_every)
         new_event, timed = self._resolve_events(device, events, streams, strategy.blocking_events, every)
         self._clock = clock
-        self._core = Core(depth, new_event, strategy, self._timeout, clock)
+        self._core = Core(fixed, new_event, strategy, self._timeout, clock)
+        kind = "events" if events is not None else device_kind(device)
+        self._budget = resolve_budget(max_memory, memory, kind, device)
+        if self._budget is not None:
+            self._core.subscribe(self._budget)
+        self._auto = DepthController(self._core, auto_max, self._budget) if auto_max else None
         timing = every is not None and timed is not None
         self._timing = DeviceTiming(self._core, timed, every, trusted=events is None) if timing else None  # type: ignore[arg-type]
         self._values = Completions(self._core, self._wait_for_value)
@@ -151,7 +174,7 @@ class Throttle:
         self._trace = Trace(self._core, trace, clock) if trace else None
         if self._trace is not None and self._timing is not None:
             self._timing.listeners.append(self._trace.on_device_time)
-        self._sync_guard = sync_debug(detect_sync, None if events is not None else device_kind(device))
+        self._sync_guard = sync_debug(detect_sync, None if events is not None else kind)
         self._ownership = Ownership()
         self._pass: weakref.ref[Pass[Any]] | None = None  # the wrapped pass running now (a break drops it)
         self._in_step = False  # begin_step() was called and end_step() not yet
@@ -177,7 +200,7 @@ class Throttle:
 
     @property
     def depth(self) -> int | None:
-        """Steps allowed in flight (None: unbounded, tracking only)."""
+        """Steps allowed in flight now (None: unbounded, tracking only); under ``depth="auto"``, its current choice."""
         return self._core.depth
 
     @property
@@ -212,6 +235,8 @@ class Throttle:
         shares = [x / wall if wall > 0 else 0.0 for x in (wait_s, fetch, body)]
         starved = core.starved / handouts if handouts else 0.0
         device = self._timing.times.fields(completed) if self._timing is not None else {}
+        dry = core.dry / steps if steps else 0.0
+        budget = self._budget
         return Stats(
             steps=steps,
             completed=completed,
@@ -226,7 +251,14 @@ class Throttle:
             steps_per_s=steps / wall if wall > 0 else 0.0,
             starved_fraction=starved,
             in_flight_histogram=histogram,
-            verdict=verdict(steps, shares[0], shares[1], shares[2], starved, synchronous=synchronous),
+            verdict=verdict(steps, shares[0], shares[1], shares[2], starved, synchronous=synchronous, dry_fraction=dry),
+            depth=core.depth,
+            depth_changes=tuple(self._auto.changes) if self._auto is not None else (),
+            dry_fraction=dry,
+            max_memory=budget.max_memory if budget is not None else None,
+            memory_peak=budget.peak if budget is not None else None,
+            memory_waits=budget.waits if budget is not None else 0,
+            memory_over=budget.over if budget is not None else 0,
             **device,
         )
 
@@ -242,7 +274,8 @@ class Throttle:
 
     def __repr__(self) -> str:
         core = self._core
-        return f"Throttle(depth={core.depth}, steps={core.steps}, in_flight<={core.steps - core.completed})"
+        auto = "auto: " if self._auto is not None else ""
+        return f"Throttle(depth={auto}{core.depth}, steps={core.steps}, in_flight<={core.steps - core.completed})"
 
     # -- the loop's entry points --------------------------------------------
 
@@ -460,7 +493,9 @@ class Throttle:
             )
 
 
-def throttle(iterable: Iterable[T], depth: int | None = 2, *, progress: Any = False, **options: Any) -> Throttled[T]:
+def throttle(
+    iterable: Iterable[T], depth: int | str | None = 2, *, progress: Any = False, **options: Any
+) -> Throttled[T]:
     """Iterate ``iterable`` with at most ``depth`` minibatches unfinished on the device.
 
     Example:
@@ -472,7 +507,7 @@ def throttle(iterable: Iterable[T], depth: int | None = 2, *, progress: Any = Fa
 
     Args:
         iterable: the data source, e.g. a ``DataLoader``.
-        depth: steps allowed in flight (an int >= 1, or None to only track).
+        depth: steps allowed in flight (an int >= 1, None to only track, or ``"auto"``).
         progress: False, True (a tqdm bar), a dict of tqdm options (may hold
             ``tqdm_class``), or a tqdm class. The postfix shows steps done on
             the device, in flight, host wait %, device idle % and the latest

@@ -117,16 +117,20 @@ def load_data(kind: str, data_dir: str, seed: int, log: Any = print) -> Data:
 # -- options -------------------------------------------------------------------
 
 
-def parse_depth(text: str) -> int | None:
-    """``--depth``: an int >= 1, or ``none`` (track only, never block)."""
+def parse_depth(text: str) -> int | str | None:
+    """``--depth``: an int >= 1, ``auto`` (the throttle finds it), or ``none`` (track only, never block)."""
     if text.strip().lower() == "none":
         return None
+    if text.strip().lower() == "auto":
+        return "auto"
     try:
         value = int(text)
     except ValueError:
         value = 0
     if value < 1:
-        raise argparse.ArgumentTypeError(f"--depth must be an int >= 1 or 'none', got {text!r}; 2 is a good default")
+        raise argparse.ArgumentTypeError(
+            f"--depth must be an int >= 1, 'auto' or 'none', got {text!r}; 2 is a good default"
+        )
     return value
 
 
@@ -163,7 +167,7 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", choices=("auto", "mnist", "synthetic"), default="auto",
                    help="auto: MNIST if present or downloadable, else synthetic (default)")
     p.add_argument("--data-dir", default="data", help="where MNIST is (or is downloaded to); default ./data")
-    p.add_argument("--depth", type=parse_depth, default=2, help="minibatches in flight: an int >= 1 or 'none'")
+    p.add_argument("--depth", type=parse_depth, default=2, help="minibatches in flight: an int >= 1, 'auto' or 'none'")
     p.add_argument("--epochs", type=positive(int, "epochs"), default=2)
     p.add_argument("--batch-size", type=positive(int, "batch-size"), default=64)
     p.add_argument("--lr", type=positive(float, "lr"), default=0.05, help="SGD learning rate (momentum 0.9)")
@@ -196,7 +200,7 @@ def resolve_device(name: str | None) -> torch.device:
 # -- evaluation ----------------------------------------------------------------
 
 
-def evaluate(model: nn.Module, loader: Any, device: torch.device, depth: int | None) -> tuple[int, int]:
+def evaluate(model: nn.Module, loader: Any, device: torch.device, depth: int | str | None) -> tuple[int, int]:
     """(correct, total) over ``loader``; the counts stay on the device until one read at the end."""
     model.eval()
     correct = torch.zeros((), dtype=torch.int64, device=device)

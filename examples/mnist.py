@@ -3,6 +3,7 @@
     python examples/mnist.py                     # auto-detects the device and the data
     python examples/mnist.py --depth 1           # the seed's advice: sync once per minibatch
     python examples/mnist.py --depth none        # no throttling (tracking only)
+    python examples/mnist.py --depth auto        # start at 2, go deeper when the device runs dry
     python examples/mnist.py --data synthetic --max-steps 100
     python examples/mnist.py --item-every-step   # compare: a .item() sync every step
     python examples/mnist.py --trace trace.json  # then: python -m asyncthrottle plot trace.json
@@ -106,6 +107,10 @@ def train(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
         thr.export_trace(args.trace)
         log(f"trace written to {args.trace}: open it in https://ui.perfetto.dev or chrome://tracing, "
             f"or draw it with python -m asyncthrottle plot {args.trace} -o timeline.png")
+    if device.type == "cuda":  # the pinned memory of queued batches: what the depth bounds on the host
+        from asyncthrottle.memory import pinned_in_use
+
+        log(f"peak pinned host memory in use: {pinned_in_use(torch.cuda.host_memory_stats(), 'peak') / 2**20:.1f} MiB")
     return {"losses": losses, "accuracies": accuracies, "stats": thr.stats, "data": data.source}
 
 

@@ -64,8 +64,8 @@ def test_synthetic_data_is_deterministic_and_mnist_shaped() -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--depth", "0"], "--depth must be an int >= 1 or 'none', got '0'"),
-        (["--depth", "two"], "--depth must be an int >= 1 or 'none', got 'two'"),
+        (["--depth", "0"], "--depth must be an int >= 1, 'auto' or 'none', got '0'"),
+        (["--depth", "two"], "--depth must be an int >= 1, 'auto' or 'none', got 'two'"),
         (["--epochs", "0"], "--epochs must be a int > 0, got '0'"),
         (["--lr", "-0.1"], "--lr must be a float > 0, got '-0.1'"),
         (["--batch-size", "x"], "--batch-size must be a int > 0, got 'x'"),
