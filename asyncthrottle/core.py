@@ -160,8 +160,9 @@ class Core:
                 _notify(self.on_retire, step)
             return step
         event = self.special_event(step) if step == self.special_step else new_event()  # type: ignore[misc]
-        for hook in self.before_record:
-            hook(step, event)
+        if self.before_record:
+            for hook in self.before_record:
+                hook(step, event)
         event.record()  # may raise (CUDA graph capture): then the step is not counted
         pending = self.pending
         pending.append(event)
@@ -174,8 +175,9 @@ class Core:
             self.last_dry = step
             for hook in self.on_dry:
                 hook(step)
-        for hook in self.on_record:
-            hook(step, event, now)
+        if self.on_record:
+            for hook in self.on_record:
+                hook(step, event, now)
         return step
 
     def admit(self) -> int:
@@ -191,8 +193,11 @@ class Core:
             while holds and pending and any(hold() for hold in holds):
                 self.wait_for(self.completed)
                 self.retire()
-            while pending and pending[0].query():  # retire finished steps without blocking
-                self.retire()
+            if pending and pending[0].query():  # retire finished steps without blocking
+                retire = self.retire
+                retire()
+                while pending and pending[0].query():
+                    retire()
             queued = len(pending)
             top = self.top
             self.histogram[queued if queued < top else top] += 1

@@ -91,25 +91,27 @@ class DeviceTiming:
         self.listeners: list[Callable[[int, float, float], None]] = []
         self._previous: tuple[int, Any] | None = None
         self._listening = False  # subscribed to retirements while an end is unread
+        self._idle_hook, self._retire_hook = self.on_idle, self.on_retire  # bound once: cheap to add and remove
         core.special_event, core.special_step = self._end_event, 0
-        core.on_idle.append(self.on_idle)  # step 0 is sampled
+        core.on_idle.append(self._idle_hook)  # step 0 is sampled
 
     def _end_event(self, step: int) -> Event:
         """The event of a step whose end is timed: a timing event (the core asks only at those steps)."""
         every = self.every
         self.core.special_step = step + 1 if step % every or every == 1 else step + every - 1
-        self._read_completed()
         event = self.timed()
-        if not hasattr(event, "elapsed_time"):  # events that cannot be timed at all: no timing, quietly
-            self.disable(None)
-            return event
-        self.trusted = True
+        if not self.trusted:
+            if not hasattr(event, "elapsed_time"):  # events that cannot be timed at all: no timing, quietly
+                self.disable(None)
+                return event
+            self.trusted = True
         self.ends.append((step, event))
-        if (step + 1) % every == 0 and self.on_idle not in self.core.on_idle:
-            self.core.on_idle.append(self.on_idle)  # the next hand-out is a sampled step's
+        core = self.core
+        if (step + 1) % every == 0 and self._idle_hook not in core.on_idle:
+            core.on_idle.append(self._idle_hook)  # the next hand-out is a sampled step's
         if not self._listening:
             self._listening = True
-            self.core.on_retire.append(self.on_retire)
+            core.on_retire.append(self._retire_hook)
         return event
 
     def on_idle(self, step: int) -> None:
@@ -118,10 +120,10 @@ class DeviceTiming:
         Listened to only around a sampled step's hand-out.
         """
         if step % self.every or not self.enabled:
-            self.core.on_idle.remove(self.on_idle)
+            self.core.on_idle.remove(self._idle_hook)
             return
         if self.every > 1:
-            self.core.on_idle.remove(self.on_idle)
+            self.core.on_idle.remove(self._idle_hook)
         if self.trusted:
             marker = self.timed()
             getattr(marker, "record_idle", marker.record)()  # record_idle: see asyncthrottle.jax
@@ -129,11 +131,12 @@ class DeviceTiming:
 
     def on_retire(self, step: int) -> None:
         """Listened to only while a timed end is unread."""
-        if self.ends and self.ends[0][0] == step:
+        ends = self.ends
+        if ends and ends[0][0] == step:
             self._read_completed()
-        if not self.ends and self._listening:
+        if not ends and self._listening:
             self._listening = False
-            self.core.on_retire.remove(self.on_retire)
+            self.core.on_retire.remove(self._retire_hook)
 
     def disable(self, reason: str | None) -> None:
         """Turn device timing off for good (the events cannot be timed); ``reason`` is logged."""
@@ -159,21 +162,23 @@ class DeviceTiming:
                 return
 
     def _read(self, step: int, end: Any) -> None:
-        start = self.starts.pop(step, None)
+        """``step``'s end completed: time it if it is sampled (its start: a marker, or the previous end)."""
         previous = self._previous[1] if self._previous is not None and self._previous[0] == step - 1 else None
-        first = start if start is not None else previous
-        if step % self.every == 0 and first is not None and _complete(first, end, previous):
-            busy = first.elapsed_time(end) / 1000.0
-            idle = previous.elapsed_time(start) / 1000.0 if start is not None and previous is not None else 0.0
-            busy, idle = max(busy, 0.0), max(idle, 0.0)
-            self.times.add(busy, idle)
-            for listener in self.listeners:
-                listener(step, busy, idle)
         self._previous = (step, end)
-        for old in [s for s in self.starts if s < step]:  # markers of steps whose end was never timed
-            del self.starts[old]
-
-
-def _complete(*events: Any) -> bool:
-    """Every event reports completion (queries only; timing is never read from unfinished events)."""
-    return all(event is None or event.query() for event in events)
+        if step % self.every:
+            return  # the end of the step before a sampled one: the sampled step's start
+        starts = self.starts
+        start = starts.pop(step, None)
+        if starts:  # markers of steps whose end was never timed
+            for old in [s for s in starts if s < step]:
+                del starts[old]
+        first = start if start is not None else previous
+        if first is None or not (first.query() and end.query()):  # queries only: never read unfinished events
+            return
+        busy = max(first.elapsed_time(end) / 1000.0, 0.0)
+        idle = 0.0
+        if start is not None and previous is not None and previous.query():
+            idle = max(previous.elapsed_time(start) / 1000.0, 0.0)
+        self.times.add(busy, idle)
+        for listener in self.listeners:
+            listener(step, busy, idle)
