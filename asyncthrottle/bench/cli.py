@@ -91,8 +91,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--depths", type=_int_list, default=[1, 2, 4], help="throttled depths (default 1,2,4)")
     p.add_argument("--scale", type=_positive(float), default=1.0, help="multiply every experiment's step count")
     p.add_argument("--repeat", type=_positive(int), default=1, help="runs per mode; the fastest is kept")
-    p.add_argument("--wait", choices=("poll", "spin", "block", "hybrid"), default="poll",
-                   help="the throttle's wait strategy")
+    p.add_argument("--wait", choices=("poll", "spin", "block", "hybrid"), default="hybrid",
+                   help="the throttle's wait strategy (default: the library's, hybrid)")
     p.add_argument("--sim-cost", type=_sim_cost, action="append", default=[], metavar="NAME=HOST_US:DEVICE_US",
                    help="simulated per-launch host and device microseconds for add, matmul or train")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
