@@ -180,6 +180,30 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no tqdm bar")
 
 
+CPU_MAX_STEPS = 200  # default steps per epoch without an accelerator: a run stays around a minute
+
+
+def step_cap(args: argparse.Namespace, device: torch.device, log: Any = print, cap: int = CPU_MAX_STEPS) -> int | None:
+    """``--max-steps``, or ``cap`` without an accelerator (said once), so CPU runs stay short."""
+    if args.max_steps is not None or device.type != "cpu":
+        return int(args.max_steps) if args.max_steps is not None else None
+    log(f"note: no accelerator here, so each epoch stops after {cap} steps (--max-steps to change)")
+    return cap
+
+
+def loader_options(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    """DataLoader options: workers on an accelerator, and page-locked memory where copies can be non-blocking."""
+    workers = args.workers if args.workers is not None else (2 if device.type != "cpu" else 0)
+    options: dict[str, Any] = {
+        "batch_size": args.batch_size,
+        "num_workers": workers,
+        "pin_memory": device.type in ("cuda", "xpu"),  # page-locked host memory: truly asynchronous copies
+    }
+    if workers:
+        options["persistent_workers"] = True
+    return options
+
+
 def resolve_device(name: str | None) -> torch.device:
     """``--device``: auto-detect when None; an explicit device must be available."""
     if name is None:

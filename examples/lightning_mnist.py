@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _mnist_common when run as a script
 
-from _mnist_common import Net, add_training_options, load_data, resolve_device
+from _mnist_common import Net, add_training_options, load_data, loader_options, resolve_device, step_cap
 
 try:
     import lightning.pytorch as L
@@ -36,8 +36,6 @@ except ImportError:
     raise SystemExit("this example needs Lightning: pip install 'asyncthrottle[lightning]'") from None
 
 from asyncthrottle.lightning import ThrottleCallback, ThrottleProgressBar
-
-CPU_MAX_STEPS = 200  # default steps per epoch without an accelerator: the run stays around a minute
 
 
 class LitNet(L.LightningModule):
@@ -88,17 +86,10 @@ def train(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     """Run the training; returns the per-step losses, per-epoch accuracies and the throttle's stats."""
     torch.manual_seed(args.seed)
     device = resolve_device(args.device)
-    accelerated = device.type != "cpu"
-    max_steps = args.max_steps
-    if max_steps is None and not accelerated:
-        max_steps = CPU_MAX_STEPS
-        log(f"note: no accelerator here, so each epoch stops after {CPU_MAX_STEPS} steps (--max-steps to change)")
-    workers = args.workers if args.workers is not None else (2 if accelerated else 0)
-    pin = device.type in ("cuda", "xpu")
+    max_steps = step_cap(args, device, log)
     data = load_data(args.data, args.data_dir, args.seed, log=log)
-    options: dict[str, Any] = {"batch_size": args.batch_size, "num_workers": workers, "pin_memory": pin}
-    if workers:
-        options["persistent_workers"] = True
+    options = loader_options(args, device)
+    workers = options["num_workers"]
     train_loader = DataLoader(data.train, shuffle=True, drop_last=True, **options)
     test_loader = DataLoader(data.test, **{**options, "batch_size": 1000})
     log(f"device={device} data={data.source} depth={args.depth} batch={args.batch_size} workers={workers} "
@@ -115,7 +106,7 @@ def train(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     if not args.no_progress and not args.prog_bar_log:
         callbacks.append(ThrottleProgressBar())
     trainer = L.Trainer(
-        max_epochs=args.epochs, accelerator=device.type, devices=[device.index or 0] if accelerated else 1,
+        max_epochs=args.epochs, accelerator=device.type, devices=[device.index or 0] if device.type != "cpu" else 1,
         limit_train_batches=max_steps or 1.0, callbacks=callbacks, enable_progress_bar=not args.no_progress,
         logger=False, enable_checkpointing=False, enable_model_summary=False, num_sanity_val_steps=0,
     )

@@ -31,11 +31,11 @@ from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _mnist_common when run as a script
 
-from _mnist_common import Net, add_training_options, evaluate, load_data, resolve_device
+from _mnist_common import Net, add_training_options, evaluate, load_data, resolve_device, step_cap
+from _mnist_common import loader_options as make_loader_options
 
 import asyncthrottle as at
 
-CPU_MAX_STEPS = 200  # default steps per epoch without an accelerator: the run stays around a minute
 TRACE_STEPS = 10_000  # --trace keeps the timeline of this many recent steps
 
 
@@ -54,17 +54,10 @@ def train(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     """Run the training; returns the per-step losses, per-epoch accuracies and the throttle's stats."""
     torch.manual_seed(args.seed)
     device = resolve_device(args.device)
-    accelerated = device.type != "cpu"
-    max_steps = args.max_steps
-    if max_steps is None and not accelerated:
-        max_steps = CPU_MAX_STEPS
-        log(f"note: no accelerator here, so each epoch stops after {CPU_MAX_STEPS} steps (--max-steps to change)")
-    workers = args.workers if args.workers is not None else (2 if accelerated else 0)
-    pin = device.type in ("cuda", "xpu")  # page-locked host memory makes non_blocking copies truly asynchronous
+    max_steps = step_cap(args, device, log)
     data = load_data(args.data, args.data_dir, args.seed, log=log)
-    loader_options: dict[str, Any] = {"batch_size": args.batch_size, "num_workers": workers, "pin_memory": pin}
-    if workers:
-        loader_options["persistent_workers"] = True
+    loader_options = make_loader_options(args, device)
+    workers, pin = loader_options["num_workers"], loader_options["pin_memory"]
     train_loader = DataLoader(data.train, shuffle=True, drop_last=True, **loader_options)
     test_loader = DataLoader(data.test, **{**loader_options, "batch_size": 1000})
     log(f"device={device} data={data.source} depth={args.depth} batch={args.batch_size} workers={workers}")

@@ -27,7 +27,7 @@ from torch.utils.data import Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _mnist_common when run as a script
 
-from _mnist_common import Net, add_training_options, load_data, positive, resolve_device
+from _mnist_common import Net, add_training_options, load_data, positive, resolve_device, step_cap
 
 try:
     import transformers
@@ -35,8 +35,6 @@ except ImportError:
     raise SystemExit("this example needs transformers: pip install 'asyncthrottle[transformers]'") from None
 
 from asyncthrottle.transformers import ThrottleCallback
-
-CPU_MAX_STEPS = 200  # default optimizer steps per epoch without an accelerator
 
 
 class Images(Dataset[dict[str, torch.Tensor]]):
@@ -81,11 +79,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def train(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     """Run the training; returns the per-step losses, the evaluation and the throttle's stats."""
     device = resolve_device(args.device)
-    accelerated = device.type != "cpu"
-    max_steps = args.max_steps
-    if max_steps is None and not accelerated:
-        max_steps = CPU_MAX_STEPS
-        log(f"note: no accelerator here, so each epoch stops after {CPU_MAX_STEPS} steps (--max-steps to change)")
+    max_steps = step_cap(args, device, log)
     data = load_data(args.data, args.data_dir, args.seed, log=log)
     train_set, test_set = Images(data.train), Images(data.test)
     per_epoch = len(train_set) // (args.batch_size * args.grad_accum)
@@ -102,7 +96,8 @@ def train(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory() as out:
         targs = transformers.TrainingArguments(
-            output_dir=out, use_cpu=not accelerated, max_steps=total_steps, per_device_train_batch_size=args.batch_size,
+            output_dir=out, use_cpu=device.type == "cpu", max_steps=total_steps,
+            per_device_train_batch_size=args.batch_size,
             per_device_eval_batch_size=1000, gradient_accumulation_steps=args.grad_accum, learning_rate=args.lr,
             optim="sgd", lr_scheduler_type="constant", eval_strategy="no", save_strategy="no", report_to=[],
             logging_strategy="no", disable_tqdm=args.no_progress, dataloader_num_workers=args.workers or 0,
