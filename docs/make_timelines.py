@@ -12,7 +12,7 @@ from pathlib import Path
 
 import asyncthrottle as at
 from asyncthrottle.plot import plot_trace
-from asyncthrottle.simulated import SimulatedDevice
+from asyncthrottle.procdevice import ProcessDevice
 
 OUT = Path(__file__).resolve().parent / "img"
 LOOPS = {  # name: (fetch ms, host body ms, device ms) per step
@@ -35,7 +35,7 @@ def _source(n: int, fetch_s: float) -> Iterator[int]:
 
 def make(name: str, steps: int = 150, depth: int = 2) -> Path:
     fetch_ms, body_ms, device_ms = LOOPS[name]
-    with SimulatedDevice() as device:
+    with ProcessDevice() as device:
         thr = at.Throttle(depth, events=device.event, trace=steps)
         for _ in thr.wrap(_source(steps, fetch_ms / 1000)):
             _spin(body_ms / 1000)  # Python and kernel launches

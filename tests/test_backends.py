@@ -11,13 +11,13 @@ from helpers import FakeTorchEvent
 
 import asyncthrottle as at
 from asyncthrottle import devices
-from asyncthrottle.simulated import SimulatedDevice
+from asyncthrottle.simulated import ProcessDevice, SimulatedDevice
 from asyncthrottle.testing import FakeDevice
 
 Launch = Callable[[], None]
 
 
-@pytest.fixture(params=["fake", "cpu", "simulated", pytest.param("cuda", marks=pytest.mark.cuda),
+@pytest.fixture(params=["fake", "cpu", "simulated", "process", pytest.param("cuda", marks=pytest.mark.cuda),
                         pytest.param("mps", marks=pytest.mark.mps), pytest.param("xpu", marks=pytest.mark.xpu)])
 def backend(request: pytest.FixtureRequest) -> Iterator[tuple[dict[str, Any], Launch]]:
     """Throttle options for one backend, and a function that launches one step of device work."""
@@ -28,6 +28,9 @@ def backend(request: pytest.FixtureRequest) -> Iterator[tuple[dict[str, Any], La
     elif kind == "simulated":
         with SimulatedDevice() as sim:
             yield {"events": sim.event}, lambda: sim.launch(2e-4)
+    elif kind == "process":  # the GIL-free simulated device of the benchmarks
+        with ProcessDevice() as proc:
+            yield {"events": proc.event}, lambda: proc.launch(2e-4)
     elif kind == "cpu":
         yield {"device": "cpu"}, lambda: None
     else:

@@ -2,7 +2,7 @@
 
 Run it as ``python -m asyncthrottle bench --autodepth`` (or ``python -m
 asyncthrottle.bench.autodepth``). Each loop runs on the real-time simulated
-device (:class:`~asyncthrottle.simulated.SimulatedDevice`): per step the host
+device (:class:`~asyncthrottle.procdevice.ProcessDevice`, GIL-free): per step the host
 works (sleeps) for the loop's host time, then launches 10 ms of device work.
 The same loops drive the deterministic fake-device tests (``tests/test_autodepth.py``).
 
@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..simulated import SimulatedDevice
+from ..procdevice import ProcessDevice
 from ..throttle import Throttle
 
 __all__ = ["DEVICE_S", "LOOPS", "drive", "host_seconds", "main", "measure"]
@@ -57,7 +57,7 @@ def drive(
 
 def measure(loop: str, mode: int | str, steps: int) -> dict[str, Any]:
     """Run ``loop`` once on a fresh simulated device under ``mode`` (a depth or ``"auto"``)."""
-    with SimulatedDevice() as device:
+    with ProcessDevice() as device:
         thr = Throttle(mode, events=device.event, sample_every=None)
         drive(thr, loop, steps, host=time.sleep, launch=device.launch)
         stats = thr.stats
