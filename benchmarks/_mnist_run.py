@@ -44,6 +44,7 @@ def main() -> int:
     print("RESULT " + json.dumps({
         "steps_per_s": stats.steps_per_s, "wait_fraction": stats.wait_fraction,
         "idle_fraction": stats.idle_fraction, "max_in_flight": stats.max_in_flight,
+        "depth": stats.depth, "depth_changes": stats.depth_changes,
         "pinned_peak_bytes": pinned_peak_bytes(),
     }))
     return 0

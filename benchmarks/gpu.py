@@ -76,14 +76,15 @@ MNIST_RUNS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("1", ("--depth", "1")),
     ("2", ("--depth", "2")),
     ("4", ("--depth", "4")),
+    ("auto", ("--depth", "auto")),
     ("2 + .item() every step", ("--depth", "2", "--item-every-step")),
 )
 
 
 def mnist(budget_s: float, runs: Sequence[tuple[str, Sequence[str]]] = MNIST_RUNS, max_steps: int = 400) -> str:
     """examples/mnist.py per depth (synthetic data, one epoch): steps/s, waits, idle, peak pinned memory."""
-    rows = ["| depth | steps/s | host wait % | device idle % | peak pinned host MiB | max in flight |",
-            "|---|---:|---:|---:|---:|---:|"]
+    rows = ["| depth | steps/s | host wait % | device idle % | peak pinned host MiB | max in flight | depth at end "
+            "(changes) |", "|---|---:|---:|---:|---:|---:|---|"]
     notes = []
     per_run = budget_s / max(1, len(runs))
     for label, flags in runs:
@@ -92,18 +93,43 @@ def mnist(budget_s: float, runs: Sequence[tuple[str, Sequence[str]]] = MNIST_RUN
         status, out = shell(argv, per_run)
         result = next((json.loads(line[7:]) for line in out.splitlines() if line.startswith("RESULT ")), None)
         if status or result is None:
-            rows.append(f"| {label} | failed (exit {status}) | | | | |")
+            rows.append(f"| {label} | failed (exit {status}) | | | | | |")
             notes.append(f"`{shlex.join(argv)}`:\n```\n" + "\n".join(out.splitlines()[-15:]) + "\n```")
             continue
         pinned = result["pinned_peak_bytes"]
         idle = result["idle_fraction"]
         rows.append(f"| {label} | {result['steps_per_s']:.1f} | {result['wait_fraction']:.1%} | "
                     f"{'n/a' if idle is None else f'{idle:.1%}'} | "
-                    f"{'n/a' if pinned is None else f'{pinned / 2**20:.1f}'} | {result['max_in_flight']} |")
+                    f"{'n/a' if pinned is None else f'{pinned / 2**20:.1f}'} | {result['max_in_flight']} | "
+                    f"{result.get('depth')} {result.get('depth_changes') or ''} |")
     head = (f"`benchmarks/_mnist_run.py --data synthetic --epochs 1 --max-steps {max_steps} --no-progress "
             "--depth D` (examples/mnist.py's train(); device idle is the throttle's lower bound; pinned memory "
             "from torch.cuda.host_memory_stats(), n/a where this torch lacks it)\n\n")
     return head + "\n".join(rows) + "\n" + "\n\n".join(notes)
+
+
+_MAX_MEMORY = """
+import torch, asyncthrottle as at
+from asyncthrottle.memory import cuda_probe, pinned_in_use
+dev = torch.device("cuda")
+w = torch.randn(4096, 4096, device=dev)
+torch.empty(16, 2**20).pin_memory().to(dev, non_blocking=True)  # warm both allocators
+torch.cuda.synchronize()
+for budget_mib in (None, 256):
+    getattr(torch.cuda, "reset_peak_host_memory_stats", lambda: None)()  # absent in some versions
+    base = cuda_probe(dev)()
+    options = {} if budget_mib is None else {"max_memory": base + budget_mib * 2**20}
+    thr = at.Throttle(8, device=dev, **options)
+    for i in thr.wrap(range(300)):
+        x = torch.full((16, 2**20), float(i % 7)).pin_memory().to(dev, non_blocking=True)  # 64 MiB pinned
+        for _ in range(20):
+            w = torch.tanh(w @ w)
+        w = w + 1e-9 * x.mean()
+    print(f"budget={budget_mib} MiB above base {base / 2**20:.0f} MiB")
+    print(thr.summary())
+    stats = getattr(torch.cuda, "host_memory_stats", dict)()
+    print(f"peak pinned in use {pinned_in_use(stats, 'peak') / 2**20:.0f} MiB")
+"""
 
 
 def _excerpt(out: str, keys: Sequence[str]) -> str:
@@ -168,6 +194,8 @@ STEPS: list[Step] = [
     Step("Wait strategies with CUDA events (bench --waits --backend cuda)", 90,
          command_section([PYTHON, "-m", "asyncthrottle", "bench", "--waits", "--backend", "cuda", "--repeats", "3"])),
     Step("examples/mnist.py by depth", 120, mnist),
+    Step("max_memory with the default CUDA probe, depth 8, 64 MiB pinned per step (#11)", 60,
+         command_section([PYTHON, "-c", _MAX_MEMORY], tail=40)),
     Step("Lightning and transformers examples: the sync audit (#9)", 90, frameworks),
     Step("Timelines of the MNIST example (#12)", 50, timelines),
     Step("Trace overhead (bench --overhead --trace)", 30,
