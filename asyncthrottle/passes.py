@@ -39,8 +39,8 @@ class Pass(Iterator[T], Generic[T]):
     """
 
     __slots__ = (
-        "__weakref__", "_admit", "_admits", "_bar", "_clock", "_fetch_hooks", "_guard", "_held", "_it", "_open",
-        "_record", "_source", "_state", "_thr",
+        "__weakref__", "_admit", "_admits", "_bar", "_clock", "_fetch_hooks", "_guard", "_held", "_host", "_it",
+        "_open", "_record", "_source", "_state", "_thr",
     )
 
     def __init__(self, throttle: Throttle, source: Iterable[T], bar: Bar | None = None) -> None:
@@ -53,6 +53,7 @@ class Pass(Iterator[T], Generic[T]):
         core = throttle._core
         self._clock, self._record, self._admit = throttle._clock, core.record, core.admit
         self._fetch_hooks = core.on_fetch
+        self._host = throttle._host
         self._admits = not core.synchronous or bool(core.on_handout)  # a synchronous core admits at once
 
     def __iter__(self) -> Pass[T]:
@@ -71,14 +72,14 @@ class Pass(Iterator[T], Generic[T]):
             try:
                 item = next(self._it)  # type: ignore[arg-type]
             except StopIteration:
-                self._thr._fetched(now, clock() - now)
+                self._host.fetched(self._thr._core.steps, now, clock() - now)
                 self._finish()
                 raise
             seconds = clock() - now
             if self._fetch_hooks:
-                self._thr._fetched(now, seconds)
+                self._host.fetched(self._thr._core.steps, now, seconds)
             else:
-                self._thr._fetch_s += seconds
+                self._host.fetch_s += seconds
         else:
             self._held = _EMPTY
         if self._guard is not None:

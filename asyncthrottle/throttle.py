@@ -15,6 +15,7 @@ from .deferred import Deferred
 from .devices import device_kind, resolve_events
 from .errors import ThrottleTimeout
 from .events import EventFactory
+from .hosttime import HostTimes
 from .memory import resolve_budget
 from .options import check_auto, check_depth, check_sample_every, check_timeout
 from .ownership import Ownership
@@ -178,9 +179,7 @@ class Throttle:
         self._ownership = Ownership()
         self._pass: weakref.ref[Pass[Any]] | None = None  # the wrapped pass running now (a break drops it)
         self._in_step = False  # begin_step() was called and end_step() not yet
-        self._fetch_s = self._wall_s = 0.0
-        self._t_pass: float | None = None  # when the current pass began (None: between passes)
-        self._t_end = 0.0  # when the last step ended (fetch_s between begin_step() calls)
+        self._host = HostTimes(clock, self._core.on_fetch)
 
     @staticmethod
     def _resolve_events(
@@ -225,10 +224,9 @@ class Throttle:
         core = self._core
         completed, steps = core.completed, core.steps  # completed first: never ahead of steps
         synchronous = core.synchronous
-        wall = self._wall_s + (self._clock() - self._t_pass if self._t_pass is not None else 0.0)
-        wall = max(wall, 0.0)
+        wall = self._host.wall_s()
         wait_s = min(core.wait_s, wall)
-        fetch = min(self._fetch_s, wall - wait_s)
+        fetch = min(self._host.fetch_s, wall - wait_s)
         body = max(0.0, wall - fetch - wait_s)
         histogram = tuple(core.histogram)
         handouts = sum(histogram)
@@ -304,11 +302,11 @@ class Throttle:
             self._refuse_in_pass("begin_step()")
             if self._in_step:
                 raise RuntimeError("begin_step() was called twice without end_step(); step() is not reentrant")
-            now = self._clock()
-            if self._t_pass is None:
-                self._t_pass = now
+            now, host = self._clock(), self._host
+            if host.started is None:
+                host.begin(now)
             elif self._core.steps:
-                self._fetched(self._t_end, max(0.0, now - self._t_end))
+                host.fetched(self._core.steps, host.step_end, max(0.0, now - host.step_end))
             if self._sync_guard is not None:
                 self._sync_guard.__exit__()  # the audit covers the whole step, never the throttle's waits
             self._core.admit()  # may raise (timeout, Ctrl-C): the step has not begun
@@ -335,8 +333,8 @@ class Throttle:
                     self._sync_guard.__exit__()
                 self._values.drop_open()
             else:
-                self._t_end = self._clock()
-                self._core.record(self._t_end)
+                self._host.step_end = now = self._clock()
+                self._core.record(now)
         finally:
             self._ownership.release()
 
@@ -351,8 +349,7 @@ class Throttle:
         try:
             self._refuse_in_pass("mark()")
             now = self._clock()
-            if self._t_pass is None:
-                self._t_pass = now
+            self._host.begin(now)
             self._core.record(now)
             self._core.admit()
         finally:
@@ -370,7 +367,7 @@ class Throttle:
                 self._sync_guard.__exit__()  # the step's sync-audit window ends before the throttle waits
             self._core.drain()
             if self._running_pass() is None and not self._in_step:
-                self._close_time(self._clock())
+                self._host.end(self._clock())
         finally:
             self._ownership.release()
 
@@ -462,25 +459,13 @@ class Throttle:
         if earlier is not None:  # an earlier pass in this thread was left without close(): end it
             earlier.close()
         self._pass = weakref.ref(new)
-        if self._t_pass is None:
-            self._t_pass = now
+        self._host.begin(now)
 
     def _end_pass(self, finished: Pass[Any]) -> None:
         if self._pass is not None and self._pass() in (finished, None):
             self._pass = None
-            self._close_time(self._clock())
+            self._host.end(self._clock())
             self._ownership.release()
-
-    def _fetched(self, start: float, seconds: float) -> None:
-        """The host spent ``seconds`` from ``start`` taking the next batch (or between steps)."""
-        self._fetch_s += seconds
-        for hook in self._core.on_fetch:
-            hook(self._core.steps, start, seconds)
-
-    def _close_time(self, now: float) -> None:
-        if self._t_pass is not None:
-            self._wall_s += max(0.0, now - self._t_pass)
-            self._t_pass = None
 
     def _running_pass(self) -> Pass[Any] | None:
         return self._pass() if self._pass is not None else None
