@@ -154,8 +154,9 @@ class Core:
         new_event = self.new_event
         if new_event is None:  # synchronous: the step is complete as it ends
             self.completed = self.steps = step + 1
-            for hook in self.on_record:
-                hook(step, None, now)
+            if self.on_record:
+                for hook in self.on_record:
+                    hook(step, None, now)
             if self.on_retire:
                 _notify(self.on_retire, step)
             return step
@@ -194,10 +195,17 @@ class Core:
                 self.wait_for(self.completed)
                 self.retire()
             if pending and pending[0].query():  # retire finished steps without blocking
-                retire = self.retire
-                retire()
-                while pending and pending[0].query():
+                if self.on_retire:
+                    retire = self.retire
                     retire()
+                    while pending and pending[0].query():
+                        retire()
+                else:  # nobody to tell: the retirements are two operations each
+                    pending.popleft()
+                    self.completed += 1
+                    while pending and pending[0].query():
+                        pending.popleft()
+                        self.completed += 1
             queued = len(pending)
             top = self.top
             self.histogram[queued if queued < top else top] += 1

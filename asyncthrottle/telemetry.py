@@ -68,8 +68,9 @@ class DeviceTiming:
     nothing was queued at its hand-out -- a start marker recorded then. A
     sampled step's own event is
     the timing event (the core asks this part for the events of those steps
-    only: unsampled steps cost one comparison), and it listens to
-    retirements only while a timed end is unread. The first failing
+    only: unsampled steps cost one comparison). Samples are read one cycle
+    later, at the next sampled step, and when a pass ends or the throttle
+    drains (:meth:`flush`). The first failing
     ``elapsed_time`` (events without timing, such as a plain
     ``torch.cuda.Event()``) turns timing off for good; the loop goes on.
 
@@ -90,8 +91,7 @@ class DeviceTiming:
         self.enabled = True
         self.listeners: list[Callable[[int, float, float], None]] = []
         self._previous: tuple[int, Any] | None = None
-        self._listening = False  # subscribed to retirements while an end is unread
-        self._idle_hook, self._retire_hook = self.on_idle, self.on_retire  # bound once: cheap to add and remove
+        self._idle_hook = self.on_idle  # bound once: cheap to add and remove
         core.special_event, core.special_step = self._end_event, 0
         core.on_idle.append(self._idle_hook)  # step 0 is sampled
 
@@ -99,6 +99,8 @@ class DeviceTiming:
         """The event of a step whose end is timed: a timing event (the core asks only at those steps)."""
         every = self.every
         self.core.special_step = step + 1 if step % every or every == 1 else step + every - 1
+        if self.ends:
+            self.flush()  # the last cycle's samples, once complete
         event = self.timed()
         if not self.trusted:
             if not hasattr(event, "elapsed_time"):  # events that cannot be timed at all: no timing, quietly
@@ -106,12 +108,8 @@ class DeviceTiming:
                 return event
             self.trusted = True
         self.ends.append((step, event))
-        core = self.core
-        if (step + 1) % every == 0 and self._idle_hook not in core.on_idle:
-            core.on_idle.append(self._idle_hook)  # the next hand-out is a sampled step's
-        if not self._listening:
-            self._listening = True
-            core.on_retire.append(self._retire_hook)
+        if (step + 1) % every == 0 and self._idle_hook not in self.core.on_idle:
+            self.core.on_idle.append(self._idle_hook)  # the next hand-out is a sampled step's
         return event
 
     def on_idle(self, step: int) -> None:
@@ -129,14 +127,22 @@ class DeviceTiming:
             getattr(marker, "record_idle", marker.record)()  # record_idle: see asyncthrottle.jax
             self.starts[step] = marker
 
+    def add_listener(self, listener: Callable[[int, float, float], None]) -> None:
+        """Call ``listener(step, busy_s, idle_s)`` for each sample, read as soon as its step retires.
+
+        Without listeners samples are read lazily (a cycle later, or when a pass
+        ends); a listener such as the trace wants them when the host first sees
+        the step complete, so this also listens to retirements.
+        """
+        self.listeners.append(listener)
+        if self.enabled and self.on_retire not in self.core.on_retire:
+            self.core.on_retire.append(self.on_retire)
+
     def on_retire(self, step: int) -> None:
-        """Listened to only while a timed end is unread."""
+        """Only while someone listens for samples (see :meth:`add_listener`)."""
         ends = self.ends
-        if ends and ends[0][0] == step:
-            self._read_completed()
-        if not ends and self._listening:
-            self._listening = False
-            self.core.on_retire.remove(self._retire_hook)
+        if ends and ends[0][0] <= step:
+            self.flush()
 
     def disable(self, reason: str | None) -> None:
         """Turn device timing off for good (the events cannot be timed); ``reason`` is logged."""
@@ -146,12 +152,15 @@ class DeviceTiming:
         core = self.core
         core.special_event, core.special_step = None, -1
         core.unsubscribe(self)
-        self._listening = False
         self.ends.clear()
         self.starts.clear()
 
-    def _read_completed(self) -> None:
-        """Read the timing of every sampled step seen complete so far. Queries only; never blocks."""
+    def flush(self) -> None:
+        """Read the timing of every sampled step seen complete so far. Queries only; never blocks.
+
+        Called on the loop's thread: at each sampled step (for the cycle before) and when a
+        pass ends or the throttle drains, so ``stats`` after a loop has every sample.
+        """
         ends, completed = self.ends, self.core.completed
         while ends and ends[0][0] < completed:
             step, end = ends.popleft()

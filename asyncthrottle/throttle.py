@@ -174,7 +174,7 @@ class Throttle:
             NvtxRanges(self._core, nvtx_module())
         self._trace = Trace(self._core, trace, clock) if trace else None
         if self._trace is not None and self._timing is not None:
-            self._timing.listeners.append(self._trace.on_device_time)
+            self._timing.add_listener(self._trace.on_device_time)
         self._sync_guard = sync_debug(detect_sync, None if events is not None else kind)
         self._ownership = Ownership()
         self._pass: weakref.ref[Pass[Any]] | None = None  # the wrapped pass running now (a break drops it)
@@ -366,6 +366,7 @@ class Throttle:
             if self._sync_guard is not None:
                 self._sync_guard.__exit__()  # the step's sync-audit window ends before the throttle waits
             self._core.drain()
+            self._flush_timing()
             if self._running_pass() is None and not self._in_step:
                 self._host.end(self._clock())
         finally:
@@ -465,7 +466,13 @@ class Throttle:
         if self._pass is not None and self._pass() in (finished, None):
             self._pass = None
             self._host.end(self._clock())
+            self._flush_timing()
             self._ownership.release()
+
+    def _flush_timing(self) -> None:
+        """Read the device timing of the steps seen complete (the loop's thread; queries only)."""
+        if self._timing is not None and self._timing.enabled:
+            self._timing.flush()
 
     def _running_pass(self) -> Pass[Any] | None:
         return self._pass() if self._pass is not None else None

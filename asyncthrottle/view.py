@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from .passes import Pass
+from .passes import open_pass
 
 if TYPE_CHECKING:
     from .throttle import Throttle
@@ -47,7 +47,7 @@ class Throttled(Generic[T]):
             from .progress import Bar
 
             bar = Bar.open(self.throttle, self.progress, _length(self.source))
-        return Pass(self.throttle, self.source, bar)
+        return open_pass(self.throttle, self.source, bar)
 
     def __len__(self) -> int:
         try:
