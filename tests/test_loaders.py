@@ -148,3 +148,19 @@ def test_a_disabled_bar_costs_what_no_bar_costs(monkeypatch: pytest.MonkeyPatch)
     view = at.throttle(range(100), device="cpu", progress={"disable": True})
     assert sum(view) == sum(range(100))
     assert calls["postfix"] == 0  # no stats snapshot per step (nor at the end)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("streams", [False, True], ids=["current-stream", "streams="])
+def test_a_value_made_on_a_side_stream_arrives_complete_with_its_step(streams: bool) -> None:
+    side = torch.cuda.Stream()
+    options: dict[str, Any] = {"streams": [torch.cuda.current_stream(), side]} if streams else {"device": "cuda"}
+    thr = at.Throttle(1, **options)
+    got: list[float] = []
+    thr.on_complete(lambda step, values: got.append(float(values["x"])))
+    for i in thr.wrap(range(4)):
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(20_000_000)  # milliseconds of work on the side stream before the value
+            x = torch.full((), float(i) + 1.0, device="cuda")
+            thr.defer(x, name="x")  # copied on side: the step's event must come after the copy
+    assert got == [1.0, 2.0, 3.0, 4.0]
