@@ -147,11 +147,9 @@ class Pass(Iterator[T], Generic[T]):
             self._end()
 
 
-class _PlainPass(Pass[T]):
-    """A pass on a synchronous core with no bar, no sync guard and no fetch listeners: nothing to wait for.
-
-    The same behaviour as :class:`Pass` with the per-step checks that cannot fire
-    removed (the CPU backend's per-step cost is mostly this method).
+class _LeanPass(Pass[T]):
+    """A pass with no bar, no sync guard and no fetch listeners: the same behaviour as :class:`Pass`
+    without the per-step checks that cannot fire (most of the throttle's per-step cost is this method).
     """
 
     __slots__ = ()
@@ -164,22 +162,31 @@ class _PlainPass(Pass[T]):
             self._record(now)
         elif self._state != "running":
             self._start(now)
-        try:
-            item = next(self._it)  # type: ignore[arg-type]
-        except StopIteration:
-            self._host.fetched(self._thr._core.steps, now, clock() - now)
-            self._finish()
-            raise
-        self._host.fetch_s += clock() - now
+        item = self._held
+        if item is _EMPTY:
+            try:
+                item = next(self._it)  # type: ignore[arg-type]
+            except StopIteration:
+                self._host.fetched(self._thr._core.steps, now, clock() - now)
+                self._finish()
+                raise
+            self._host.fetch_s += clock() - now
+        else:
+            self._held = _EMPTY
+        if self._admits:
+            try:
+                self._admit()
+            except BaseException:  # a timeout or Ctrl-C in the wait: keep the batch for the next next()
+                self._held = item
+                raise
         self._open = True
-        return item
+        return item  # type: ignore[no-any-return]
 
 
 def open_pass(throttle: Throttle, source: Iterable[T], bar: Bar | None = None) -> Pass[T]:
-    """A new pass over ``source``: the plain one where nothing can wait, listen or be drawn."""
-    core = throttle._core
-    plain = core.synchronous and bar is None and throttle._sync_guard is None and not core.on_fetch
-    return (_PlainPass if plain and not core.on_handout else Pass)(throttle, source, bar)
+    """A new pass over ``source``: the lean one where nothing is drawn, guarded or told of fetches."""
+    lean = bar is None and throttle._sync_guard is None and not throttle._core.on_fetch
+    return (_LeanPass if lean else Pass)(throttle, source, bar)
 
 
 def _left_by_exception() -> bool:
