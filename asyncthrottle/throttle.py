@@ -121,9 +121,11 @@ class Throttle:
     Changing the throttle (a pass, a step, ``mark()``, ``drain()``) from a
     second thread while the first uses it raises ``RuntimeError``.
 
-    Host-device syncs: the only ones are the waits the depth rule requires,
-    ``drain()`` and ``Deferred.get()`` on an unfinished step; everything else
-    only records or queries events.
+    Host-device syncs: the only ones are the waits the depth rule (and a
+    ``max_memory`` budget) requires, ``drain()``, ``Deferred.get()`` on an
+    unfinished step, and ``defer()`` of a device tensor on a synchronous
+    throttle (nothing else would order the copy); everything else only
+    records or queries events.
     """
 
     def __init__(
