@@ -132,13 +132,16 @@ class Hybrid:
     wait durations (a strategy object belongs to one throttle, so these are one
     loop's waits). The host sleeps until the prediction minus a margin (the
     measured sleep overshoot, ~70-100 us on Linux, plus ``jitter`` of the
-    prediction plus ``slack_s``), then spins on ``query()``. If the event is
+    prediction plus ``slack_s``), then spins on ``query()``. A long sleep is
+    taken in two: the second at most an eighth of the prediction (or four
+    overshoots) long, ending at the wake-up. If the event is
     still unfinished after spinning for twice the margin (at least ``spin_s``),
     or there is no prediction yet (the first ``min_samples`` waits), it sleeps
     in slices of ``fraction`` of the time waited, like :class:`Poll`. A wait
     whose event completed while the host slept records only the time before
-    that sleep (a lower bound), so an overestimate is corrected at once: the
-    next waits wake early, spin, and measure the wait exactly.
+    that sleep (a lower bound: close to the truth when it was the short second
+    sleep, 0 when the event beat the first, which corrects an overestimate at
+    once); the next waits wake early, spin, and measure the wait exactly.
 
     Sleep slices are at most ``max_sleep_s``: Ctrl-C arrives within that (a
     signal also cuts the sleep short), and ``timeout`` is honoured.
@@ -221,11 +224,14 @@ class Hybrid:
         slept_from: float | None = None  # when the last sleep began (the event was unfinished then)
         if predicted is not None:  # 1. sleep until shortly before the predicted completion
             wake = min(start + predicted - margin, deadline)
+            approach = max(4 * self.overshoot_s, predicted / 8)  # the last nap's length, at most
             while wake - now >= self.min_sleep_s and (now == start or wake - now > self.overshoot_s):
                 if query():
                     break
                 slept_from = now
-                self._nap(min(wake - now, self.max_sleep_s))
+                remaining = wake - now  # a long wait ends with a short nap, so that an event that completes
+                nap = remaining - approach if remaining > 2 * approach else remaining  # in it leaves a tight
+                self._nap(min(nap, self.max_sleep_s))  # lower bound (see _done below)
                 now = clock()
             if query():  # done while the host slept: record the lower bound, so that an early
                 return self._done(start, clock() if slept_from is None else slept_from)  # wake measures it
