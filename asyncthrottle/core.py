@@ -103,10 +103,11 @@ class Core:
         self.histogram = [0]
         self.depth: int | None = None
         self.limit: int | None = None
-        # One part (device timing) may supply the event of one upcoming step: a comparison per step,
-        # not a call, on every other step.
+        # One part (device timing) may supply the event of one upcoming step, and be told when that
+        # step is handed out with nothing queued: a comparison per step, not a call, on every other step.
         self.special_step = -1
         self.special_event: Callable[[int], Event] | None = None
+        self.special_idle: Callable[[int], None] | None = None
         self.before_record: list[Callable[..., Any]] = []
         self.on_record: list[Callable[..., Any]] = []
         self.on_dry: list[Callable[..., Any]] = []
@@ -211,6 +212,8 @@ class Core:
             self.histogram[queued if queued < top else top] += 1
             if not queued:
                 self.starved += 1
+                if self.steps == self.special_step and self.special_idle is not None:
+                    self.special_idle(self.steps)
                 if self.on_idle:
                     for hook in tuple(self.on_idle):  # a copy: a part may unsubscribe itself here
                         hook(self.steps)

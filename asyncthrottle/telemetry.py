@@ -66,11 +66,10 @@ class DeviceTiming:
     Step ``n`` is sampled when ``n % every == 0``. Its device time needs a
     timing event at the end of step ``n - 1`` and of step ``n``, and -- when
     nothing was queued at its hand-out -- a start marker recorded then. A
-    sampled step's own event is
-    the timing event (the core asks this part for the events of those steps
-    only: unsampled steps cost one comparison). Samples are read one cycle
-    later, at the next sampled step, and when a pass ends or the throttle
-    drains (:meth:`flush`). The first failing
+    sampled step's own event is the timing event (the core asks this part for
+    the events of those steps only: unsampled steps cost one comparison).
+    Samples are read one cycle later, at the next sampled step, and when a
+    pass ends or the throttle drains (:meth:`flush`). The first failing
     ``elapsed_time`` (events without timing, such as a plain
     ``torch.cuda.Event()``) turns timing off for good; the loop goes on.
 
@@ -86,43 +85,40 @@ class DeviceTiming:
     def __init__(self, core: Core, timed: EventFactory, every: int, *, trusted: bool = False) -> None:
         self.core, self.timed, self.every, self.trusted = core, timed, every, trusted
         self.times = DeviceTimes()
-        self.ends: deque[tuple[int, Any]] = deque()  # (step, timing event at its end), until read
+        self.ends: deque[tuple[int, Any, Any]] = deque()  # (sampled step, end of the step before, its end)
         self.starts: dict[int, Any] = {}  # step -> start marker recorded at its hand-out
         self.enabled = True
         self.listeners: list[Callable[[int, float, float], None]] = []
-        self._previous: tuple[int, Any] | None = None
-        self._idle_hook = self.on_idle  # bound once: cheap to add and remove
-        core.special_event, core.special_step = self._end_event, 0
-        core.on_idle.append(self._idle_hook)  # step 0 is sampled
+        self._before: tuple[int, Any] | None = None  # (step, its timing event): the next sampled step's start
+        core.special_event, core.special_idle, core.special_step = self._end_event, self._idle_marker, 0
 
     def _end_event(self, step: int) -> Event:
         """The event of a step whose end is timed: a timing event (the core asks only at those steps)."""
-        every = self.every
-        self.core.special_step = step + 1 if step % every or every == 1 else step + every - 1
-        if self.ends:
-            self.flush()  # the last cycle's samples, once complete
         event = self.timed()
         if not self.trusted:
             if not hasattr(event, "elapsed_time"):  # events that cannot be timed at all: no timing, quietly
                 self.disable(None)
                 return event
             self.trusted = True
-        self.ends.append((step, event))
-        if (step + 1) % every == 0 and self._idle_hook not in self.core.on_idle:
-            self.core.on_idle.append(self._idle_hook)  # the next hand-out is a sampled step's
+        core, every = self.core, self.every
+        if step % every:  # the step before a sampled one: its end is the sampled step's start
+            core.special_step = step + 1
+            self._before = (step, event)
+            return event
+        if self.ends:
+            self.flush()  # the last cycle's sample, once complete
+        before = self._before
+        self.ends.append((step, before[1] if before is not None and before[0] == step - 1 else None, event))
+        if every == 1:  # every step is sampled: each end is also the next step's start
+            core.special_step = step + 1
+            self._before = (step, event)
+        else:
+            core.special_step = step + every - 1
         return event
 
-    def on_idle(self, step: int) -> None:
-        """Nothing is queued: mark when a sampled step is handed out (the device is idle).
-
-        Listened to only around a sampled step's hand-out.
-        """
-        if step % self.every or not self.enabled:
-            self.core.on_idle.remove(self._idle_hook)
-            return
-        if self.every > 1:
-            self.core.on_idle.remove(self._idle_hook)
-        if self.trusted:
+    def _idle_marker(self, step: int) -> None:
+        """A timed step is handed out with nothing queued: if it is sampled, mark its start (the device is idle)."""
+        if self.trusted and not step % self.every:
             marker = self.timed()
             getattr(marker, "record_idle", marker.record)()  # record_idle: see asyncthrottle.jax
             self.starts[step] = marker
@@ -150,7 +146,7 @@ class DeviceTiming:
             _log.warning("asyncthrottle: device timing is off: %s", reason)
         self.enabled = False
         core = self.core
-        core.special_event, core.special_step = None, -1
+        core.special_event, core.special_idle, core.special_step = None, None, -1
         core.unsubscribe(self)
         self.ends.clear()
         self.starts.clear()
@@ -163,31 +159,27 @@ class DeviceTiming:
         """
         ends, completed = self.ends, self.core.completed
         while ends and ends[0][0] < completed:
-            step, end = ends.popleft()
+            step, before, end = ends.popleft()
             try:
-                self._read(step, end)
+                self._read(step, before, end)
             except Exception as exc:
                 self.disable(f"elapsed_time() failed on the backend's events ({exc})")
                 return
 
-    def _read(self, step: int, end: Any) -> None:
-        """``step``'s end completed: time it if it is sampled (its start: a marker, or the previous end)."""
-        previous = self._previous[1] if self._previous is not None and self._previous[0] == step - 1 else None
-        self._previous = (step, end)
-        if step % self.every:
-            return  # the end of the step before a sampled one: the sampled step's start
+    def _read(self, step: int, before: Any, end: Any) -> None:
+        """Sampled ``step`` retired, so ``end`` is complete; its start is a marker or ``before``."""
         starts = self.starts
         start = starts.pop(step, None)
         if starts:  # markers of steps whose end was never timed
             for old in [s for s in starts if s < step]:
                 del starts[old]
-        first = start if start is not None else previous
-        if first is None or not (first.query() and end.query()):  # queries only: never read unfinished events
+        first = start if start is not None else before
+        if first is None or not first.query():  # queries only: never read an unfinished event
             return
         busy = max(first.elapsed_time(end) / 1000.0, 0.0)
         idle = 0.0
-        if start is not None and previous is not None and previous.query():
-            idle = max(previous.elapsed_time(start) / 1000.0, 0.0)
+        if start is not None and before is not None and before.query():
+            idle = max(before.elapsed_time(start) / 1000.0, 0.0)
         self.times.add(busy, idle)
         for listener in self.listeners:
             listener(step, busy, idle)
