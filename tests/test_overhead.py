@@ -3,16 +3,31 @@
 from __future__ import annotations
 
 import math
+from typing import Any
+
+import pytest
 
 from asyncthrottle.bench import overhead
 
 
-def test_overhead_reports_every_configuration() -> None:
-    result = overhead.measure_overhead(steps=2000, repeats=1)
-    assert set(result) == {
-        "steps", "bare_us", "null_us", "noop_events_us", "timed_events_us", "timed_events_no_sampling_us",
-    }
-    assert all(math.isfinite(value) for value in result.values())
+def test_overhead_reports_every_configuration_as_a_median_with_its_range(monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[dict[str, Any]] = []
+    real = overhead.Throttle
+
+    def throttle(depth: int, **options: Any) -> Any:
+        made.append(options)
+        return real(depth, **options)
+
+    monkeypatch.setattr(overhead, "Throttle", throttle)
+    result = overhead.measure_overhead(steps=2000, runs=3, best_of=1, telemetry={"trace": 0})
+    cases = ("null", "noop_events", "timed_events", "timed_events_no_sampling")
+    fields = {f"{case}{suffix}" for case in cases for suffix in ("_us", "_range_us")}
+    assert set(result) == {"steps", "runs", "best_of", "bare_us"} | fields
+    for case in cases:
+        low, high = result[f"{case}_range_us"]
+        assert math.isfinite(result[f"{case}_us"]) and low <= result[f"{case}_us"] <= high
+    assert len(made) == 3 * len(cases) and all(options["trace"] == 0 for options in made)  # every round, every case
+    assert sum(options.get("sample_every", 8) is None for options in made) == 3
 
 
 def test_wait_strategies_are_measured_on_the_simulated_device() -> None:

@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 from ..procdevice import ProcessDevice
@@ -59,39 +60,64 @@ class _TimedNoopEvent(_NoopEvent):
 
 
 def _best_loop_s(make_iterable: Callable[[], Iterable[Any]], repeats: int) -> float:
+    """The least disturbed of ``repeats`` loops over ``make_iterable()``: this thread's CPU seconds."""
     best = float("inf")
     for _ in range(repeats):
         iterable = make_iterable()
-        start = time.perf_counter()
+        start = time.thread_time()
         for _item in iterable:
             pass
-        best = min(best, time.perf_counter() - start)
+        best = min(best, time.thread_time() - start)
     return best
 
 
+_OVERHEAD_CASES: dict[str, Callable[[], dict[str, Any]]] = {
+    "null": lambda: {"device": "cpu"},
+    "noop_events": lambda: {"events": _NoopEvent},
+    "timed_events": lambda: {"events": _TimedNoopEvent},
+    "timed_events_no_sampling": lambda: {"events": _TimedNoopEvent, "sample_every": None},
+}
+
+
+def _throttled(data: list[int], options: dict[str, Any]) -> Iterable[int]:
+    return Throttle(2, **options).wrap(data)
+
+
 def measure_overhead(
-    steps: int = 1_000_000, repeats: int = 7, telemetry: dict[str, Any] | None = None
-) -> dict[str, float]:
+    steps: int = 300_000, runs: int = 7, best_of: int = 3, telemetry: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Microseconds per step that a throttled loop adds over a bare loop on the same list.
 
-    Each figure is the best of ``repeats`` runs (the least disturbed one).
-    ``telemetry`` are extra Throttle options to measure (e.g. its defaults).
+    Each of ``runs`` rounds times the bare loop and a depth-2 throttle on every
+    backend, each the best of ``best_of`` loops (the least disturbed), in an
+    order that rotates from round to round so that drift of the machine hits
+    them all; times are this thread's CPU time, so other processes sharing the
+    cores do not inflate them. Each figure is the median over the rounds of
+    (throttled - bare) with its range. ``telemetry`` are extra Throttle options
+    for every case (e.g. ``{"sample_every": 16}``).
     """
     data = list(range(steps))
-    options = telemetry or {}
-    bare = _best_loop_s(lambda: data, repeats)
-    null = _best_loop_s(lambda: Throttle(2, device="cpu", **options).wrap(data), repeats)
-    noop = _best_loop_s(lambda: Throttle(2, events=_NoopEvent, **options).wrap(data), repeats)
-    timed = _best_loop_s(lambda: Throttle(2, events=_TimedNoopEvent, **options).wrap(data), repeats)
-    untimed = _best_loop_s(lambda: Throttle(2, events=_TimedNoopEvent, sample_every=None).wrap(data), repeats)
-    return {
-        "steps": steps,
-        "bare_us": bare / steps * 1e6,
-        "null_us": (null - bare) / steps * 1e6,
-        "noop_events_us": (noop - bare) / steps * 1e6,
-        "timed_events_us": (timed - bare) / steps * 1e6,
-        "timed_events_no_sampling_us": (untimed - bare) / steps * 1e6,
-    }
+    extra = telemetry or {}
+    names = ["bare", *_OVERHEAD_CASES]
+    per_run: dict[str, list[float]] = {name: [] for name in _OVERHEAD_CASES}
+    bare_us: list[float] = []
+    for run in range(runs):
+        shift = run % len(names)
+        seconds: dict[str, float] = {}
+        for name in names[shift:] + names[:shift]:
+            if name == "bare":
+                seconds[name] = _best_loop_s(lambda: data, best_of)
+            else:
+                seconds[name] = _best_loop_s(partial(_throttled, data, {**_OVERHEAD_CASES[name](), **extra}), best_of)
+        bare_us.append(seconds["bare"] / steps * 1e6)
+        for name in _OVERHEAD_CASES:
+            per_run[name].append((seconds[name] - seconds["bare"]) / steps * 1e6)
+    result: dict[str, Any] = {"steps": steps, "runs": runs, "best_of": best_of,
+                              "bare_us": statistics.median(bare_us)}
+    for name, values in per_run.items():
+        result[f"{name}_us"] = statistics.median(values)
+        result[f"{name}_range_us"] = (min(values), max(values))
+    return result
 
 
 def _loop_cpu_s(thr: Throttle, data: list[int]) -> float:
@@ -212,11 +238,16 @@ def _machine() -> str:
 def _print(result: dict[str, Any]) -> None:
     o = result["overhead"]
     print(f"machine: {result['machine']}")
-    print(f"per-step overhead over a bare loop ({o['steps']:,} steps, bare loop {o['bare_us']:.3f} us/step):")
-    print(f"  null backend (CPU)        {o['null_us']:+.3f} us/step   (target <= 0.5)")
-    print(f"  Python no-op events       {o['noop_events_us']:+.3f} us/step   (target <= 2)")
-    print(f"  timeable no-op events     {o['timed_events_us']:+.3f} us/step   (default telemetry: device timing)")
-    print(f"    same, sample_every=None {o['timed_events_no_sampling_us']:+.3f} us/step   (device timing off)")
+    print(f"per-step overhead over a bare loop: thread CPU, median of {o['runs']} rounds [range] (each the best of "
+          f"{o['best_of']} loops of {o['steps']:,} steps; bare loop {o['bare_us']:.3f} us/step):")
+    for name, label, target in (
+        ("null", "null backend (CPU)", "(target <= 0.3)"),
+        ("noop_events", "Python no-op events", ""),
+        ("timed_events", "timeable no-op events", "(target <= 1: default telemetry, device timing on)"),
+        ("timed_events_no_sampling", "  same, sample_every=None", "(device timing off)"),
+    ):
+        low, high = o[f"{name}_range_us"]
+        print(f"  {label:<25} {o[name + '_us']:+.3f} us/step [{low:+.3f}..{high:+.3f}]  {target}")
     print("wait strategies on the simulated device (real time, GIL-free child process):")
     print(f"  {'depth':>5} {'wait':>6} {'steps/s':>9} {'vs spin':>8} {'host CPU':>9} {'max in flight':>14}")
     for r in result["waits"]:
@@ -230,15 +261,16 @@ def _print(result: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the core's benchmark and print (or ``--json``) the figures."""
     parser = argparse.ArgumentParser(prog="python -m asyncthrottle bench --overhead", description=__doc__)
-    parser.add_argument("--steps", type=int, default=1_000_000, help="steps of the overhead loops")
+    parser.add_argument("--steps", type=int, default=300_000, help="steps of the overhead loops")
     parser.add_argument("--wait-steps", type=int, default=400, help="steps per wait-strategy run")
     parser.add_argument("--device-ms", type=float, default=2.0, help="simulated device ms per step")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
     parser.add_argument("--trace", type=int, metavar="N", help="measure instead what trace=N adds per step")
-    parser.add_argument("--runs", type=int, default=7, help="paired runs for --trace (median and range)")
+    parser.add_argument("--runs", type=int, default=7, help="rounds of the overhead loops (median and range)")
     args = parser.parse_args(argv)
-    if args.steps < 1 or args.wait_steps < 1 or args.device_ms <= 0:
-        parser.error("--steps and --wait-steps must be >= 1 and --device-ms > 0")
+    if args.steps < 1 or args.wait_steps < 1 or args.runs < 1 or args.device_ms <= 0:
+        parser.error(f"--steps, --wait-steps and --runs must be >= 1 and --device-ms > 0, got --steps {args.steps} "
+                     f"--wait-steps {args.wait_steps} --runs {args.runs} --device-ms {args.device_ms}")
     if args.trace is not None:
         if args.trace < 1 or args.runs < 1:
             parser.error(f"--trace and --runs must be ints >= 1, got --trace {args.trace} --runs {args.runs}")
@@ -247,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     result = {
         "machine": _machine(),
-        "overhead": measure_overhead(args.steps),
+        "overhead": measure_overhead(args.steps, args.runs),
         "waits": measure_waits(args.wait_steps, args.device_ms / 1000),
         "interrupt_ms": measure_interrupt() * 1000,
     }
