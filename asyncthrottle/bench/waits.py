@@ -153,22 +153,29 @@ def _stop(start: float, thread: threading.Thread, box: list[int]) -> float:
 def measure_thread(bench: WaitBench, *, waits: Sequence[str] = WAITS, depth: int = 2,
                    steps_us: Sequence[float] = (1000, 10000), repeats: int = 3, run_s: float = 0.3,
                    host_s: float = 5e-6) -> list[dict[str, Any]]:
-    """A counting Python thread beside the throttled loop: its share of its solo rate, and the loop's rate."""
+    """A counting Python thread beside the throttled loop: its share of its solo rate, and the loop's rate.
+
+    The share is the median rate beside the loop over the median solo rate (solo: the host
+    asleep in the kernel, the device idle), with each run's rate over that median as min-max.
+    """
     rows: list[dict[str, Any]] = []
     for step_us in steps_us:
         step_s = step_us * 1e-6
         steps = _steps_for(step_s, run_s)
         for wait in waits:
-            kept, loop, alone = [], [], []
-            for _ in range(repeats):
+            solo, beside, loop, alone = [], [], [], []
+            for _ in range(repeats):  # interleaved, so that a noisy moment hits both sides
                 alone.append(run_loop(bench, wait, depth, step_s, steps, host_s)["steps_per_s"])
                 started = _start_counter()
                 time.sleep(run_s)  # the host idle in the kernel: the thread's solo rate
-                solo = _stop(*started)
+                solo.append(_stop(*started))
                 started = _start_counter()
                 loop.append(run_loop(bench, wait, depth, step_s, steps, host_s)["steps_per_s"])
-                kept.append(_stop(*started) / solo)
-            rows.append({"depth": depth, "step_us": step_us, "wait": wait, "thread_kept": _summary(kept),
+                beside.append(_stop(*started))
+            kept = [b / statistics.median(solo) for b in beside]
+            rows.append({"depth": depth, "step_us": step_us, "wait": wait,
+                         "thread_kept": {**_summary(kept),
+                                         "median": statistics.median(beside) / statistics.median(solo)},
                          "loop_steps_per_s": _summary(loop), "loop_alone_steps_per_s": _summary(alone)})
     return rows
 
@@ -224,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         doc["waits"] = measure_waits(bench, waits=args.strategies, steps_us=args.steps_us, repeats=args.repeats,
                                      run_s=args.run_s)
         doc["thread"] = [] if args.no_thread else measure_thread(bench, waits=args.strategies,
-                                                                 repeats=max(1, args.repeats // 2))
+                                                                 repeats=max(3, args.repeats // 2))
     finally:
         bench.close()
     if args.json:
