@@ -199,7 +199,7 @@ def _print(doc: dict[str, Any]) -> None:
         for r in doc["thread"]:
             k = r["thread_kept"]
             print(f"{r['depth']:>5} {r['step_us']:>5g}us {r['wait']:>7} {k['median']:>11.1%} "
-                  f"{k['min']:>6.0%}-{k['max']:<6.0%} {r['loop_steps_per_s']['median']:>12.0f} "
+                  f"{k['min']:>6.1%}-{k['max']:<6.1%} {r['loop_steps_per_s']['median']:>12.0f} "
                   f"{r['loop_alone_steps_per_s']['median']:>7.0f}")
 
 
