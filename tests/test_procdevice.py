@@ -79,6 +79,20 @@ def test_a_throttle_bounds_the_queue_on_the_device() -> None:
         assert thr.stats.max_in_flight == 2 and dev.queued == 0
 
 
+def test_default_telemetry_reads_the_device_timeline_through_hybrid_waits() -> None:
+    from asyncthrottle.waits import Hybrid
+
+    with ProcessDevice() as dev:
+        wait = Hybrid()
+        thr = Throttle(2, events=dev.event, wait=wait)  # default sample_every=8: steps 8, ..., 32
+        for _ in thr.wrap(range(40)):
+            dev.launch(1e-3)
+        stats = thr.stats
+    assert stats.device_samples == 4 and stats.max_in_flight == 2  # step 0: events= are timed once seen timeable
+    assert stats.device_ms_p50 == pytest.approx(1.0, abs=0.01)  # the device's own timestamps: ops back to back
+    assert stats.waits >= 30 and wait.predict() is not None and wait.predict() > 0
+
+
 def test_close_runs_the_queue_then_ends_the_process() -> None:
     dev = ProcessDevice()
     dev.launch(1e-3)
