@@ -35,3 +35,8 @@ def test_wait_strategies_are_measured_on_the_simulated_device() -> None:
     waits = ("spin", "block", "poll", "hybrid")
     assert [(r["depth"], r["wait"]) for r in rows] == [(d, w) for d in (1, 2) for w in waits]
     assert all(r["max_in_flight"] <= r["depth"] and r["steps_per_s"] > 0 for r in rows)
+
+
+@pytest.mark.parametrize("wait", ["hybrid", "poll"])
+def test_a_real_sigint_ends_a_wait_on_a_hung_step(wait: str) -> None:
+    assert overhead.measure_interrupt(wait, delay_s=0.02) < 5.0  # it arrives (the latency is a benchmark figure)
