@@ -86,8 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     data = load_data(str(choice[0]), args.data_dir, args.seed)
     pin = device.type == "cuda"
     workers = args.workers if args.workers is not None else (2 if pin else 0)
-    sampler = DistributedSampler(data.train, num_replicas=world, rank=rank, shuffle=True, seed=args.seed,
-                                 drop_last=True)
+    sampler: DistributedSampler[tuple[torch.Tensor, torch.Tensor]] = DistributedSampler(
+        data.train, num_replicas=world, rank=rank, shuffle=True, seed=args.seed, drop_last=True)
     loader = DataLoader(data.train, batch_size=args.batch_size, sampler=sampler, num_workers=workers,
                         pin_memory=pin, drop_last=True)
     model = DistributedDataParallel(Net().to(device), device_ids=[device.index] if pin else None)
