@@ -11,10 +11,9 @@ budget cannot be met by waiting).
 
 Default probes (``memory=None``), read once per hand-out and after each wait:
 
-* CUDA: pinned host memory in use (``torch.cuda.host_memory_stats()``:
-  ``active_bytes.current`` in recent torch -- 2.14 here --,
-  ``allocated_bytes.current`` in the first versions of these stats, where it
-  meant the same; 0 without them or before CUDA is initialised) plus the
+* CUDA: pinned host memory held by live blocks (``torch.cuda.host_memory_stats()``,
+  read as :mod:`asyncthrottle.pinned` explains for each torch version; 0 before
+  CUDA is initialised or on torch < 2.7, which lacks the statistics) plus the
   device's reserved memory (``memory_reserved``, which the caching allocator
   keeps once grown: a budget must leave room for it).
 * JAX: the device's ``memory_stats()["bytes_in_use"]``; backends that report
@@ -24,14 +23,18 @@ Default probes (``memory=None``), read once per hand-out and after each wait:
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Callable
 from typing import Any
 
+from .pinned import bytes_trusted, log_untrusted, pinned_in_use
+
 __all__ = ["MemoryBudget", "cuda_probe", "default_probe", "jax_probe", "pinned_in_use", "resolve_budget", "rss_bytes"]
 
 MemoryProbe = Callable[[], int]
+_log = logging.getLogger("asyncthrottle")
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -43,7 +46,9 @@ class MemoryBudget:
         probe: a zero-argument callable returning the bytes held now.
 
     Attributes:
-        waits: times the budget made the host wait for the oldest step.
+        waits: times the budget made the host wait for the oldest step (a
+            real wait: an oldest step already complete when the budget was
+            over is retired without one, and not counted).
         over: hand-outs at which the probe still reported more than the
             budget (only possible with nothing in flight: the budget is below
             what the loop holds without any queued step).
@@ -58,6 +63,7 @@ class MemoryBudget:
         self.last: int | None = None
         self.at: dict[int, int] = {}  # steps in flight at a hand-out -> the latest reading there
         self._fresh = False  # `last` was read for the hand-out under way
+        self._holding = False  # the last holds() said over: the next wait is the budget's
 
     def read(self) -> int:
         """Call the probe, checking what it returns."""
@@ -73,19 +79,23 @@ class MemoryBudget:
         """Before a hand-out, with steps in flight: over the budget means wait for the oldest."""
         over = self.read() > self.max_memory
         self._fresh = not over  # after a wait, the hand-out's reading is taken afresh
-        if over:
-            self.waits += 1
+        self._holding = over  # a wait that follows is the budget's (the core waits only if the step is unfinished)
         return over
+
+    def on_wait(self, step: int, start: float, seconds: float) -> None:
+        """The host waited: count it when the budget asked for it (an oldest step already done costs no wait)."""
+        if self._holding:
+            self._holding = False
+            self.waits += 1
 
     def on_handout(self, step: int, in_flight: int, now: float) -> None:
         reading = self.last if self._fresh and self.last is not None else self.read()
-        self._fresh = False
+        self._fresh = self._holding = False
         self.at[in_flight] = reading
         if reading > self.max_memory:
             self.over += 1
         if self.peak is None or reading > self.peak:
             self.peak = reading
-
 
     def room_for(self, in_flight: int) -> bool:
         """Whether hand-outs with ``in_flight`` steps in flight are likely to fit in the budget.
@@ -111,36 +121,27 @@ def rss_bytes() -> int:
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
-def pinned_in_use(stats: dict[str, Any], which: str = "current") -> int:
-    """Pinned host bytes in use from ``torch.cuda.host_memory_stats()`` (flat) or its nested form.
-
-    ``which`` is ``"current"`` or ``"peak"``.
-
-    Recent torch (after pytorch/pytorch#164412, about 2.10; 2.14 here) names
-    blocks checked out to callers ``active_bytes`` (its ``allocated_bytes``
-    counts cached blocks too); the first versions of these stats
-    (pytorch/pytorch#147660, torch 2.7) named them ``allocated_bytes``, beside
-    ``reserved_bytes``. Absent keys give 0.
-    """
-    for key in ("active_bytes", "allocated_bytes"):
-        flat = stats.get(f"{key}.{which}")
-        if flat is not None:
-            return int(flat)
-        nested = stats.get(key)
-        if isinstance(nested, dict) and which in nested:
-            return int(nested[which])
-    return 0
-
-
 def cuda_probe(device: Any) -> MemoryProbe:
-    """Pinned host memory in use plus ``device``'s reserved memory, in bytes."""
+    """Pinned host memory held by live blocks plus ``device``'s reserved memory, in bytes.
+
+    The pinned part is :func:`asyncthrottle.pinned.pinned_in_use`: read directly on
+    torch >= 2.14, estimated from block counts before (where torch's byte count
+    never falls; said once in the log); 0 on torch < 2.7, which has no such
+    statistics (also said once: the budget then sees device memory only).
+    """
     import torch
 
     cuda = torch.cuda
     host_stats = getattr(cuda, "host_memory_stats_as_nested_dict", None) or getattr(cuda, "host_memory_stats", None)
+    trusted = bytes_trusted(torch.__version__)
+    if host_stats is None:
+        _log.warning("asyncthrottle: torch %s has no torch.cuda.host_memory_stats() (torch >= 2.7 has): max_memory's "
+                     "CUDA probe sees device memory only; pass memory= to count pinned host memory", torch.__version__)
+    elif not trusted:
+        log_untrusted(torch.__version__)
 
     def probe() -> int:
-        pinned = pinned_in_use(host_stats()) if host_stats is not None else 0
+        pinned = pinned_in_use(host_stats(), trust_bytes=trusted) if host_stats is not None else 0
         return pinned + int(cuda.memory_reserved(device))
 
     return probe

@@ -10,6 +10,7 @@ import pytest
 
 import asyncthrottle as at
 from asyncthrottle import memory as mem
+from asyncthrottle import pinned
 from asyncthrottle.bench.autodepth import drive, host_seconds
 from asyncthrottle.testing import FakeDevice
 
@@ -170,34 +171,111 @@ def test_rss_bytes_is_this_process_resident_memory() -> None:
     assert isinstance(rss, int) and 10 * MiB < rss < 2**40
 
 
+def test_memory_waits_counts_only_real_waits_and_auto_still_goes_deeper() -> None:
+    # The probe reads as the caching host allocator's stats do: blocks of a step already complete but not yet
+    # retired still count (torch releases them later). Over the budget then, yet nothing is waited for: the oldest
+    # step is retired at once. Those are no memory waits, and depth="auto" must not take them for memory pressure.
+    dev = FakeDevice()
+
+    def stale() -> int:
+        pending = thr._core.pending
+        return 300 * MiB if pending and pending[0].query() else 0
+
+    thr = dev.throttle("auto", max_memory=250 * MiB, memory=stale)
+    drive(thr, "hiccup", 300, host=dev.host, launch=dev.launch)
+    assert thr.stats.memory_waits == 0  # was one per such hand-out
+    assert thr.depth == 4  # as with room in the budget; it stayed at 2
+
+
+def test_memory_waits_counts_a_wait_the_budget_asked_for() -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(8, max_memory=150 * MiB, memory=lambda: 100 * MiB * thr.in_flight)
+    waits = []
+    thr.subscribe(types.SimpleNamespace(on_wait=lambda step, start, seconds: waits.append(step)))
+    drive(thr, "device-bound", 50, host=dev.host, launch=dev.launch)
+    stats = thr.stats
+    assert stats.memory_waits > 0 and stats.memory_waits <= len(waits)  # every counted wait happened
+
+
+# host_memory_stats_as_nested_dict() as each torch version returns it, in a steady loop: two 64 MiB blocks in
+# use, four in the pool (4 x 64 MiB), and the in-use byte count as that version keeps it.
+_P = 64 * MiB
+TORCH_2_7 = {  # allocation/allocated_bytes = in use, segment/reserved_bytes = the pool; in-use bytes drift up
+    "allocation": {"current": 2, "peak": 4}, "allocated_bytes": {"current": 300 * _P, "peak": 300 * _P},
+    "segment": {"current": 4, "peak": 4}, "reserved_bytes": {"current": 4 * _P, "peak": 4 * _P},
+    "num_host_alloc": 4, "num_host_free": 0,
+}
+TORCH_2_11 = {  # renamed: active_* = in use, allocations/allocated_bytes = the pool; in-use bytes still drift
+    "active_requests": {"current": 2, "peak": 4}, "active_bytes": {"current": 3 * _P, "peak": 5 * _P},
+    "allocations": {"current": 4, "peak": 4}, "allocated_bytes": {"current": 4 * _P, "peak": 4 * _P},
+    "num_host_alloc": 4, "num_host_free": 0,
+}
+TORCH_2_14 = {**TORCH_2_11, "active_bytes": {"current": 2 * _P, "peak": 4 * _P}}  # fixed: read as is
+
+
 @pytest.mark.parametrize(
-    ("stats", "expected"),
+    ("stats", "trust", "expected"),
     [
-        ({"active_bytes.current": 5, "allocated_bytes.current": 9}, 5),  # newer torch: active = in use
-        ({"allocated_bytes.current": 7, "reserved_bytes.current": 8}, 7),  # torch 2.7-2.9: allocated = in use
-        ({"active_bytes": {"current": 3, "peak": 4}, "allocated_bytes": {"current": 6}}, 3),  # nested form
-        ({"allocated_bytes": {"current": 2}}, 2),
-        ({}, 0),  # CUDA not initialised yet
+        (TORCH_2_7, False, 2 * _P),  # 2 blocks x the pool's 64 MiB mean, not the drifted 300 blocks' worth
+        (TORCH_2_11, False, 2 * _P),  # not active_bytes (3 blocks' worth and rising), not the pool (4)
+        (TORCH_2_14, True, 2 * _P),
+        (TORCH_2_7, True, 2 * _P),  # bytes above the pool are never believed, whatever the version says
+        ({}, True, 0),  # CUDA not initialised, or nothing pinned yet
+        ({}, False, 0),
+        ({"active_bytes.current": 5, "allocated_bytes.current": 9}, True, 5),  # the flat form
+        ({"allocation.current": 1, "segment.current": 2, "reserved_bytes.current": 8}, False, 4),
+        ({"allocation.current": 1, "segment.current": 0, "reserved_bytes.current": 0}, False, 0),
     ],
 )
-def test_pinned_in_use_reads_every_torch_versions_keys(stats: dict[str, Any], expected: int) -> None:
-    assert mem.pinned_in_use(stats) == expected
+def test_pinned_in_use_reads_every_torch_versions_stats(stats: dict[str, Any], trust: bool, expected: int) -> None:
+    assert mem.pinned_in_use(stats, trust_bytes=trust) == expected
+
+
+def test_pinned_in_use_falls_with_the_blocks_in_use_on_a_drifting_torch() -> None:
+    # torch 2.11 after 120 steps of 16 MiB each (the H200 run): active_bytes rose by 16 MiB a step, the count fell.
+    later = {**TORCH_2_11, "active_requests": {"current": 1}, "active_bytes": {"current": 120 * 16 * MiB}}
+    assert mem.pinned_in_use(later, trust_bytes=False) == _P
+    assert mem.pinned_in_use(later, trust_bytes=True) == _P  # bytes over the pool are not believed: estimated
 
 
 def test_pinned_peak() -> None:
     assert mem.pinned_in_use({"active_bytes.current": 1, "active_bytes.peak": 8}, "peak") == 8
-    assert mem.pinned_in_use({"allocated_bytes": {"current": 1, "peak": 5}}, "peak") == 5
+    assert mem.pinned_in_use(TORCH_2_14, "peak") == 4 * _P
+    assert mem.pinned_in_use(TORCH_2_11, "peak", trust_bytes=False) == 4 * _P  # the pool's peak: an upper bound
+    assert mem.pinned_in_use({}, "peak") == 0
 
 
-def test_cuda_probe_adds_pinned_host_memory_and_reserved_device_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("version", "trusted"),
+    [("2.4.0", False), ("2.7.1+cu126", False), ("2.11.0+cu130", False), ("2.13.0", False), ("2.14.1+cu130", True),
+     ("2.14.0a0+git1234", True), ("2.15.0.dev20270101", True), ("3.0", True)],
+)
+def test_bytes_are_trusted_from_torch_2_14(version: str, trusted: bool) -> None:
+    assert pinned.bytes_trusted(version) is trusted
+
+
+def test_cuda_probe_adds_pinned_host_memory_and_reserved_device_memory(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     torch = pytest.importorskip("torch")
     calls: list[Any] = []
-    monkeypatch.setattr(torch.cuda, "host_memory_stats_as_nested_dict", lambda: {"active_bytes": {"current": 64}})
+    monkeypatch.setattr(torch.cuda, "host_memory_stats_as_nested_dict", lambda: TORCH_2_11)
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: calls.append(device) or 1000)
-    assert mem.cuda_probe("cuda:1")() == 1064 and calls == ["cuda:1"]
+    monkeypatch.setattr(torch, "__version__", "2.14.1")
+    assert mem.cuda_probe("cuda:1")() == 3 * _P + 1000 and calls == ["cuda:1"]
+    monkeypatch.setattr(torch, "__version__", "2.11.0")
+    monkeypatch.setattr(pinned, "_said", False)
+    with caplog.at_level("WARNING", logger="asyncthrottle"):
+        probe = mem.cuda_probe("cuda:1")
+        mem.cuda_probe("cuda:1")
+    assert probe() == 2 * _P + 1000  # estimated from the block counts
+    assert [r.getMessage().count("cannot be trusted") for r in caplog.records] == [1]  # said once
     monkeypatch.delattr(torch.cuda, "host_memory_stats_as_nested_dict")
-    monkeypatch.delattr(torch.cuda, "host_memory_stats")  # torch < 2.7: reserved memory only
-    assert mem.cuda_probe(None)() == 1000
+    monkeypatch.delattr(torch.cuda, "host_memory_stats")  # torch < 2.7: reserved memory only, and said
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="asyncthrottle"):
+        assert mem.cuda_probe(None)() == 1000
+    assert "has no torch.cuda.host_memory_stats()" in caplog.text and "pass memory=" in caplog.text
 
 
 def test_jax_probe_reads_memory_stats_and_refuses_a_backend_without_them(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -224,7 +302,7 @@ def test_jax_on_the_cpu_needs_a_probe_and_runs_with_one() -> None:
     x = jax.numpy.ones(4)
     for _ in thr.wrap(range(5)):
         x = x + 1
-    assert thr.stats.steps == 5 and thr.stats.memory_waits >= 1 and float(x[0]) == 6.0
+    assert thr.stats.steps == 5 and thr.stats.in_flight_histogram[0] == 5 and float(x[0]) == 6.0
 
 
 @pytest.mark.jax
