@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import threading
 import warnings
 from collections.abc import Iterator
@@ -45,6 +46,15 @@ def sync_here() -> None:
 
 def other_site() -> None:
     warnings.warn(SYNC_MESSAGE, UserWarning, stacklevel=1)
+
+
+def line_of(func: Any, marker: str) -> int:
+    """The line in this file of the first source line of ``func`` that contains ``marker``.
+
+    Not ``co_firstlineno`` plus an offset: for a decorated function that is the decorator's line.
+    """
+    lines, first = inspect.getsourcelines(func)
+    return first + next(i for i, text in enumerate(lines) if marker in text)
 
 
 SITE = f"test_syncaudit.py:{sync_here.__code__.co_firstlineno + 2}"
@@ -193,7 +203,15 @@ def test_a_real_item_is_counted_per_step_at_its_line() -> None:
         warnings.simplefilter("ignore")
         for _ in thr.wrap(range(4)):
             (x * 2).sum().item()  # host-device sync, on purpose
-    line = test_a_real_item_is_counted_per_step_at_its_line.__code__.co_firstlineno + 7
+    line = line_of(test_a_real_item_is_counted_per_step_at_its_line, "(x * 2).sum().item()")
     audit = thr.sync_audit
     assert audit is not None and audit.sites[f"test_syncaudit.py:{line}"] == 4 and audit.steps == 4
     assert torch.cuda.get_sync_debug_mode() == 0
+
+
+def test_line_of_finds_the_item_line_under_a_decorator() -> None:
+    import linecache
+
+    line = line_of(test_a_real_item_is_counted_per_step_at_its_line, "(x * 2).sum().item()")
+    assert "(x * 2).sum().item()" in linecache.getline(__file__, line)
+    assert line != test_a_real_item_is_counted_per_step_at_its_line.__code__.co_firstlineno + 7  # the old guess
