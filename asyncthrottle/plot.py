@@ -4,14 +4,46 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["main", "plot_trace", "summarize"]
+__all__ = ["axis_top", "draw_trace", "main", "plot_trace", "summarize"]
 
 _COLOURS = {"wait": "#d62728", "fetch": "#1f77b4", "body": "#2ca02c", "device": "#9467bd", "in flight": "#555555"}
+_SLACK = 1.5  # the axis reaches this far above the largest step it keeps
+_FLAT = 4.0  # ... and is cut only when a step left out is this many times that step (it would flatten the rest)
+_OUTLIERS = 0.02  # at most this share of steps (at least one) may lie above the axis
+
+
+def axis_top(values: Sequence[float]) -> float | None:
+    """Where to cut the value axis so that a few outliers (a warm-up step) do not flatten the rest.
+
+    Leaves out the largest 2 % of the values (at least one) and returns 1.5
+    times the largest of the others, when the largest value is over 4 times
+    that one; None otherwise (nothing flattens the picture: nothing to cut).
+    """
+    if len(values) < 2:
+        return None
+    ranked = sorted(values)
+    keep = ranked[len(ranked) - 1 - max(1, math.ceil(_OUTLIERS * len(ranked)))]
+    return _SLACK * keep if ranked[-1] > _FLAT * keep and keep > 0 else None
+
+
+def _clip(ax: Any, steps: Sequence[int], values: Sequence[float], top: float | None, what: str) -> None:
+    """Cut ``ax`` at ``top``: mark each step above it on the edge and say which they are."""
+    if top is None:
+        return
+    ax.set_ylim(0, top)
+    over = [(v, s) for s, v in zip(steps, values, strict=True) if v > top]
+    ax.plot([s for _, s in over], [top] * len(over), "^", color="black", markersize=6, clip_on=False)
+    worst = sorted(over, reverse=True)[:3]
+    named = ", ".join(f"step {s}: {v:,.1f} ms" for v, s in worst)
+    more = f" and {len(over) - len(worst)} more" if len(over) > len(worst) else ""
+    ax.text(0.01, 0.97, f"{what} above the axis (\u25b2): {named}{more}", transform=ax.transAxes,
+            ha="left", va="top", fontsize="small", bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0})
 
 
 def summarize(doc: dict[str, Any]) -> dict[str, Any]:
@@ -50,23 +82,29 @@ def plot_trace(trace: str | os.PathLike[str] | dict[str, Any], out: str | os.Pat
 
     Three panels: host ms per step stacked (wait, fetch, body) and device ms
     per sampled step, both against the step number, and steps in flight at
-    each hand-out against host time.
+    each hand-out against host time. A few steps far above the rest (CUDA's
+    warm-up in step 0) do not set the scale: the axis is cut above the others
+    (:func:`axis_top`), and the steps above it are marked on its edge and named.
 
     Raises:
         ImportError: matplotlib is missing (``pip install 'asyncthrottle[plot]'``).
         ValueError: the file is not a trace written by ``export_trace()``.
     """
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise ImportError("plotting needs matplotlib: pip install 'asyncthrottle[plot]'") from None
     if isinstance(trace, dict):
         doc = trace
     else:
         with open(trace, encoding="utf-8") as f:
             doc = json.load(f)
+    draw_trace(doc, title=title).savefig(out)
+
+
+def draw_trace(doc: dict[str, Any], *, title: str | None = None) -> Any:
+    """The figure :func:`plot_trace` saves (a ``matplotlib.figure.Figure``), for a loaded trace."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise ImportError("plotting needs matplotlib: pip install 'asyncthrottle[plot]'") from None
     data = summarize(doc)
-    meta = doc.get("otherData", {}).get("asyncthrottle", {})
     host, device, in_flight = data["host"], data["device"], data["in_flight"]
     steps = sorted(set().union(*host.values()))
     fig = Figure(figsize=(9, 6.4), dpi=80, layout="constrained")
@@ -76,14 +114,17 @@ def plot_trace(trace: str | os.PathLike[str] | dict[str, Any], out: str | os.Pat
         top = [b + host[name].get(s, 0.0) for b, s in zip(bottom, steps, strict=True)]
         ax_host.fill_between(steps, bottom, top, step="mid", color=_COLOURS[name], label=name, linewidth=0)
         bottom = top
+    _clip(ax_host, steps, bottom, axis_top(bottom), "host time")
     ax_host.set_ylabel("host ms")
     ax_host.set_xlabel("step")
     ax_host.legend(loc="upper right", ncols=3, fontsize="small")
     ax_host.set_title("host time per step (stacked)", fontsize="medium", loc="left")
     if device:
         sampled = sorted(device)
-        ax_dev.plot(sampled, [device[s] for s in sampled], ".-", color=_COLOURS["device"], markersize=4)
+        times = [device[s] for s in sampled]
+        ax_dev.plot(sampled, times, ".-", color=_COLOURS["device"], markersize=4)
         ax_dev.set_ylim(bottom=0)
+        _clip(ax_dev, sampled, times, axis_top(times), "device time")
         ax_dev.set_xlim(ax_host.get_xlim())
     else:
         ax_dev.text(0.5, 0.5, "no device time sampled (sample_every=None, or events without timing)",
@@ -97,14 +138,19 @@ def plot_trace(trace: str | os.PathLike[str] | dict[str, Any], out: str | os.Pat
     ax_fly.set_ylabel("in flight")
     ax_fly.set_xlabel("host time (ms)")
     ax_fly.set_title("steps in flight at each hand-out", fontsize="medium", loc="left")
+    fig.suptitle(_heading(doc, title), fontsize="medium")
+    return fig
+
+
+def _heading(doc: dict[str, Any], title: str | None) -> str:
+    meta = doc.get("otherData", {}).get("asyncthrottle", {})
     stats = meta.get("stats") or {}
     heading = title or "asyncthrottle trace"
     if "depth" in meta:
         heading += f" -- depth {meta['depth']}"
     if stats.get("verdict"):
         heading += f", verdict: {stats['verdict']}"
-    fig.suptitle(heading, fontsize="medium")
-    fig.savefig(out)
+    return heading
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from asyncthrottle.__main__ import main
-from asyncthrottle.plot import plot_trace, summarize
+from asyncthrottle.plot import axis_top, draw_trace, plot_trace, summarize
 from asyncthrottle.testing import FakeDevice
 
 MS = 1e-3
@@ -72,3 +72,43 @@ def test_missing_matplotlib_names_the_extra(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import fails
     with pytest.raises(ImportError, match=r"pip install 'asyncthrottle\[plot\]'"):
         plot_trace(_trace(tmp_path), tmp_path / "t.png")
+
+
+def _warm_up_trace(tmp_path: Path) -> Path:
+    """400 steps of 3 ms host and device time, but the first take 290 ms (CUDA's warm-up; step 0 is not timed)."""
+    dev = FakeDevice()
+    thr = dev.throttle(2, wait="spin", sample_every=1, trace=1000)
+    for step in thr.wrap(range(400)):
+        dev.host(290 * MS if step == 0 else 3 * MS)
+        dev.launch(290 * MS if step < 2 else 3 * MS)
+    path = tmp_path / "warm.json"
+    thr.export_trace(path)
+    return path
+
+
+def test_axis_top_leaves_a_few_outliers_above_and_cuts_nothing_otherwise() -> None:
+    assert axis_top([290.0] + [3.0] * 399) == pytest.approx(4.5)  # 1.5 x the largest kept step
+    assert axis_top([3.0] * 400) is None and axis_top([3.0, 3.5, 2.5]) is None
+    assert axis_top([290.0, 3.0, 3.0]) == pytest.approx(4.5)  # one outlier even among few steps
+    hiccups = [25.0 if s % 5 == 4 else 2.0 for s in range(400)]  # a fifth of the steps: the loop, not outliers
+    assert axis_top(hiccups) is None
+    assert axis_top([]) is None and axis_top([5.0]) is None and axis_top([0.0, 0.0, 1.0]) is None
+
+
+def test_a_warm_up_step_does_not_flatten_the_picture(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    doc = json.loads(_warm_up_trace(tmp_path).read_text())
+    fig = draw_trace(doc)
+    ax_host, ax_dev, _ = fig.axes
+    assert ax_host.get_ylim()[1] < 15  # was ~300: every 3 ms step lay on the axis
+    assert ax_dev.get_ylim()[1] < 15
+    notes = [t.get_text() for ax in (ax_host, ax_dev) for t in ax.texts]
+    assert any(n.startswith("host time above the axis") and "step 0: 29" in n for n in notes), notes
+    assert any(n.startswith("device time above the axis") and "step 1: 290.0 ms" in n for n in notes), notes
+    plot_trace(doc, tmp_path / "warm.png")  # and it saves
+
+
+def test_an_even_loop_is_not_cut(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    fig = draw_trace(json.loads(_trace(tmp_path).read_text()))
+    assert not any(ax.texts for ax in fig.axes[:2])
