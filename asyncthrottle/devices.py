@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .events import EventFactory, MultiEvent
+from .pool import EventPool
 
 __all__ = ["detect_device", "device_kind", "resolve_events"]
 
@@ -69,16 +70,26 @@ def _parse_device(device: Any) -> Any:
 
 
 class TorchEvent:
-    """A torch event recorded on a stream chosen at record time.
+    """A torch event recorded on a stream chosen at record time; one object is re-recorded step after step.
+
+    ``query`` and ``synchronize`` are the torch event's own methods (no Python
+    call in between on the per-step path).
 
     Args:
-        event: the torch event (``torch.cuda.Event``, ``torch.Event``, ...).
-        stream: a fixed stream, or a zero-argument callable returning the stream
-            to record on, or None for the current stream of the current device.
+        event: the torch event (``torch.Event``, ``torch.cuda.Event``, ...).
+        stream: a fixed stream; or a zero-argument callable returning the
+            stream to record on (None: the current one); or None: the current
+            stream of the current device -- ``torch.Event.record()`` finds it
+            in C++, without a Python ``Stream`` object.
         capturing: a callable that is True while a CUDA graph is being captured.
+        current: returns the current stream, to join side streams to
+            (:meth:`wait_stream`) when ``stream`` does not name one.
     """
 
-    __slots__ = ("_after", "_capturing", "_current", "_event", "_stream")
+    __slots__ = ("_after", "_capturing", "_current", "_event", "_stream", "query", "synchronize")
+
+    query: Callable[[], bool]
+    synchronize: Callable[[], None]
 
     def __init__(
         self,
@@ -89,38 +100,40 @@ class TorchEvent:
     ) -> None:
         self._event, self._stream, self._capturing, self._current = event, stream, capturing, current
         self._after: list[Any] = []
+        self.query = event.query
+        self.synchronize = event.synchronize  # host-device sync when called: the caller chose to block
 
     def wait_stream(self, stream: Any) -> None:
-        """Order this event after the work enqueued on ``stream`` so far (joined when it is recorded).
+        """Order this event after the work enqueued on ``stream`` so far (joined when it is next recorded).
 
         Deferred values copied on a side stream use it, so the step's event covers their copies.
         """
         self._after.append(stream)
 
     def record(self) -> None:
-        if self._capturing is not None and self._capturing():
+        capturing = self._capturing
+        if capturing is not None and capturing():
             raise RuntimeError(
                 "asyncthrottle cannot record an event while a CUDA graph is being captured on the current "
                 "stream: call the throttle (its wrapper's next(), step(), mark(), drain()) outside the "
                 "captured region, e.g. around graph.replay()"
             )
-        stream = self._stream() if callable(self._stream) else self._stream
+        stream = self._stream
+        if stream is not None and callable(stream):
+            stream = stream()
         if self._after:
-            target = stream if stream is not None else self._current() if self._current is not None else None
-            for other in self._after:
-                if target is not None and other != target:
-                    target.wait_stream(other)  # enqueues a wait on the device; never blocks the host
-            self._after = []
+            self._join(stream)
         if stream is None:
             self._event.record()
         else:
             self._event.record(stream)
 
-    def query(self) -> bool:
-        return bool(self._event.query())
-
-    def synchronize(self) -> None:
-        self._event.synchronize()  # host-device sync: the caller chose to block.
+    def _join(self, stream: Any) -> None:
+        target = stream if stream is not None else self._current() if self._current is not None else None
+        for other in self._after:
+            if target is not None and other != target:
+                target.wait_stream(other)  # enqueues a wait on the device; never blocks the host
+        self._after = []
 
     def elapsed_time(self, end: TorchEvent) -> float:
         return float(self._event.elapsed_time(end._event))
@@ -128,26 +141,34 @@ class TorchEvent:
 
 def _raw_factory(torch: Any, device: Any, *, blocking: bool, timing: bool) -> Callable[[], Any]:
     kind = device.type
-    if kind == "cuda":
-        return functools.partial(torch.cuda.Event, enable_timing=timing, blocking=blocking)
-    if kind == "mps":
+    if kind == "mps":  # its record() takes no stream: no Python Stream object per step either
         return functools.partial(torch.mps.event.Event, enable_timing=timing)
-    if kind == "xpu":
+    if kind == "cuda" and (blocking or not hasattr(torch, "Event")):
+        # torch.Event ignores blocking=; only torch.cuda.Event makes synchronize() sleep in the driver.
+        return functools.partial(torch.cuda.Event, enable_timing=timing, blocking=blocking)
+    if kind == "xpu" and not hasattr(torch, "Event"):
         return functools.partial(torch.xpu.Event, enable_timing=timing)
     if not hasattr(torch, "Event"):
         raise RuntimeError(f"device={str(device)!r} needs torch.Event (torch >= 2.4); upgrade torch")
-    return functools.partial(torch.Event, device=device, enable_timing=timing)
+    return functools.partial(torch.Event, device=device, enable_timing=timing)  # timing off: cheaper records
 
 
-def _current_stream(torch: Any, device: Any) -> Callable[[], Any] | None:
-    if device.type == "mps":
-        return None  # one stream per device; torch.mps.event.Event.record() takes no stream
-    if device.index is None:
-        return None  # the current stream of the current device
+def _stream_of(torch: Any, device: Any, generic: bool) -> Callable[[], Any] | None:
+    """What a step records on: None is the current stream (found in C++ by ``torch.Event.record()``)."""
+    if device.type == "mps" or device.index is None:
+        return None  # MPS has one stream per device; else the current stream of the current device
     module = getattr(torch, device.type, None)
-    if module is not None and hasattr(module, "current_stream"):
-        return functools.partial(module.current_stream, device.index)
-    return functools.partial(torch.accelerator.current_stream, device.index)
+    if module is None or not hasattr(module, "current_stream"):
+        return functools.partial(torch.accelerator.current_stream, device.index)
+    index, current_stream = device.index, module.current_stream
+    if not generic:
+        return functools.partial(current_stream, index)
+    current_device = module.current_device
+
+    def stream() -> Any:  # the named device is the current one (the usual case): no Stream object
+        return None if current_device() == index else current_stream(index)
+
+    return stream
 
 
 def resolve_events(
@@ -165,6 +186,13 @@ def resolve_events(
             current stream; a step completes when all of them have.
         blocking: CUDA blocking-sync events (``synchronize()`` sleeps in the driver).
         timing: events that support ``elapsed_time``.
+
+    The factory reuses events (:class:`~asyncthrottle.pool.EventPool`): an
+    event is re-recorded only once nothing refers to it any more, so a loop at
+    depth ``d`` keeps about ``d`` events however many steps it runs. CUDA,
+    XPU and other accelerators record ``torch.Event`` on the current stream
+    (found in C++: no Python ``Stream`` object per step); ``blocking=True``
+    uses ``torch.cuda.Event``, since ``torch.Event`` ignores ``blocking``.
 
     Raises:
         RuntimeError: an explicitly requested device is not available.
@@ -193,14 +221,15 @@ def resolve_events(
     capturing = torch.cuda.is_current_stream_capturing if cuda else None
     current_cuda = functools.partial(torch.cuda.current_stream, torch_device.index) if cuda else None
     if streams is None:
-        current = _current_stream(torch, torch_device)
-        return lambda: TorchEvent(raw(), current, capturing, current_cuda)
+        generic = getattr(raw, "func", None) is getattr(torch, "Event", False)
+        current = _stream_of(torch, torch_device, generic)
+        return EventPool(lambda: TorchEvent(raw(), current, capturing, current_cuda))
     if torch_device.type == "mps":
         raise ValueError("streams= does not apply to MPS, which has one stream per device; drop streams=")
     if isinstance(streams, (str, bytes)) or not isinstance(streams, Sequence) or not streams:
         raise ValueError(f"streams must be a non-empty list of streams, got {streams!r}")
     fixed = tuple(streams)
-    return lambda: MultiEvent([TorchEvent(raw(), stream, capturing) for stream in fixed])
+    return EventPool(lambda: MultiEvent([TorchEvent(raw(), stream, capturing) for stream in fixed]))
 
 
 def device_kind(device: Any = None) -> str:

@@ -30,10 +30,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
     torch = pytest.importorskip("torch")
-    state = SimpleNamespace(capturing=False)
+    state = SimpleNamespace(capturing=False, device=0)
     FakeTorchEvent.made = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "Event", FakeTorchEvent)
+    monkeypatch.setattr(torch, "Event", FakeTorchEvent)  # the generic event the CUDA backend records
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: state.device)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda index=None: f"current-stream-of-{index}")
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: state.capturing)
     return state

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
+
+from asyncthrottle.testing import FakeDevice, FakeEvent
 
 
 class Log(list[tuple[str, int]]):
@@ -76,3 +78,35 @@ class FakeTorchEvent:
 
     def elapsed_time(self, end: FakeTorchEvent) -> float:
         return 1.0
+
+
+class CountingTorchEvent(FakeEvent):
+    """Stands in for ``torch.Event`` on a :class:`FakeDevice`: counts creations and records.
+
+    Set ``device`` (the FakeDevice) before the first event is made; ``made``
+    lists every event made, ``guard(event)`` runs before each record (a test
+    raises there if something still refers to the event).
+    """
+
+    device: ClassVar[FakeDevice]
+    made: ClassVar[list[CountingTorchEvent]] = []
+    guard: ClassVar[Callable[[CountingTorchEvent], None] | None] = None
+
+    __slots__ = ("kwargs", "records", "step")
+
+    def __init__(self, device: Any = None, **kwargs: Any) -> None:
+        super().__init__(CountingTorchEvent.device)
+        self.kwargs = {"device": device, **kwargs}
+        self.records = 0
+        self.step = -1  # set by tests that track which step an event marks
+        CountingTorchEvent.made.append(self)
+
+    def record(self, stream: Any = "current") -> None:  # type: ignore[override]
+        if CountingTorchEvent.guard is not None:
+            CountingTorchEvent.guard(self)
+        self.records += 1
+        super().record()
+
+    @classmethod
+    def reset(cls, device: FakeDevice) -> None:
+        cls.device, cls.made, cls.guard = device, [], None
