@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import platform
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .seed import ASYNC, ExperimentResult, ModeResult
 
-__all__ = ["MODEL_TEXT", "machine", "plot_timelines", "to_json", "to_text"]
+__all__ = ["MODEL_TEXT", "Deadline", "machine", "plot_timelines", "say", "to_json", "to_text"]
 
 MODEL_TEXT = (
     "cost model (the seed's): t1 = host time to launch one step (a burst of launches, timed on the host),\n"
@@ -18,6 +20,42 @@ MODEL_TEXT = (
 )
 
 _HEADER = ("mode", "steps/s", "vs async", "max in flight", "host wait", "wall s", "model s", "model err")
+
+
+class Deadline:
+    """A bench's cap on its own run time: what is left of ``seconds`` since it was made.
+
+    Args:
+        seconds: the budget; None for no cap.
+        clock: the time source (injected in tests).
+
+    Example: ``cap = Deadline(args.max_s)``, then skip (and say so) whatever would start after
+    ``cap.spent()``, and stop a timed loop at ``cap.at(run_s)``.
+    """
+
+    def __init__(self, seconds: float | None, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.seconds, self.clock = seconds, clock
+        self.start = clock()
+
+    def left(self) -> float:
+        """Seconds left (inf without a cap; never below 0)."""
+        if self.seconds is None:
+            return math.inf
+        return max(0.0, self.seconds - (self.clock() - self.start))
+
+    def spent(self) -> bool:
+        """Whether the budget is used up."""
+        return self.left() <= 0
+
+    def at(self, seconds: float) -> float:
+        """The clock reading ``seconds`` from now, or the cap's end if that comes first."""
+        now = self.clock()
+        return now + min(seconds, self.left())
+
+
+def say(line: str = "") -> None:
+    """Print one line of a bench's output at once (flushed), so a cut-short run shows what it measured."""
+    print(line, flush=True)
 
 
 def machine() -> dict[str, Any]:

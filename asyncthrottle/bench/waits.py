@@ -8,6 +8,11 @@ runs, with min-max), the ratio to ``"spin"`` in the same run, and the host threa
 CPU time as a share of spin's. A second table runs a Python thread that counts loop
 iterations beside the throttled loop: the share of its solo rate it keeps, and the
 loop's own throughput beside it.
+
+It prints each row as it is measured, and caps its own run time: each timed run
+stops after 4 times ``--run-s`` (a run slowed down by the counting thread's hold
+on the GIL still ends), and no new row starts once ``--max-s`` is spent (the
+rows left are counted as skipped).
 """
 
 from __future__ import annotations
@@ -18,16 +23,18 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ..throttle import Throttle
-from .report import machine
+from .report import Deadline, machine, say
 
 __all__ = ["WAITS", "WaitBench", "main", "measure_thread", "measure_waits", "run_loop"]
 
 WAITS = ("spin", "block", "poll", "hybrid")
 STEPS_US = (50, 100, 300, 1000, 10000)
+RUN_CAP = 4.0  # a timed run stops after this many times its planned length
+Row = dict[str, Any]
 
 
 class WaitBench(Protocol):
@@ -76,20 +83,30 @@ def _spin(seconds: float) -> None:
 
 
 def run_loop(bench: WaitBench, wait: str, depth: int, step_s: float, steps: int, host_s: float = 5e-6,
-             warmup: int = 5) -> dict[str, float]:
-    """One timed throttled loop (after ``warmup`` untimed steps on the same throttle)."""
+             warmup: int = 5, stop_at: float | None = None) -> dict[str, float]:
+    """One timed throttled loop (after ``warmup`` untimed steps on the same throttle).
+
+    It stops early at ``time.perf_counter() >= stop_at``; the rate is then over
+    the steps it ran (``"steps"``, and ``"capped"`` is 1).
+    """
     thr = Throttle(depth, wait=wait, **bench.throttle_options())
     bench.synchronize()  # host-device sync: each run starts on an idle device
     launch = bench.launch
     for _ in thr.wrap(range(warmup)):  # lets a learning wait see a few waits first
         _spin(host_s)
         launch(step_s)
+    done = 0
     cpu0, start = time.thread_time(), time.perf_counter()
     for _ in thr.wrap(range(steps)):  # drains at the end: a host-device sync on the last step
         _spin(host_s)
         launch(step_s)
+        done += 1
+        if stop_at is not None and time.perf_counter() >= stop_at:
+            break
+    thr.drain()  # host-device sync: after a capped run's break (a no-op after a full pass)
     wall = time.perf_counter() - start
-    return {"steps_per_s": steps / wall, "cpu_s": time.thread_time() - cpu0, "wall_s": wall}
+    return {"steps_per_s": done / wall, "cpu_s": time.thread_time() - cpu0, "wall_s": wall, "steps": done,
+            "capped": float(done < steps)}
 
 
 def _steps_for(step_s: float, run_s: float) -> int:
@@ -102,28 +119,47 @@ def _summary(values: Sequence[float]) -> dict[str, float]:
 
 def measure_waits(bench: WaitBench, *, waits: Sequence[str] = WAITS, depths: Sequence[int] = (1, 2),
                   steps_us: Sequence[float] = STEPS_US, repeats: int = 5, run_s: float = 0.15,
-                  host_s: float = 5e-6) -> list[dict[str, Any]]:
-    """The sweep: one row per (depth, step, wait); runs of the waits interleave within each repeat."""
-    rows: list[dict[str, Any]] = []
+                  host_s: float = 5e-6, cap: Deadline | None = None,
+                  on_row: Callable[[Row], None] | None = None) -> list[Row]:
+    """The sweep: one row per (depth, step, wait); runs of the waits interleave within each repeat.
+
+    No cell starts once ``cap`` is spent; ``on_row`` hears each row as soon as it is measured.
+    """
+    cap = cap or Deadline(None)
+    rows: list[Row] = []
     for depth in depths:
         for step_us in steps_us:
+            if cap.spent():
+                return rows
             step_s = step_us * 1e-6
             steps = _steps_for(step_s, run_s)
             runs: dict[str, list[dict[str, float]]] = {w: [] for w in waits}
             for _ in range(repeats):
                 for wait in waits:
-                    runs[wait].append(run_loop(bench, wait, depth, step_s, steps, host_s))
-            spin = runs.get("spin")
-            spin_rate = statistics.median(r["steps_per_s"] for r in spin) if spin else float("nan")
-            spin_cpu = statistics.median(r["cpu_s"] / r["wall_s"] for r in spin) if spin else float("nan")
-            for wait in waits:
-                rates = [r["steps_per_s"] for r in runs[wait]]
-                cpu = statistics.median(r["cpu_s"] / r["wall_s"] for r in runs[wait])
-                rows.append({
-                    "depth": depth, "step_us": step_us, "wait": wait, "steps": steps,
-                    "steps_per_s": _summary(rates), "vs_spin": statistics.median(rates) / spin_rate,
-                    "ideal_steps_per_s": 1 / step_s, "host_cpu": cpu, "cpu_vs_spin": cpu / spin_cpu,
-                })
+                    runs[wait].append(run_loop(bench, wait, depth, step_s, steps, host_s,
+                                               stop_at=cap.at(RUN_CAP * run_s)))
+            for row in _cells(runs, depth, step_us, steps):
+                rows.append(row)
+                if on_row is not None:
+                    on_row(row)
+    return rows
+
+
+def _cells(runs: dict[str, list[dict[str, float]]], depth: int, step_us: float, steps: int) -> list[Row]:
+    """One row per wait of one (depth, step) cell, each against spin's median."""
+    spin = runs.get("spin")
+    spin_rate = statistics.median(r["steps_per_s"] for r in spin) if spin else float("nan")
+    spin_cpu = statistics.median(r["cpu_s"] / r["wall_s"] for r in spin) if spin else float("nan")
+    rows = []
+    for wait, done in runs.items():
+        rates = [r["steps_per_s"] for r in done]
+        cpu = statistics.median(r["cpu_s"] / r["wall_s"] for r in done)
+        rows.append({
+            "depth": depth, "step_us": step_us, "wait": wait, "steps": steps,
+            "capped_runs": int(sum(r["capped"] for r in done)),
+            "steps_per_s": _summary(rates), "vs_spin": statistics.median(rates) / spin_rate,
+            "ideal_steps_per_s": 1e6 / step_us, "host_cpu": cpu, "cpu_vs_spin": cpu / spin_cpu,
+        })
     return rows
 
 
@@ -152,55 +188,97 @@ def _stop(start: float, thread: threading.Thread, box: list[int]) -> float:
 
 def measure_thread(bench: WaitBench, *, waits: Sequence[str] = WAITS, depth: int = 2,
                    steps_us: Sequence[float] = (1000, 10000), repeats: int = 3, run_s: float = 0.3,
-                   host_s: float = 5e-6) -> list[dict[str, Any]]:
+                   host_s: float = 5e-6, cap: Deadline | None = None,
+                   on_row: Callable[[Row], None] | None = None) -> list[Row]:
     """A counting Python thread beside the throttled loop: its share of its solo rate, and the loop's rate.
 
     The share is the median rate beside the loop over the median solo rate (solo: the host
     asleep in the kernel, the device idle), with each run's rate over that median as min-max.
+    Each loop stops after ``RUN_CAP`` times ``run_s`` (the thread's hold on the GIL can slow it
+    many times over); no cell starts once ``cap`` is spent.
     """
-    rows: list[dict[str, Any]] = []
+    cap = cap or Deadline(None)
+    rows: list[Row] = []
     for step_us in steps_us:
         step_s = step_us * 1e-6
         steps = _steps_for(step_s, run_s)
         for wait in waits:
+            if cap.spent():
+                return rows
             solo, beside, loop, alone = [], [], [], []
             for _ in range(repeats):  # interleaved, so that a noisy moment hits both sides
-                alone.append(run_loop(bench, wait, depth, step_s, steps, host_s)["steps_per_s"])
+                alone.append(run_loop(bench, wait, depth, step_s, steps, host_s,
+                                      stop_at=cap.at(RUN_CAP * run_s))["steps_per_s"])
                 started = _start_counter()
                 time.sleep(run_s)  # the host idle in the kernel: the thread's solo rate
                 solo.append(_stop(*started))
                 started = _start_counter()
-                loop.append(run_loop(bench, wait, depth, step_s, steps, host_s)["steps_per_s"])
+                loop.append(run_loop(bench, wait, depth, step_s, steps, host_s,
+                                     stop_at=cap.at(RUN_CAP * run_s))["steps_per_s"])
                 beside.append(_stop(*started))
             kept = [b / statistics.median(solo) for b in beside]
-            rows.append({"depth": depth, "step_us": step_us, "wait": wait,
-                         "thread_kept": {**_summary(kept),
-                                         "median": statistics.median(beside) / statistics.median(solo)},
-                         "loop_steps_per_s": _summary(loop), "loop_alone_steps_per_s": _summary(alone)})
+            row = {"depth": depth, "step_us": step_us, "wait": wait,
+                   "thread_kept": {**_summary(kept), "median": statistics.median(beside) / statistics.median(solo)},
+                   "loop_steps_per_s": _summary(loop), "loop_alone_steps_per_s": _summary(alone)}
+            rows.append(row)
+            if on_row is not None:
+                on_row(row)
     return rows
 
 
-def _print(doc: dict[str, Any]) -> None:
-    print(f"asyncthrottle bench --waits on {doc['backend']}")
+def _waits_header(doc: dict[str, Any]) -> None:
+    say(f"asyncthrottle bench --waits on {doc['backend']}")
     m = doc["machine"]
-    print(f"machine: {m['platform']}, {m['cpus']} CPUs, Python {m['python']}")
-    print(f"median of {doc['repeats']} runs [min-max]; one op and ~5 us of host work per step")
-    print(f"{'depth':>5} {'step':>7} {'wait':>7} {'steps/s':>9} {'[min-max]':>17} {'of ideal':>8} "
-          f"{'vs spin':>8} {'host CPU':>8} {'CPU vs spin':>11}")
-    for r in doc["waits"]:
-        s = r["steps_per_s"]
-        print(f"{r['depth']:>5} {r['step_us']:>5g}us {r['wait']:>7} {s['median']:>9.0f} "
-              f"{s['min']:>8.0f}-{s['max']:<8.0f} {s['median'] / r['ideal_steps_per_s']:>8.1%} "
-              f"{r['vs_spin']:>8.1%} {r['host_cpu']:>8.0%} {r['cpu_vs_spin']:>11.0%}")
-    if doc.get("thread"):
-        print("a Python thread counting beside the loop: share of its solo rate kept, and the loop's steps/s")
-        print(f"{'depth':>5} {'step':>7} {'wait':>7} {'thread kept':>11} {'[min-max]':>13} "
-              f"{'loop steps/s':>12} {'alone':>7}")
-        for r in doc["thread"]:
-            k = r["thread_kept"]
-            print(f"{r['depth']:>5} {r['step_us']:>5g}us {r['wait']:>7} {k['median']:>11.1%} "
-                  f"{k['min']:>6.1%}-{k['max']:<6.1%} {r['loop_steps_per_s']['median']:>12.0f} "
-                  f"{r['loop_alone_steps_per_s']['median']:>7.0f}")
+    say(f"machine: {m['platform']}, {m['cpus']} CPUs, Python {m['python']}")
+    say(f"median of {doc['repeats']} runs [min-max]; one op and ~5 us of host work per step")
+    say(f"{'depth':>5} {'step':>7} {'wait':>7} {'steps/s':>9} {'[min-max]':>17} {'of ideal':>8} "
+        f"{'vs spin':>8} {'host CPU':>8} {'CPU vs spin':>11}")
+
+
+def _wait_row(r: Row) -> None:
+    s = r["steps_per_s"]
+    capped = f"  ({r['capped_runs']} runs capped)" if r.get("capped_runs") else ""
+    say(f"{r['depth']:>5} {r['step_us']:>5g}us {r['wait']:>7} {s['median']:>9.0f} "
+        f"{s['min']:>8.0f}-{s['max']:<8.0f} {s['median'] / r['ideal_steps_per_s']:>8.1%} "
+        f"{r['vs_spin']:>8.1%} {r['host_cpu']:>8.0%} {r['cpu_vs_spin']:>11.0%}{capped}")
+
+
+def _thread_header() -> None:
+    say("a Python thread counting beside the loop: share of its solo rate kept, and the loop's steps/s")
+    say(f"{'depth':>5} {'step':>7} {'wait':>7} {'thread kept':>11} {'[min-max]':>13} {'loop steps/s':>12} {'alone':>7}")
+
+
+def _thread_row(r: Row) -> None:
+    k = r["thread_kept"]
+    say(f"{r['depth']:>5} {r['step_us']:>5g}us {r['wait']:>7} {k['median']:>11.1%} "
+        f"{k['min']:>6.1%}-{k['max']:<6.1%} {r['loop_steps_per_s']['median']:>12.0f} "
+        f"{r['loop_alone_steps_per_s']['median']:>7.0f}")
+
+
+def _skipped(what: str, done: int, planned: int, max_s: float | None) -> None:
+    if done < planned:
+        say(f"{what}: {planned - done} of {planned} rows skipped: the time cap (--max-s {max_s:g}) was spent")
+
+
+def _run(bench: WaitBench, args: argparse.Namespace, doc: dict[str, Any]) -> None:
+    """Measure both tables into ``doc``, printing rows as they come unless ``--json``."""
+    cap = Deadline(args.max_s)
+    live = not args.json
+    if live:
+        _waits_header(doc)
+    doc["waits"] = measure_waits(bench, waits=args.strategies, steps_us=args.steps_us, repeats=args.repeats,
+                                 run_s=args.run_s, cap=cap, on_row=_wait_row if live else None)
+    if live:
+        _skipped("wait sweep", len(doc["waits"]), 2 * len(args.steps_us) * len(args.strategies), args.max_s)
+    doc["thread"] = []
+    if args.no_thread:
+        return
+    if live:
+        _thread_header()
+    doc["thread"] = measure_thread(bench, waits=args.strategies, repeats=max(3, args.repeats // 2), cap=cap,
+                                   on_row=_thread_row if live else None)
+    if live:
+        _skipped("thread table", len(doc["thread"]), 2 * len(args.strategies), args.max_s)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -214,12 +292,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--run-s", type=float, default=0.15, help="seconds per timed run")
     p.add_argument("--no-thread", action="store_true", help="skip the concurrent-thread table")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("--max-s", type=float, default=None,
+                   help="stop starting new rows after this many seconds (default: no cap); skipped rows are named")
     args = p.parse_args(argv)
     bad = [w for w in args.strategies if w not in WAITS]
     if bad or args.repeats < 1 or args.run_s <= 0 or min(args.steps_us) <= 0:
         p.error(f"--strategies must be a subset of {','.join(WAITS)}, --repeats >= 1, --run-s and --steps-us > 0; "
                 f"got strategies={args.strategies}, repeats={args.repeats}, run_s={args.run_s}, "
                 f"steps_us={args.steps_us}")
+    if args.max_s is not None and not args.max_s > 0:
+        p.error(f"--max-s must be a number of seconds > 0, got {args.max_s}; e.g. --max-s 60")
     if args.backend == "cuda":
         from .cuda_sleep import CudaSleepBench
 
@@ -227,17 +309,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         bench = SimulatedWaitBench()
     try:
-        doc: dict[str, Any] = {"backend": bench.name, "machine": machine(), "repeats": args.repeats}
-        doc["waits"] = measure_waits(bench, waits=args.strategies, steps_us=args.steps_us, repeats=args.repeats,
-                                     run_s=args.run_s)
-        doc["thread"] = [] if args.no_thread else measure_thread(bench, waits=args.strategies,
-                                                                 repeats=max(3, args.repeats // 2))
+        doc: dict[str, Any] = {"backend": bench.name, "machine": machine(), "repeats": args.repeats,
+                               "max_s": args.max_s}
+        _run(bench, args, doc)
     finally:
         bench.close()
     if args.json:
         print(json.dumps(doc, indent=2))
-    else:
-        _print(doc)
     return 0
 
 
