@@ -12,6 +12,7 @@ import pytest
 from asyncthrottle.bench import cli
 from asyncthrottle.bench.backends import SimCost, SimulatedBench, pick_backend
 from asyncthrottle.bench.model import CostModel, measure_costs, solve_device_s
+from asyncthrottle.bench.reference import Reference
 from asyncthrottle.bench.seed import EXPERIMENTS, Experiment, run_experiment, run_mode
 from asyncthrottle.testing import FakeDevice
 
@@ -92,8 +93,8 @@ def test_measure_costs_recovers_the_fake_devices_costs(t1: float, t2: float) -> 
 # -- the mode runner on the fake device (exact, no sleeping) -----------------
 
 
-def _run(mode: str, depth: int | None, steps: int = 20, sample: bool = False):  # type: ignore[no-untyped-def]
-    bench = FakeBench()
+def _run(mode: str, depth: int | None, steps: int = 20, sample: bool = False, bench: FakeBench | None = None):  # type: ignore[no-untyped-def]
+    bench = bench if bench is not None else FakeBench()
     model = CostModel(T1, T2, T3)
     wait = bench.dev.wait("spin")
     return run_mode(bench, bench.add_one(), steps, mode, depth, model, wait=wait, clock=bench.dev.clock, sample=sample)
@@ -132,9 +133,30 @@ def test_run_experiment_keeps_every_mode() -> None:
     exp = Experiment("add", "y = x + 1", 30, lambda backend: backend.add_one())
     clock = bench.dev.clock
     result = run_experiment(bench, exp, depths=(1, 3), scale=0.5, wait=bench.dev.wait("spin"), clock=clock)
-    assert [r.mode for r in result.results] == ["sync", "async", "depth 1", "depth 3"]
+    assert [r.mode for r in result.results] == ["sync", "async", "depth 1", "depth 3", "reference 1", "reference 3"]
     assert result.steps == 15 and result.costs.t2 == pytest.approx(T2)
-    assert result.by_mode("depth 3").max_in_flight == 3
+    assert result.by_mode("depth 3").max_in_flight == 3 == result.by_mode("reference 3").max_in_flight
+
+
+def test_the_reference_loop_keeps_the_bound_and_reuses_its_events() -> None:
+    n = 20
+    bench = FakeBench()
+    made: list[object] = []
+
+    def counted() -> object:
+        made.append(bench.dev.event())
+        return made[-1]
+
+    bench.events = lambda: counted  # type: ignore[method-assign,assignment,return-value]
+    depth1 = _run("reference 1", 1, n, bench=bench)
+    assert depth1.max_in_flight == 1 and len(made) == 2  # depth + 1 events, re-recorded in turn
+    assert depth1.wall_s == pytest.approx(n * (T1 + T2))  # the same as the throttle at depth 1
+    depth2 = _run("reference 2", 2, n, bench=bench, sample=True)
+    assert depth2.max_in_flight == 2 and depth2.wall_s == pytest.approx(T1 + n * T2)  # hides the waits
+    assert depth2.timeline is not None and max(count for _, count in depth2.timeline) == 2
+    assert bench.dev.records == 2 * n and depth2.wait_s > 0
+    with pytest.raises(ValueError, match="int depth >= 1"):
+        Reference(range(3), bench.dev.event, 0)
 
 
 # -- backends and the CLI (real time: structure only, never speed) -----------
@@ -162,7 +184,7 @@ def test_cli_json_on_the_simulated_device(capsys: pytest.CaptureFixture[str]) ->
     assert [e["key"] for e in doc["experiments"]] == [e.key for e in EXPERIMENTS]
     for exp in doc["experiments"]:
         modes = {m["mode"]: m for m in exp["modes"]}
-        assert list(modes) == ["sync", "async", "depth 1", "depth 2"]
+        assert list(modes) == ["sync", "async", "depth 1", "depth 2", "reference 1", "reference 2"]
         assert modes["depth 1"]["max_in_flight"] <= 1 and modes["depth 2"]["max_in_flight"] <= 2
         assert modes["async"]["vs_async"] == 1.0
         assert all(m["wall_s"] > 0 and m["predicted_s"] > 0 for m in modes.values())

@@ -48,6 +48,10 @@ class CudaBench:
         assert self._events is not None
         return self._events
 
+    def throttle_options(self) -> dict[str, Any]:
+        """A Throttle here takes ``device=``: the library's own (pooled) events and default options."""
+        return {"device": self.device}
+
     def synchronize(self) -> None:
         self._torch.cuda.synchronize(self.device)  # host-device sync: the caller asked for one
 

@@ -11,8 +11,12 @@ from ..throttle import Throttle
 from ..waits import WaitStrategy
 from .backend import BenchBackend
 from .model import CostModel, measure_costs
+from .reference import Reference
 
-__all__ = ["EXPERIMENTS", "Experiment", "ExperimentResult", "ModeResult", "modes", "run_experiment", "run_mode"]
+__all__ = [
+    "EXPERIMENTS", "REFERENCE", "Experiment", "ExperimentResult", "ModeResult", "modes", "run_experiment", "run_mode",
+    "throttle_options",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,11 +37,22 @@ EXPERIMENTS: tuple[Experiment, ...] = (
 
 SYNC = "sync"
 ASYNC = "async"
+REFERENCE = "reference"  # the 15-line loop: a ring of depth + 1 events re-recorded in turn (bench.reference)
 
 
 def modes(depths: Sequence[int]) -> list[tuple[str, int | None]]:
-    """The modes in table order: (label, depth the cost model uses)."""
-    return [(SYNC, 1), (ASYNC, None)] + [(f"depth {d}", d) for d in depths]
+    """The modes in table order: (label, depth the cost model uses); each throttled depth beside the reference."""
+    return [(SYNC, 1), (ASYNC, None)] + [(f"depth {d}", d) for d in depths] + [(f"{REFERENCE} {d}", d) for d in depths]
+
+
+def throttle_options(backend: BenchBackend) -> dict[str, Any]:
+    """How the bench makes a Throttle on ``backend``: the options it asks for, else ``events=backend.events()``.
+
+    A backend with ``throttle_options()`` (CUDA: ``device=``) gets the library's own events and
+    default options, device timing included, as a user who writes ``device="cuda"`` does.
+    """
+    options = getattr(backend, "throttle_options", None)
+    return dict(options()) if options is not None else {"events": backend.events()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,8 +108,11 @@ def run_mode(
     sample: bool = False,
 ) -> ModeResult:
     """Run ``steps`` steps of ``op`` in one mode and time it until the device is done."""
+    if mode.startswith(REFERENCE):
+        assert depth is not None
+        return _run_reference(backend, op, steps, mode, depth, model, clock=clock, sample=sample)
     throttled = mode not in (SYNC, ASYNC)
-    thr = Throttle(depth if throttled else None, events=backend.events(), wait=wait, clock=clock)
+    thr = Throttle(depth if throttled else None, wait=wait, clock=clock, **throttle_options(backend))
     timeline: list[tuple[float, int]] | None = [] if sample else None
     synced = 0.0
     backend.synchronize()  # host-device sync: every mode starts on an idle device
@@ -126,6 +144,25 @@ def run_mode(
         predicted_s=model.predict(steps, depth),
         timeline=None if timeline is None else tuple(timeline),
     )
+
+
+def _run_reference(
+    backend: BenchBackend, op: Callable[[], None], steps: int, mode: str, depth: int, model: CostModel, *,
+    clock: Callable[[], float], sample: bool,
+) -> ModeResult:
+    """The reference loop at ``depth``, timed like :func:`run_mode` times the throttle."""
+    loop = Reference(range(steps), backend.events(), depth, clock=clock)
+    timeline: list[tuple[float, int]] | None = [] if sample else None
+    backend.synchronize()  # host-device sync: every mode starts on an idle device
+    start = clock()
+    for _ in loop:  # waits for every step at the end
+        op()
+        if timeline is not None:
+            timeline.append((clock() - start, len(loop.pending) + 1))
+    wall = clock() - start
+    return ModeResult(mode=mode, depth=depth, steps=steps, wall_s=wall, wait_s=loop.wait_s,
+                      max_in_flight=loop.max_in_flight, predicted_s=model.predict(steps, depth),
+                      timeline=None if timeline is None else tuple(timeline))
 
 
 @dataclasses.dataclass(frozen=True)
