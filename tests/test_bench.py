@@ -224,11 +224,12 @@ def test_cli_unknown_sim_workload_is_an_error(capsys: pytest.CaptureFixture[str]
     assert "unknown simulated workloads ['conv']" in capsys.readouterr().err
 
 
-def test_cli_cuda_without_a_gpu_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("argv", [["--backend", "cuda"], ["--overhead", "--backend", "cuda"]])
+def test_cli_cuda_without_a_gpu_says_so(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
-    assert cli.main(["--backend", "cuda"]) == 2
+    assert cli.main(argv) == 2
     assert "torch.cuda.is_available() is False" in capsys.readouterr().err
 
 

@@ -20,13 +20,14 @@ def test_overhead_reports_every_configuration_as_a_median_with_its_range(monkeyp
 
     monkeypatch.setattr(overhead, "Throttle", throttle)
     result = overhead.measure_overhead(steps=2000, runs=3, best_of=1, telemetry={"trace": 0})
-    cases = ("null", "noop_events", "timed_events", "timed_events_no_sampling")
+    throttled = ("null", "noop_events", "timed_events", "timed_events_no_sampling")
+    cases = (*throttled, "reference")  # the 15-line loop beside them, in the same rounds
     fields = {f"{case}{suffix}" for case in cases for suffix in ("_us", "_range_us")}
     assert set(result) == {"steps", "runs", "best_of", "bare_us"} | fields
     for case in cases:
         low, high = result[f"{case}_range_us"]
         assert math.isfinite(result[f"{case}_us"]) and low <= result[f"{case}_us"] <= high
-    assert len(made) == 3 * len(cases) and all(options["trace"] == 0 for options in made)  # every round, every case
+    assert len(made) == 3 * len(throttled) and all(options["trace"] == 0 for options in made)  # every round, every case
     assert sum(options.get("sample_every", 8) is None for options in made) == 3
 
 
@@ -40,3 +41,15 @@ def test_wait_strategies_are_measured_on_the_simulated_device() -> None:
 @pytest.mark.parametrize("wait", ["hybrid", "poll"])
 def test_a_real_sigint_ends_a_wait_on_a_hung_step(wait: str) -> None:
     assert overhead.measure_interrupt(wait, delay_s=0.02) < 5.0  # it arrives (the latency is a benchmark figure)
+
+
+def test_the_throttle_is_measured_beside_the_reference_loop_on_one_backend(capsys: pytest.CaptureFixture[str]) -> None:
+    result = overhead.measure_beside({"events": overhead._TimedNoopEvent}, overhead._NoopEvent, steps=500, runs=2,
+                                     best_of=1)
+    cases = ["throttle_none"] + [f"{kind}_{d}{tail}" for d in (1, 2)
+                                 for kind, tail in (("throttle", ""), ("throttle", "_no_sampling"), ("reference", ""))]
+    assert all(math.isfinite(result[f"{case}_us"]) for case in cases) and result["depths"] == (1, 2)
+    overhead._print_beside("here", {"backend": "no-op events", **result})
+    out = capsys.readouterr().out
+    assert "depth 1" in out and "depth 2" in out and "the reference's speed" in out and "depth None" in out
+

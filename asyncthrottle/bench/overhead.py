@@ -4,14 +4,19 @@ Run it as ``python -m asyncthrottle bench --overhead`` (or ``python -m
 asyncthrottle.bench.overhead``). It prints, in one run on one machine:
 
 * the per-step host overhead of a throttled loop over a bare loop on the same
-  iterable, with the CPU (null) backend and with Python-level no-op events;
+  iterable, with the CPU (null) backend and with Python-level no-op events,
+  beside the 15-line reference loop (:mod:`asyncthrottle.bench.reference`) on
+  the same no-op events;
 * the throughput of each wait strategy on the real-time, GIL-free simulated
   device at depth 1 and 2, with the host CPU time each one burns (the full
   sweep over step lengths is ``bench --waits``);
 * how long a ``KeyboardInterrupt`` takes to arrive in a hung step's wait (hybrid and poll).
 
 With ``--trace N`` it measures instead what ``Throttle(trace=N)`` adds per
-step over the same throttle with ``trace=0``.
+step over the same throttle with ``trace=0``. With ``--backend cuda`` it
+measures instead the per-step host cost on the GPU of the throttle (depth
+None, 1 and 2; default options and ``sample_every=None``) beside the
+reference loop on ``torch.Event`` at the same depth, in the same rounds.
 """
 
 from __future__ import annotations
@@ -29,10 +34,12 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
+from ..events import EventFactory
 from ..procdevice import ProcessDevice
 from ..throttle import Throttle
+from .reference import Reference
 
-__all__ = ["main", "measure_interrupt", "measure_overhead", "measure_trace", "measure_waits"]
+__all__ = ["main", "measure_beside", "measure_interrupt", "measure_overhead", "measure_trace", "measure_waits"]
 
 
 class _NoopEvent:
@@ -79,8 +86,32 @@ _OVERHEAD_CASES: dict[str, Callable[[], dict[str, Any]]] = {
 }
 
 
-def _throttled(data: list[int], options: dict[str, Any]) -> Iterable[int]:
-    return Throttle(2, **options).wrap(data)
+def _throttled(data: list[int], options: dict[str, Any], depth: int | None = 2) -> Iterable[int]:
+    return Throttle(depth, **options).wrap(data)
+
+
+def _medians(per_run: dict[str, list[float]]) -> dict[str, Any]:
+    """Each case's median over the rounds (``<case>_us``) and its range (``<case>_range_us``)."""
+    result: dict[str, Any] = {}
+    for name, values in per_run.items():
+        result[f"{name}_us"] = statistics.median(values)
+        result[f"{name}_range_us"] = (min(values), max(values))
+    return result
+
+
+def _rounds(loops: dict[str, Callable[[], Iterable[Any]]], steps: int, runs: int, best_of: int) -> dict[str, Any]:
+    """Per-step thread CPU us of each loop over the bare one: median and range of ``runs`` rotating rounds."""
+    names = list(loops)
+    per_run: dict[str, list[float]] = {name: [] for name in names if name != "bare"}
+    bare_us: list[float] = []
+    for run in range(runs):
+        shift = run % len(names)
+        seconds = {name: _best_loop_s(loops[name], best_of) for name in names[shift:] + names[:shift]}
+        bare_us.append(seconds["bare"] / steps * 1e6)
+        for name in per_run:
+            per_run[name].append((seconds[name] - seconds["bare"]) / steps * 1e6)
+    return {"steps": steps, "runs": runs, "best_of": best_of, "bare_us": statistics.median(bare_us),
+            **_medians(per_run)}
 
 
 def measure_overhead(
@@ -98,26 +129,60 @@ def measure_overhead(
     """
     data = list(range(steps))
     extra = telemetry or {}
-    names = ["bare", *_OVERHEAD_CASES]
-    per_run: dict[str, list[float]] = {name: [] for name in _OVERHEAD_CASES}
-    bare_us: list[float] = []
-    for run in range(runs):
-        shift = run % len(names)
-        seconds: dict[str, float] = {}
-        for name in names[shift:] + names[:shift]:
-            if name == "bare":
-                seconds[name] = _best_loop_s(lambda: data, best_of)
-            else:
-                seconds[name] = _best_loop_s(partial(_throttled, data, {**_OVERHEAD_CASES[name](), **extra}), best_of)
-        bare_us.append(seconds["bare"] / steps * 1e6)
-        for name in _OVERHEAD_CASES:
-            per_run[name].append((seconds[name] - seconds["bare"]) / steps * 1e6)
-    result: dict[str, Any] = {"steps": steps, "runs": runs, "best_of": best_of,
-                              "bare_us": statistics.median(bare_us)}
-    for name, values in per_run.items():
-        result[f"{name}_us"] = statistics.median(values)
-        result[f"{name}_range_us"] = (min(values), max(values))
-    return result
+    loops: dict[str, Callable[[], Iterable[Any]]] = {"bare": lambda: data}
+    for name, case in _OVERHEAD_CASES.items():
+        loops[name] = partial(_throttled, data, {**case(), **extra})
+    loops["reference"] = lambda: Reference(data, _NoopEvent, 2)  # the hand-written loop, same events, depth 2
+    return _rounds(loops, steps, runs, best_of)
+
+
+def measure_beside(
+    throttle_options: dict[str, Any], reference_events: EventFactory, *, steps: int = 100_000, runs: int = 5,
+    best_of: int = 3, depths: tuple[int, ...] = (1, 2),
+) -> dict[str, Any]:
+    """Per-step host cost of the throttle beside the reference loop, on one backend, in the same rounds.
+
+    Cases: ``throttle_none`` (depth None), and per depth ``d``: ``throttle_d``
+    (default options), ``throttle_d_no_sampling`` (``sample_every=None``) and
+    ``reference_d`` (the 15-line loop on ``reference_events``). The body is
+    empty, so each figure is the pacing's own host cost (thread CPU time over
+    a bare loop; see :func:`measure_overhead` for the rounds).
+    """
+    data = list(range(steps))
+    loops: dict[str, Callable[[], Iterable[Any]]] = {
+        "bare": lambda: data, "throttle_none": partial(_throttled, data, throttle_options, None)}
+    for d in depths:
+        loops[f"throttle_{d}"] = partial(_throttled, data, throttle_options, d)
+        loops[f"throttle_{d}_no_sampling"] = partial(_throttled, data, {**throttle_options, "sample_every": None}, d)
+        loops[f"reference_{d}"] = partial(Reference, data, reference_events, d)
+    return {"depths": depths, **_rounds(loops, steps, runs, best_of)}
+
+
+def _cuda_beside(steps: int, runs: int) -> dict[str, Any]:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("--backend cuda needs a CUDA GPU, but torch.cuda.is_available() is False here")
+    reference = partial(torch.Event, device=torch.device("cuda"), enable_timing=False)  # what the issue's loop pools
+    result = measure_beside({"device": "cuda"}, reference, steps=steps, runs=runs)
+    torch.cuda.synchronize()  # host-device sync: the measured loops drained already; nothing is left behind
+    return {"backend": f"cuda ({torch.cuda.get_device_name()})", **result}
+
+
+def _print_beside(machine: str, result: dict[str, Any]) -> None:
+    print(f"machine: {machine}; backend: {result['backend']}")
+    print(f"host cost per step over a bare loop (empty body): thread CPU us, median of {result['runs']} rounds "
+          f"[range], each the best of {result['best_of']} loops of {result['steps']:,} steps")
+    low, high = result["throttle_none_range_us"]
+    print(f"  {'depth None':<10} throttle {result['throttle_none_us']:.3f} [{low:.3f}..{high:.3f}]")
+    bare = result["bare_us"]
+    for d in result["depths"]:
+        ref = result[f"reference_{d}_us"]
+        cells = []
+        for label, key in (("throttle", f"throttle_{d}"), ("sample_every=None", f"throttle_{d}_no_sampling")):
+            cost = result[f"{key}_us"]  # the loop's speed relative to the reference's: (bare + ref) / (bare + cost)
+            cells.append(f"{label} {cost:.3f} us ({(bare + ref) / (bare + cost):.2f}x the reference's speed)")
+        print(f"  {'depth ' + str(d):<10} reference {ref:.3f} us; " + "; ".join(cells))
 
 
 def _loop_cpu_s(thr: Throttle, data: list[int]) -> float:
@@ -248,6 +313,7 @@ def _print(result: dict[str, Any]) -> None:
         ("noop_events", "Python no-op events", ""),
         ("timed_events", "timeable no-op events", "(target <= 1: default telemetry, device timing on)"),
         ("timed_events_no_sampling", "  same, sample_every=None", "(device timing off)"),
+        ("reference", "15-line reference loop", "(no-op events, depth 2: the bar)"),
     ):
         low, high = o[f"{name}_range_us"]
         print(f"  {label:<25} {o[name + '_us']:+.3f} us/step [{low:+.3f}..{high:+.3f}]  {target}")
@@ -271,10 +337,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
     parser.add_argument("--trace", type=int, metavar="N", help="measure instead what trace=N adds per step")
     parser.add_argument("--runs", type=int, default=7, help="rounds of the overhead loops (median and range)")
+    parser.add_argument("--backend", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: the throttle beside the reference loop on the GPU instead")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.wait_steps < 1 or args.runs < 1 or args.device_ms <= 0:
         parser.error(f"--steps, --wait-steps and --runs must be >= 1 and --device-ms > 0, got --steps {args.steps} "
                      f"--wait-steps {args.wait_steps} --runs {args.runs} --device-ms {args.device_ms}")
+    if args.backend == "cuda":
+        try:
+            beside = _cuda_beside(min(args.steps, 100_000), args.runs)
+        except (ImportError, RuntimeError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if args.json:
+            print(json.dumps({"machine": _machine(), **beside}, indent=2))
+        else:
+            _print_beside(_machine(), beside)
+        return 0
     if args.trace is not None:
         if args.trace < 1 or args.runs < 1:
             parser.error(f"--trace and --runs must be ints >= 1, got --trace {args.trace} --runs {args.runs}")
