@@ -23,7 +23,8 @@ class Completions:
     A value belongs to the step the host is in when it is deferred. Its step's
     event is attached when the step is recorded; when the core retires the
     step, its values go to :attr:`latest` and to every callback. The values of
-    a step that failed (its body raised) are dropped with :meth:`drop_open`.
+    a step that ended without an event (its body raised, or its record failed)
+    are dropped with it (:meth:`on_drop`): their ``get()`` says so.
 
     A name deferred more than once in a step (gradient accumulation) keeps
     every value: it maps to the list of them, in order.
@@ -46,13 +47,23 @@ class Completions:
         if name is not None and not isinstance(name, str):
             raise TypeError(f"defer() name must be a str or None, got {name!r}")
         self._subscribe()
+        unnamed = name is None
         open_ = self.open
-        if name is None:
-            unnamed = sum(1 for deferred in open_ if deferred.name.startswith("value"))
-            name = "value" if not unnamed else f"value_{unnamed}"
+        taken = {deferred.name for deferred in open_}
+        if name is None:  # "value", then "value_1", ...: the first default name no value of the step has
+            k = sum(1 for deferred in open_ if deferred.unnamed)
+            name = "value" if not k else f"value_{k}"
+            while name in taken:
+                k += 1
+                name = f"value_{k}"
+        elif name in taken and any(deferred.unnamed and deferred.name == name for deferred in open_):
+            raise ValueError(
+                f"defer(name={name!r}): an unnamed value of this step already has the default name {name!r}; "
+                "name that value too, or pick another name"
+            )
         host, streams = snapshot(value, synchronous=self.core.synchronous)
         self.streams.extend(stream for stream in streams if stream not in self.streams)
-        deferred = Deferred(self.core.steps, name, host, self._wait)
+        deferred = Deferred(self.core.steps, name, host, self._wait, unnamed=unnamed)
         open_.append(deferred)
         return deferred
 
@@ -68,8 +79,10 @@ class Completions:
         except ValueError:
             raise ValueError(f"{callback!r} is not registered with on_complete(); nothing to remove") from None
 
-    def drop_open(self) -> None:
-        """The current step failed: its values will never arrive."""
+    def on_drop(self, step: int) -> None:
+        """The current step ended without an event: its values will never arrive (``get()`` says so)."""
+        for deferred in self.open:
+            deferred._dropped = True
         self.open, self.streams = [], []
 
     # -- the core's notifications -----------------------------------------------
@@ -97,8 +110,14 @@ class Completions:
             gathered.setdefault(deferred.name, []).append(deferred.get())  # the step is complete: no wait
         values = {name: found[0] if len(found) == 1 else found for name, found in gathered.items()}
         self.latest.update(values)
-        for callback in self.callbacks:
-            callback(step, values)
+        error: Exception | None = None
+        for callback in tuple(self.callbacks):  # a copy: a callback may remove itself or another
+            try:
+                callback(step, values)
+            except Exception as exc:  # every callback sees every step; the first error is raised after
+                error = error or exc
+        if error is not None:
+            raise error
 
     def _subscribe(self) -> None:
         if not self._subscribed:

@@ -6,15 +6,15 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from .errors import ThrottleTimeout
+from .errors import ThrottleTimeout, not_ended
 from .events import Event, EventFactory
 from .waits import WaitStrategy
 
 __all__ = ["Core", "Subscriber"]
 
-_HISTOGRAM_BUCKETS = 64  # in-flight histogram size when depth is None
-_HOOKS = ("before_record", "on_record", "on_dry", "on_fetch", "holds", "on_handout", "on_idle", "on_retire",
-          "on_wait_begin", "on_wait")
+_HISTOGRAM_BUCKETS = 64  # in-flight histogram size at most (the last bucket counts "that many or more")
+_HOOKS = ("before_record", "on_record", "on_drop", "on_dry", "on_fetch", "holds", "on_handout", "on_idle",
+          "on_retire", "on_wait_begin", "on_wait", "on_pause")
 
 
 class Subscriber:
@@ -32,6 +32,12 @@ class Subscriber:
 
     def on_record(self, step: int, event: Event | None, now: float) -> None:
         """``step``'s event was recorded at host time ``now`` (None on a synchronous backend)."""
+
+    def on_drop(self, step: int) -> None:
+        """``step`` ends without an event (its body raised, or its event could not be recorded): drop its data.
+
+        The next step reuses the number ``step``.
+        """
 
     def on_dry(self, step: int) -> None:
         """The device ran dry during ``step``'s loop body (see ``Core.dry``)."""
@@ -61,6 +67,9 @@ class Subscriber:
     def on_wait(self, step: int, start: float, seconds: float) -> None:
         """The host blocked ``seconds`` from ``start`` waiting for ``step``'s event (also after an interrupt)."""
 
+    def on_pause(self, now: float) -> None:
+        """The loop left its pass at host time ``now``: until the next step, the time is not the loop's."""
+
 
 class Core:
     """Steps in flight and the rule that bounds them; knows devices only as events.
@@ -76,6 +85,15 @@ class Core:
     Only the loop's thread calls the mutating methods (the Throttle enforces
     it). Counters are written by that thread alone; other threads may read
     them, and copy ``pending`` (a C-level copy, atomic under the GIL).
+
+    Rules for parts: each notification goes to the parts subscribed when it
+    starts (a part may subscribe or unsubscribe any part, itself included,
+    while being told, and no other part misses it); retirements are told in
+    step order and never nest (a part that waits while being told of step
+    ``n`` -- a ``drain()`` in a callback -- queues the steps it retires,
+    which are told after every part has heard of ``n``); a part that raised
+    does not hide the step from the parts after it (the first error is
+    raised once all were told).
 
     Args:
         depth: steps allowed in flight, or None (track only).
@@ -106,10 +124,12 @@ class Core:
         # One part (device timing) may supply the event of one upcoming step, and be told when that
         # step is handed out with nothing queued: a comparison per step, not a call, on every other step.
         self.special_step = -1
-        self.special_event: Callable[[int], Event] | None = None
-        self.special_idle: Callable[[int], None] | None = None
+        self.special: Any = None  # the part: special_event(step) -> Event, special_idle(step)
+        self._telling = False  # retirements are being told (they never nest)
+        self._untold: deque[int] = deque()  # steps retired while telling, told in order after
         self.before_record: list[Callable[..., Any]] = []
         self.on_record: list[Callable[..., Any]] = []
+        self.on_drop: list[Callable[..., Any]] = []
         self.on_dry: list[Callable[..., Any]] = []
         self.on_fetch: list[Callable[..., Any]] = []
         self.holds: list[Callable[[], bool]] = []
@@ -118,6 +138,7 @@ class Core:
         self.on_retire: list[Callable[..., Any]] = []
         self.on_wait_begin: list[Callable[..., Any]] = []
         self.on_wait: list[Callable[..., Any]] = []
+        self.on_pause: list[Callable[..., Any]] = []
         self.set_depth(depth)
 
     @property
@@ -128,7 +149,8 @@ class Core:
         """Change the bound; the next hand-out obeys it (a controller's lever)."""
         self.depth = depth
         self.limit = None if depth is None else depth - 1
-        buckets = (depth or _HISTOGRAM_BUCKETS - 1) + 1
+        # Buckets 0..depth, at most _HISTOGRAM_BUCKETS of them: memory does not grow with the depth.
+        buckets = min(depth or _HISTOGRAM_BUCKETS, _HISTOGRAM_BUCKETS - 1) + 1
         if buckets > len(self.histogram):
             self.histogram.extend([0] * (buckets - len(self.histogram)))
         self.top = len(self.histogram) - 1  # the last bucket counts "top or more"
@@ -141,11 +163,27 @@ class Core:
                 getattr(self, name).append(hook)
 
     def unsubscribe(self, part: object) -> None:
+        """Stop calling ``part``'s hooks (safe while it is being told: see the rules for parts)."""
         for name in _HOOKS:
             hook = getattr(part, name, None)
             hooks = getattr(self, name)
             if hook is not None and hook in hooks:
                 hooks.remove(hook)
+        self.release_special(part)
+
+    def attach_special(self, part: object, step: int) -> None:
+        """``part`` supplies the event of ``step`` through ``part.special_event(step)`` (see ``special_step``)."""
+        self.special, self.special_step = part, step
+
+    def schedule_special(self, part: object, step: int) -> None:
+        """``part`` supplies the event of ``step`` next; ignored once ``part`` let go (it may do so while asked)."""
+        if self.special is part:
+            self.special_step = step
+
+    def release_special(self, part: object) -> None:
+        """``part`` supplies no more events; every later step gets the backend's."""
+        if self.special is part:
+            self.special, self.special_step = None, -1
 
     # -- the rule ----------------------------------------------------------
 
@@ -156,16 +194,20 @@ class Core:
         if new_event is None:  # synchronous: the step is complete as it ends
             self.completed = self.steps = step + 1
             if self.on_record:
-                for hook in self.on_record:
+                for hook in tuple(self.on_record):
                     hook(step, None, now)
             if self.on_retire:
-                _notify(self.on_retire, step)
+                self._tell_retired(step)
             return step
-        event = self.special_event(step) if step == self.special_step else new_event()  # type: ignore[misc]
+        event = self.special.special_event(step) if step == self.special_step else new_event()
         if self.before_record:
-            for hook in self.before_record:
+            for hook in tuple(self.before_record):
                 hook(step, event)
-        event.record()  # may raise (CUDA graph capture): then the step is not counted
+        try:
+            event.record()  # may raise (CUDA graph capture): then the step is not counted
+        except BaseException:
+            self.drop()
+            raise
         pending = self.pending
         pending.append(event)
         self.steps = step + 1
@@ -175,12 +217,22 @@ class Core:
         if queued > 1 and pending[-2].query():  # the device ran dry in this body (a query, never a sync)
             self.dry += 1
             self.last_dry = step
-            for hook in self.on_dry:
+            for hook in tuple(self.on_dry):
                 hook(step)
         if self.on_record:
-            for hook in self.on_record:
+            for hook in tuple(self.on_record):
                 hook(step, event, now)
         return step
+
+    def drop(self) -> None:
+        """The step being run ends without an event: its parts drop it (its number is used again)."""
+        for hook in tuple(self.on_drop):
+            hook(self.steps)
+
+    def pause(self, now: float) -> None:
+        """The loop left its pass (it ended, broke, or drained between epochs): tell the parts."""
+        for hook in tuple(self.on_pause):
+            hook(now)
 
     def admit(self) -> int:
         """Before a step: wait until at most depth - 1 steps are in flight. Returns how many are."""
@@ -212,16 +264,16 @@ class Core:
             self.histogram[queued if queued < top else top] += 1
             if not queued:
                 self.starved += 1
-                if self.steps == self.special_step and self.special_idle is not None:
-                    self.special_idle(self.steps)
+                if self.steps == self.special_step:
+                    self.special.special_idle(self.steps)
                 if self.on_idle:
-                    for hook in tuple(self.on_idle):  # a copy: a part may unsubscribe itself here
+                    for hook in tuple(self.on_idle):
                         hook(self.steps)
         else:
             queued = 0
         if self.on_handout:
             now = self.clock()
-            for hook in self.on_handout:
+            for hook in tuple(self.on_handout):
                 hook(self.steps, queued, now)
         return queued
 
@@ -231,7 +283,7 @@ class Core:
         if event.query():
             return
         clock = self.clock
-        for hook in self.on_wait_begin:
+        for hook in tuple(self.on_wait_begin):
             hook(step)
         start = clock()
         done = False
@@ -241,7 +293,7 @@ class Core:
             waited = clock() - start
             self.waits += 1
             self.wait_s += waited
-            for hook in self.on_wait:
+            for hook in tuple(self.on_wait):
                 hook(step, start, waited)
         if not done:
             assert self.timeout is not None
@@ -252,20 +304,34 @@ class Core:
         self.pending.popleft()
         step = self.completed
         self.completed = step + 1
-        hooks = self.on_retire
-        if hooks:
-            if len(hooks) == 1:
-                hooks[0](step)
-            else:
-                _notify(hooks, step)
+        if self.on_retire:
+            self._tell_retired(step)
+
+    def _tell_retired(self, step: int) -> None:
+        """Tell every part of ``step``'s retirement, then of the steps retired meanwhile: in order, never nested."""
+        untold = self._untold
+        untold.append(step)
+        if self._telling:  # a part waited while being told of an earlier step: that one comes first
+            return
+        self._telling = True
+        error: BaseException | None = None
+        try:
+            while untold:  # steps left by an interrupted telling (Ctrl-C in a callback) go first
+                step = untold.popleft()
+                for hook in tuple(self.on_retire):
+                    try:
+                        hook(step)
+                    except Exception as exc:  # a user's callback: the other parts still hear of the step
+                        error = error or exc
+        finally:
+            self._telling = False
+        if error is not None:
+            raise error
 
     def wait_until(self, step: int) -> None:
         """Wait for ``step`` and every step before it (no later step), retiring them."""
         if step >= self.steps:
-            raise RuntimeError(
-                f"step {step} has not ended yet (its event is recorded when the loop moves on): read "
-                "deferred values after their step, e.g. in on_complete, thr.latest, or a later step"
-            )
+            raise RuntimeError(not_ended(step))
         if self.completed <= step:
             self.wait_for(step)  # one wait: on an in-order queue the steps before it are done too
         while self.completed <= step:
@@ -281,14 +347,3 @@ class Core:
             finally:
                 self.draining = False
 
-
-def _notify(hooks: list[Callable[..., Any]], step: int) -> None:
-    """Call every hook; the first exception (a user's callback) is raised after all of them ran."""
-    error: BaseException | None = None
-    for hook in tuple(hooks):  # a copy: a part may unsubscribe itself while being told
-        try:
-            hook(step)
-        except Exception as exc:
-            error = error or exc
-    if error is not None:
-        raise error

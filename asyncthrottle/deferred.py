@@ -93,29 +93,44 @@ class Deferred:
     Attributes:
         step: the step the value belongs to.
         name: its name in ``Throttle.latest`` and ``on_complete`` callbacks.
+        unnamed: ``defer()`` chose the name (``"value"``, ``"value_1"``, ...).
     """
 
-    __slots__ = ("_done", "_event", "_host", "_wait", "name", "step")
+    __slots__ = ("_done", "_dropped", "_event", "_host", "_wait", "name", "step", "unnamed")
 
-    def __init__(self, step: int, name: str, host: Any, wait: Callable[[Deferred], None]) -> None:
-        self.step, self.name = step, name
+    def __init__(
+        self, step: int, name: str, host: Any, wait: Callable[[Deferred], None], *, unnamed: bool = False
+    ) -> None:
+        self.step, self.name, self.unnamed = step, name, unnamed
         self._host, self._wait = host, wait
         self._event: Event | None = None  # the step's event, once recorded
         self._done = False  # the step was seen complete
+        self._dropped = False  # the step ended without an event: the value never arrives
 
     def _recorded(self, event: Event | None) -> None:
         self._event = event
         self._done = event is None  # a synchronous step is complete as it is recorded
 
     def ready(self) -> bool:
-        """True once the step is complete. Queries; never blocks."""
+        """True once the step is complete (never for a dropped value). Queries; never blocks."""
         if self._done:
             return True
         event = self._event
         return event is not None and event.query()
 
     def get(self) -> Any:
-        """The value on the host, waiting for its step if needed (a host-device sync on that step)."""
+        """The value on the host, waiting for its step if needed (a host-device sync on that step).
+
+        Raises:
+            RuntimeError: the step ended without an event (its body raised, or
+                its event could not be recorded), so the value never arrives;
+                or the step has not ended yet.
+        """
+        if self._dropped:
+            raise RuntimeError(
+                f"the value {self.name!r} of step {self.step} will never arrive: its step ended without an "
+                "event (its body raised, or its event could not be recorded)"
+            )
         if not self.ready():
             self._wait(self)
         return _map(self._host, _host_leaf)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ThrottleTimeout"]
+__all__ = ["ThrottleTimeout", "not_ended"]
 
 
 class ThrottleTimeout(TimeoutError):
@@ -29,3 +29,11 @@ class ThrottleTimeout(TimeoutError):
             f"(waited {waited_s:.3f} s, depth={depth}); the device may be hung or the step "
             "slower than expected: raise timeout=, or call drain() to keep waiting"
         )
+
+
+def not_ended(step: int) -> str:
+    """The message for a read of step ``step``'s values before the step was recorded."""
+    return (
+        f"step {step} has not ended yet (its event is recorded when the loop moves on): read deferred "
+        "values after their step, e.g. in on_complete, thr.latest, or a later step"
+    )

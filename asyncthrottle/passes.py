@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dis
-import sys
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -15,15 +13,6 @@ __all__ = ["Pass", "open_pass"]
 
 T = TypeVar("T")
 _EMPTY: Any = object()  # no batch held
-# Opcodes at which a loop lets go of its iterator without an exception in flight: a break or a
-# return pops it (POP_TOP), an outer iterator ends (FOR_ITER, END_FOR), or a name is cleared.
-_CLEAN_EXITS = frozenset(
-    dis.opmap[name]
-    for name in ("POP_TOP", "END_FOR", "FOR_ITER", "RETURN_VALUE", "RETURN_CONST", "DELETE_FAST", "DELETE_NAME",
-                 "DELETE_GLOBAL", "STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF", "JUMP_BACKWARD",
-                 "JUMP_FORWARD", "NOP")
-    if name in dis.opmap
-)
 
 
 class Pass(Iterator[T], Generic[T]):
@@ -31,11 +20,20 @@ class Pass(Iterator[T], Generic[T]):
 
     The batch is fetched before the wait, so loading overlaps the device. A
     wait that raises (``ThrottleTimeout``, ``KeyboardInterrupt``) keeps the
-    fetched batch: the next ``next()`` waits again and hands it out. When the
-    pass is left early -- a ``break``, ``close()``, or a new pass in the same
-    thread -- the step being run is recorded without blocking; when it is left
-    by an exception from the loop body, that step records nothing and its
-    deferred values are dropped.
+    fetched batch: the next ``next()`` waits again and hands it out.
+
+    Leaving a pass in any way -- a ``break``, a ``return``, an exception from
+    the loop body or from a generator around the pass, ``close()``, the
+    garbage collector -- records the step being run, without blocking: its
+    work was enqueued whatever happened, so its deferred values arrive with
+    it. (Python does not tell an iterator why it was let go; ``step()`` and
+    ``end_step(failed=True)`` are the way to drop a failed step.)
+
+    A pass ended because a new pass over the same throttle started in the
+    same thread (a nested ``for``, ``zip(view, view)``, an iterator kept after
+    a ``break``) raises ``RuntimeError`` if it is asked for another batch:
+    one throttle serves one loop at a time, and a loop is never cut short
+    silently.
     """
 
     __slots__ = (
@@ -75,6 +73,9 @@ class Pass(Iterator[T], Generic[T]):
                 self._host.fetched(self._thr._core.steps, now, clock() - now)
                 self._finish()
                 raise
+            except BaseException:  # the source raised: the time it took was still fetching
+                self._host.fetched(self._thr._core.steps, now, clock() - now)
+                raise
             seconds = clock() - now
             if self._fetch_hooks:
                 self._host.fetched(self._thr._core.steps, now, seconds)
@@ -99,15 +100,26 @@ class Pass(Iterator[T], Generic[T]):
 
     def close(self) -> None:
         """End the pass now: the step in progress is recorded (never blocking)."""
-        self._leave(failed=False)
+        self._leave()
 
     def __del__(self) -> None:
         if self._state == "running":
-            self._leave(failed=_left_by_exception())
+            self._leave()
+
+    def _supersede(self) -> None:
+        """A new pass over the throttle starts in this thread: end this one; asking it for more is an error."""
+        self._leave()
+        self._state = "superseded"
 
     def _start(self, now: float) -> None:
         if self._state == "done":
             raise StopIteration
+        if self._state == "superseded":
+            raise RuntimeError(
+                "this loop over a throttled view was ended by a new loop over the same Throttle (a nested "
+                "`for` over the view, zip(view, view), or a second iter()); one Throttle serves one loop "
+                "at a time: give the inner loop its own Throttle, or iterate the source itself"
+            )
         self._thr._start_pass(self, now)
         self._state = "running"
         self._it = iter(self._source)
@@ -129,7 +141,7 @@ class Pass(Iterator[T], Generic[T]):
             if self._bar is not None:
                 self._bar.close()
 
-    def _leave(self, failed: bool) -> None:
+    def _leave(self) -> None:
         if self._state != "running":
             return
         self._state = "done"
@@ -139,10 +151,7 @@ class Pass(Iterator[T], Generic[T]):
                 self._guard.__exit__()
             if self._open:
                 self._open = False
-                if failed:
-                    thr._values.drop_open()
-                else:
-                    thr._core.record(thr._clock())  # the step's work is enqueued; recording never blocks
+                thr._core.record(thr._clock())  # the step's work is enqueued; recording never blocks
         finally:
             self._end()
 
@@ -170,6 +179,9 @@ class _LeanPass(Pass[T]):
                 self._host.fetched(self._thr._core.steps, now, clock() - now)
                 self._finish()
                 raise
+            except BaseException:  # the source raised: the time it took was still fetching
+                self._host.fetched(self._thr._core.steps, now, clock() - now)
+                raise
             self._host.fetch_s += clock() - now
         else:
             self._held = _EMPTY
@@ -188,19 +200,3 @@ def open_pass(throttle: Throttle, source: Iterable[T], bar: Bar | None = None) -
     lean = bar is None and throttle._sync_guard is None and not throttle._core.on_fetch
     return (_LeanPass if lean else Pass)(throttle, source, bar)
 
-
-def _left_by_exception() -> bool:
-    """Whether the loop that dropped this pass is unwinding an exception.
-
-    Python gives a finalizer no access to the exception in flight, but the
-    frame that dropped the iterator is at the instruction where it let go: a
-    ``break`` or ``return`` pops it (``POP_TOP``); an exception leaves the
-    frame at the instruction that raised.
-    """
-    try:
-        frame = sys._getframe(2)  # 0: here, 1: __del__, 2: the frame that dropped the iterator
-    except ValueError:  # finalized with no Python frame around (interpreter shutdown)
-        return False
-    code = frame.f_code.co_code
-    lasti = frame.f_lasti
-    return 0 <= lasti < len(code) and code[lasti] not in _CLEAN_EXITS

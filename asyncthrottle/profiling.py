@@ -81,7 +81,7 @@ class NvtxRanges:
     A wait is a pushed range named exactly so (nested in whatever range the
     host is in, and summed by name in Nsight's statistics); a
     step is a start/end range ``asyncthrottle.step N`` from its hand-out to
-    its record (a step whose body raised is closed at the next hand-out).
+    its record, or until it is dropped (a failed ``step()``).
 
     Args:
         core: the throttle's core.
@@ -102,6 +102,10 @@ class NvtxRanges:
         if self._step is not None:
             self._nvtx.range_end(self._step)
             self._step = None
+
+    def on_drop(self, step: int) -> None:
+        """The step ended without an event (``end_step(failed=True)``, a failed record): close its range."""
+        self.on_record(step, None, 0.0)
 
     def on_wait_begin(self, step: int) -> None:
         self._nvtx.range_push(DRAIN_RANGE if self._core.draining else WAIT_RANGE)

@@ -47,7 +47,10 @@ class Stats:
         in_flight: ``steps - completed`` when the snapshot was taken (no polling).
         max_in_flight: most steps in flight, counted right after each record.
         waits: times the host blocked on the device.
-        wait_s: seconds the host spent blocked.
+        wait_s: seconds the host spent blocked inside passes.
+        wait_outside_s: seconds the host spent blocked outside passes (a
+            ``drain()`` after a ``break`` or with ``drain=False``, a
+            ``Deferred.get()`` between epochs); not part of ``wall_s``.
         wall_s: seconds inside passes (see below), up to now while one runs.
         wait_fraction: ``wait_s / wall_s``.
         fetch_s: host seconds spent taking the next batch from the source
@@ -86,6 +89,7 @@ class Stats:
     max_in_flight: int = 0
     waits: int = 0
     wait_s: float = 0.0
+    wait_outside_s: float = 0.0
     wall_s: float = 0.0
     wait_fraction: float = 0.0
     fetch_s: float = 0.0
@@ -131,6 +135,8 @@ class Stats:
             f"fetching {self.fetch_s:.3f} s ({_share(self.fetch_s, self.wall_s)}), "
             f"loop body {self.body_s:.3f} s ({_share(self.body_s, self.wall_s)})",
         ]
+        if self.wait_outside_s > 0:
+            lines.append(f"  outside the loop: waited {self.wait_outside_s:.3f} s (drain() or get() between passes)")
         if self.device_ms_mean is not None:
             lines.append(
                 f"  device: {self.device_ms_mean:.2f} ms/step (p50 {self.device_ms_p50:.2f}, "

@@ -90,10 +90,15 @@ class DeviceTiming:
         self.enabled = True
         self.listeners: list[Callable[[int, float, float], None]] = []
         self._before: tuple[int, Any] | None = None  # (step, its timing event): the next sampled step's start
-        core.special_event, core.special_idle, core.special_step = self._end_event, self._idle_marker, 0
+        core.attach_special(self, 0)
+        core.subscribe(self)  # on_drop and on_pause
 
-    def _end_event(self, step: int) -> Event:
-        """The event of a step whose end is timed: a timing event (the core asks only at those steps)."""
+    def special_event(self, step: int) -> Event:
+        """The event of a step whose end is timed: a timing event (the core asks only at those steps).
+
+        It may turn timing off (a failed read in :meth:`flush`): the core then
+        ignores the scheduling below, and every later step gets a plain event.
+        """
         event = self.timed()
         if not self.trusted:
             if not hasattr(event, "elapsed_time"):  # events that cannot be timed at all: no timing, quietly
@@ -102,7 +107,7 @@ class DeviceTiming:
             self.trusted = True
         core, every = self.core, self.every
         if step % every:  # the step before a sampled one: its end is the sampled step's start
-            core.special_step = step + 1
+            core.schedule_special(self, step + 1)
             self._before = (step, event)
             return event
         if self.ends:
@@ -110,13 +115,31 @@ class DeviceTiming:
         before = self._before
         self.ends.append((step, before[1] if before is not None and before[0] == step - 1 else None, event))
         if every == 1:  # every step is sampled: each end is also the next step's start
-            core.special_step = step + 1
+            core.schedule_special(self, step + 1)
             self._before = (step, event)
         else:
-            core.special_step = step + every - 1
+            core.schedule_special(self, step + every - 1)
         return event
 
-    def _idle_marker(self, step: int) -> None:
+    def on_drop(self, step: int) -> None:
+        """``step`` ended without an event (its record failed, or its body raised): forget its timing event."""
+        ends = self.ends
+        if ends and ends[-1][0] == step:
+            ends.pop()
+        if self._before is not None and self._before[0] == step:
+            self._before = None
+        if self.core.special_step > step and (step % self.every == 0 or (step + 1) % self.every == 0):
+            self.core.schedule_special(self, step)  # the step that takes its number is timed instead
+
+    def on_pause(self, now: float) -> None:
+        """The loop left its pass: the next sample's start is not the end of the step before the pause.
+
+        Without this, the first sampled step after an evaluation between epochs
+        would count the whole pause as device idle (or as busy time).
+        """
+        self._before = None
+
+    def special_idle(self, step: int) -> None:
         """A timed step is handed out with nothing queued: if it is sampled, mark its start (the device is idle)."""
         if self.trusted and not step % self.every:
             marker = self.timed()
@@ -131,10 +154,10 @@ class DeviceTiming:
         the step complete, so this also listens to retirements.
         """
         self.listeners.append(listener)
-        if self.enabled and self.on_retire not in self.core.on_retire:
-            self.core.on_retire.append(self.on_retire)
+        if self.enabled and self._on_retire not in self.core.on_retire:
+            self.core.on_retire.append(self._on_retire)
 
-    def on_retire(self, step: int) -> None:
+    def _on_retire(self, step: int) -> None:
         """Only while someone listens for samples (see :meth:`add_listener`)."""
         ends = self.ends
         if ends and ends[0][0] <= step:
@@ -146,8 +169,9 @@ class DeviceTiming:
             _log.warning("asyncthrottle: device timing is off: %s", reason)
         self.enabled = False
         core = self.core
-        core.special_event, core.special_idle, core.special_step = None, None, -1
-        core.unsubscribe(self)
+        core.unsubscribe(self)  # also lets go of the special steps; safe while the core asks this part
+        if self._on_retire in core.on_retire:
+            core.on_retire.remove(self._on_retire)
         self.ends.clear()
         self.starts.clear()
 

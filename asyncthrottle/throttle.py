@@ -13,7 +13,7 @@ from .controller import DepthController
 from .core import Core
 from .deferred import Deferred
 from .devices import device_kind, resolve_events
-from .errors import ThrottleTimeout
+from .errors import ThrottleTimeout, not_ended
 from .events import EventFactory
 from .hosttime import HostTimes
 from .memory import resolve_budget
@@ -181,7 +181,7 @@ class Throttle:
         self._ownership = Ownership()
         self._pass: weakref.ref[Pass[Any]] | None = None  # the wrapped pass running now (a break drops it)
         self._in_step = False  # begin_step() was called and end_step() not yet
-        self._host = HostTimes(clock, self._core.on_fetch)
+        self._host = HostTimes(clock, self._core)
 
     @staticmethod
     def _resolve_events(
@@ -227,7 +227,8 @@ class Throttle:
         completed, steps = core.completed, core.steps  # completed first: never ahead of steps
         synchronous = core.synchronous
         wall = self._host.wall_s()
-        wait_s = min(core.wait_s, wall)
+        outside = self._host.outside_wait_s
+        wait_s = min(max(0.0, core.wait_s - outside), wall)  # inside passes: wall = fetch + body + wait
         fetch = min(self._host.fetch_s, wall - wait_s)
         body = max(0.0, wall - fetch - wait_s)
         histogram = tuple(core.histogram)
@@ -244,6 +245,7 @@ class Throttle:
             max_in_flight=min(steps, 1) if synchronous else core.max_in_flight,
             waits=core.waits,
             wait_s=wait_s,
+            wait_outside_s=outside,
             wall_s=wall,
             wait_fraction=shares[0],
             fetch_s=fetch,
@@ -309,9 +311,14 @@ class Throttle:
                 host.begin(now)
             elif self._core.steps:
                 host.fetched(self._core.steps, host.step_end, max(0.0, now - host.step_end))
+            host.step_end = now  # counted: a retry after a timeout counts only the time since
             if self._sync_guard is not None:
                 self._sync_guard.__exit__()  # the audit covers the whole step, never the throttle's waits
-            self._core.admit()  # may raise (timeout, Ctrl-C): the step has not begun
+            try:
+                self._core.admit()  # may raise (timeout, Ctrl-C): the step has not begun
+            except BaseException:
+                host.step_end = self._clock()  # the wait is counted as such, not again as fetching
+                raise
         except BaseException:
             self._ownership.release()
             raise
@@ -330,12 +337,12 @@ class Throttle:
             raise RuntimeError("end_step() was called without begin_step(); call begin_step() first")
         self._in_step = False
         try:
+            self._host.step_end = now = self._clock()  # a failed body is body too, not fetching
             if failed:
                 if self._sync_guard is not None:
                     self._sync_guard.__exit__()
-                self._values.drop_open()
+                self._core.drop()
             else:
-                self._host.step_end = now = self._clock()
                 self._core.record(now)
         finally:
             self._ownership.release()
@@ -439,9 +446,8 @@ class Throttle:
     def _wait_for_value(self, deferred: Deferred) -> None:
         """``Deferred.get()`` on an unfinished step: the loop's thread retires; any other only waits."""
         event = deferred._event
-        if event is None:
-            self._core.wait_until(deferred.step)  # not recorded yet: raises, saying so
-            return
+        if event is None:  # not recorded yet: raises, saying so (never runs the core from another thread)
+            raise RuntimeError(not_ended(deferred.step))
         if self._ownership.mine():
             self._ownership.claim("Deferred.get()")
             try:
@@ -460,7 +466,7 @@ class Throttle:
             self._ownership.release()
             raise RuntimeError("cannot start a wrapped loop inside `with throttle.step():` (or begin_step())")
         if earlier is not None:  # an earlier pass in this thread was left without close(): end it
-            earlier.close()
+            earlier._supersede()  # (if it is asked for more -- nested or interleaved loops -- it raises)
         self._pass = weakref.ref(new)
         self._host.begin(now)
 
@@ -512,3 +518,4 @@ def throttle(
 
 
 _PASSIVE = Poll()  # waits of other threads: no state shared with the loop's wait strategy
+

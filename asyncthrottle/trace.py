@@ -162,8 +162,11 @@ class Trace:
             if h_step == step:
                 begin, in_flight = h_time, h_in
                 counters.append((begin, in_flight))
-            totals["body"] += end - begin
-            spans.append(("body", _HOST_TID, begin, end - begin, {"step": step, "in_flight": in_flight}))
+            # A wait inside the body (Deferred.get(), drain()) is its own span, nested in the body's: not body time.
+            inner = sum(span[2] for span in extra or () if span[0] != _FETCH and span[1] >= begin)
+            totals["body"] += end - begin - inner
+            spans.append(("body", _HOST_TID, begin, end - begin,
+                          {"step": step, "in_flight": in_flight, "waits_inside_s": inner}))
         host(ring[-1][0] + 1 if ring else 0, open_spans)
         for step, seen, busy, idle in device:
             spans.append((DEVICE_SPAN, _DEVICE_TID, seen - busy, busy,

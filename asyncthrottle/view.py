@@ -55,6 +55,13 @@ class Throttled(Generic[T]):
         except TypeError:
             raise TypeError(f"the wrapped {type(self.source).__name__} has no len()") from None
 
+    def __bool__(self) -> bool:
+        """The source's truth (an empty list is falsy); a source with no length (a generator) is truthy."""
+        try:
+            return bool(self.source)
+        except TypeError:  # e.g. a DataLoader over an IterableDataset: no len(), still something to iterate
+            return True
+
     def __getattr__(self, name: str) -> Any:
         if name in ("throttle", "source", "progress"):  # not set yet (e.g. during unpickling)
             raise AttributeError(name)

@@ -121,7 +121,7 @@ def test_break_exception_and_second_pass_keep_the_depth_and_count_no_false_idle(
             dev.launch(0.010)
             if step == 3:
                 raise ZeroDivisionError
-    assert thr.stats.steps == 31 + 3 and thr.depth == 4  # the failed step records nothing
+    assert thr.stats.steps == 31 + 4 and thr.depth == 4  # the step it left is recorded: its work was enqueued
     thr.drain()
     dry = thr.stats.dry_fraction * thr.stats.steps
     for _ in thr.wrap(range(20)):  # a second pass, device-bound: its first step starts on an idle queue

@@ -147,10 +147,13 @@ def test_nvtx_closes_the_range_of_a_step_that_raised() -> None:
     with pytest.raises(KeyError):
         for step in thr.wrap(range(5)):
             if step == 1:
-                raise KeyError(step)
+                raise KeyError(step)  # the pass records the step it leaves
+    with pytest.raises(KeyError), thr.step():
+        raise KeyError("a failed step() records nothing: its range closes when it is dropped")
+    assert not nvtx.open
     for _ in thr.wrap(range(1)):
         pass
-    assert [c for c in nvtx.calls if c[0] == "start"] == [("start", f"asyncthrottle.step {n}") for n in (0, 1, 1)]
+    assert [c for c in nvtx.calls if c[0] == "start"] == [("start", f"asyncthrottle.step {n}") for n in (0, 1, 2, 2)]
     assert not nvtx.open and nvtx.depth == 0
 
 

@@ -32,9 +32,9 @@ def _run(script: Script, n: int, depth: int | None, *, stop_at: int | None = Non
 def _check_rule(script: Script, seen: list[dict[str, object]], n: int, depth: int | None,
                 stop_at: int | None, drain: bool, how: str = "break") -> None:
     log = script.log
-    # One event per finished step, recorded once, after its body and before the next fetch. A break
-    # records the step it leaves (its work is enqueued); a step whose body raised records nothing.
-    finished = n if stop_at is None else stop_at + (how == "break")
+    # One event per finished step, recorded once, after its body and before the next fetch. Leaving the
+    # loop in any way (a break, an exception) records the step it leaves: its work is enqueued.
+    finished = n if stop_at is None else stop_at + 1
     assert [e.recorded for e in script.events] == [1] * finished
     for k in range(finished):
         at_record = log.index(("record", k))

@@ -1,0 +1,141 @@
+"""Host time adds up inside passes (wall = fetch + body + wait); what happens between passes is not the loop's."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import asyncthrottle as at
+from asyncthrottle.testing import FakeDevice
+
+MS = 1e-3
+
+
+def _adds_up(stats: at.Stats) -> None:
+    assert stats.fetch_s + stats.body_s + stats.wait_s == pytest.approx(stats.wall_s)
+
+
+@pytest.mark.parametrize("drain_at_end", [True, False])
+def test_a_drain_after_a_break_is_not_taken_from_the_body(drain_at_end: bool) -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(None, wait="spin", drain=drain_at_end)
+    for i in thr.wrap(range(10)):
+        dev.host(10 * MS)
+        dev.launch(100 * MS)
+        if i == 3:
+            break
+    thr.drain()  # outside the pass: waits 370 ms for the device (busy until 410 ms)
+    stats = thr.stats
+    assert stats.body_s == pytest.approx(40 * MS)
+    assert stats.wait_s == 0.0 and stats.wait_outside_s == pytest.approx(370 * MS, abs=1 * MS)
+    assert stats.verdict == "host-bound"
+    _adds_up(stats)
+    assert "outside the loop: waited 0.370 s" in stats.summary()
+
+
+def test_a_failed_steps_body_in_a_step_loop_is_body_not_fetch() -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(2)
+    for i in range(4):
+        dev.host(1 * MS)  # between steps: fetching
+        try:
+            with thr.step():
+                dev.host(20 * MS)
+                if i == 1:
+                    raise ValueError
+        except ValueError:
+            pass
+    thr.drain()
+    stats = thr.stats
+    assert stats.fetch_s == pytest.approx(3 * MS)  # the first gap is before the pass began
+    assert stats.body_s == pytest.approx(80 * MS)
+    _adds_up(stats)
+
+
+def test_retries_of_begin_step_after_a_timeout_count_the_gap_once() -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(1, timeout=0.1)
+    thr.begin_step()
+    dev.launch(10.0)  # a step the device takes 10 s over
+    thr.end_step()
+    dev.host(500 * MS)
+    for _ in range(200):
+        try:
+            thr.begin_step()
+            break
+        except at.ThrottleTimeout:
+            pass
+    thr.end_step()
+    thr.drain()
+    stats = thr.stats
+    assert stats.fetch_s == pytest.approx(500 * MS, abs=2 * MS)  # not 20 x the growing gap
+    _adds_up(stats)
+
+
+def test_the_time_of_a_fetch_that_raises_is_fetching() -> None:
+    dev = FakeDevice()
+
+    def source() -> Iterator[int]:
+        yield 0
+        dev.host(300 * MS)
+        raise OSError("a corrupt shard")
+
+    thr = dev.throttle(2)
+    with pytest.raises(OSError):
+        for _ in thr.wrap(source()):
+            dev.host(10 * MS)
+    stats = thr.stats
+    assert stats.fetch_s == pytest.approx(300 * MS)
+    assert stats.body_s == pytest.approx(10 * MS)
+
+
+def test_a_wait_inside_the_body_is_counted_once_in_the_trace(tmp_path: Path) -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(4, wait="spin", trace=100)
+    values = []
+    for i in thr.wrap(range(6)):
+        dev.host(1 * MS)
+        dev.launch(10 * MS)
+        values.append(thr.defer(float(i)))
+        if i == 3:
+            assert values[2].get() == 2.0  # a wait inside the body
+    path = tmp_path / "t.json"
+    thr.export_trace(path)
+    doc = json.loads(path.read_text())
+    totals = doc["otherData"]["asyncthrottle"]["host_s"]
+    stats = thr.stats
+    assert totals["wait"] == pytest.approx(stats.wait_s)
+    assert totals["body"] == pytest.approx(stats.body_s, abs=1e-4)
+    assert sum(totals.values()) == pytest.approx(stats.wall_s, abs=1e-4)
+
+
+@pytest.mark.parametrize("between", ["drain", "pass"])
+def test_an_evaluation_between_epochs_is_not_device_idle(between: str) -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(2, sample_every=2)
+    for _epoch in range(3):
+        if between == "pass":
+            for _ in thr.wrap(range(8)):
+                dev.launch(10 * MS)
+        else:
+            for _ in range(8):
+                with thr.step():
+                    dev.launch(10 * MS)
+            thr.drain()
+        dev.host(1.0)  # evaluation, checkpointing: a second of host time outside the loop
+    stats = thr.stats
+    assert stats.device_samples >= 10
+    assert stats.device_ms_p90 == pytest.approx(10.0)  # no sample spans the pause
+    assert stats.idle_fraction is not None and stats.idle_fraction < 0.05
+
+
+def test_the_in_flight_histogram_does_not_grow_with_the_depth() -> None:
+    thr = at.Throttle(10**7, device="cpu")
+    assert len(thr.stats.in_flight_histogram) <= 64
+    huge = FakeDevice().throttle(2**62)
+    for _ in huge.wrap(range(3)):
+        pass
+    assert len(huge.stats.as_dict()) < 100
