@@ -21,9 +21,11 @@ class ThrottleHooks:
 
     ``begin()`` waits for room and starts a step, ``end(loss)`` defers the
     loss and records the step (never blocks), ``drain()`` waits for every
-    step, ``fail()`` drops the open step without blocking. A step begun
-    while the previous one is still open (the framework skipped its end
-    hook) records the previous one first.
+    recorded step (an open step stays open: it ends in its own end hook),
+    ``fail()`` drops the open step without blocking and ``abandon()`` also
+    ends the pass (training stopped). A step begun while the previous one is
+    still open (the framework skipped its end hook) records the previous one
+    first.
 
     Pickling (``ddp_spawn``, ``copy.deepcopy``) keeps the constructor options
     and the ``on_complete`` callbacks that pickle themselves, and makes a new
@@ -43,6 +45,7 @@ class ThrottleHooks:
         self._options: dict[str, Any] = {"depth": depth, **throttle_options}
         self.throttle = Throttle(depth, **throttle_options)
         self._open = False  # begin() ran and end()/fail() not yet
+        self._began = 0.0  # when the open step was handed out (the throttle's clock)
         self._advised: set[str] = set()
 
     @property
@@ -57,6 +60,7 @@ class ThrottleHooks:
             self.end()
         step = self.throttle.begin_step()
         self._open = True
+        self._began = self.throttle._clock()
         return step
 
     def end(self, loss: Any = None) -> None:
@@ -76,9 +80,26 @@ class ThrottleHooks:
             self._open = False
             self.throttle.end_step(failed=True)
 
+    def abandon(self, at: float | None = None) -> None:
+        """Training stopped (an exception): drop the open step and end the pass. Never blocks.
+
+        The time from ``at`` (the throttle's clock; default now) until the
+        next step is not loop time: a failed ``fit()`` or ``train()`` followed
+        by another is not billed as fetching.
+        """
+        self.fail()
+        _end_pass(self.throttle, at)
+
     def drain(self) -> None:
-        """Record the open step, if any, then wait for every step (a host-device sync on the last one)."""
-        self.end()
+        """Wait for every recorded step (a host-device sync on the last one); never records the open step.
+
+        With no step open this also ends the pass (the time until the next
+        step, an evaluation or a save, is not loop time). With a step open (a
+        checkpoint saved or an evaluation run from inside the step, or from a
+        callback that runs before this one) the step is neither recorded nor
+        waited for: it ends in its own end hook, with its loss, and the bound
+        holds for the next step.
+        """
         self.throttle.drain()
 
     def advise(self, key: str, message: str) -> None:
@@ -112,6 +133,13 @@ class ThrottleHooks:
         self.throttle = Throttle(**self._options)
         for callback in callbacks:
             self.throttle.on_complete(callback)
+
+
+def _end_pass(throttle: Throttle, at: float | None) -> None:
+    """End ``throttle``'s begin/end pass at ``at`` without waiting (``Throttle.drain()`` would wait)."""
+    host = throttle._host  # no public Throttle call ends a pass without a wait yet
+    if host.started is not None:
+        host.end(max(host.started, throttle._clock() if at is None else at))
 
 
 _CHECKING = threading.local()  # inside _pickles(): a callback that holds these hooks must not recurse

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import torch
 
@@ -39,10 +40,17 @@ class ThrottleCallback(ThrottleHooks, Callback):
     ``callback.throttle.on_complete`` or ``callback.throttle.latest``. Under
     ``accumulate_grad_batches=k`` it is Lightning's loss, divided by ``k``.
     The callback drains before validation, at the end of each training epoch,
-    before a checkpoint is saved and at the end of training; on an exception
-    it drops the open step and blocks on nothing. Every
-    ``trainer.log_every_n_steps`` steps it logs ``throttle.stats`` (plain
-    floats, keys ``asyncthrottle/<field>``) to the trainer's loggers. It warns
+    before a checkpoint is saved (``save_weights_only=True`` too: it drains
+    when the module's ``state_dict()`` is taken on the loop's thread) and at
+    the end of training; a drain from inside a step (``save_checkpoint()`` in
+    ``training_step``) waits only for the steps before it. On an exception it
+    drops the open step, ends the pass (the time until the next ``fit()`` is
+    not loop time) and blocks on nothing. A batch skipped by
+    ``on_train_batch_start`` returning -1 is no step. Whenever Lightning
+    logs the training step's metrics (every ``trainer.log_every_n_steps``
+    optimizer steps) it logs ``throttle.stats`` (plain floats, keys
+    ``asyncthrottle/<field>``) to the trainer's loggers, on Lightning's own
+    step axis. It warns
     once (:class:`~asyncthrottle.syncaudit.SyncAdvice`) about settings that
     sync every step, see :func:`lightning_advice`.
 
@@ -63,15 +71,28 @@ class ThrottleCallback(ThrottleHooks, Callback):
     """
 
     throttle: Throttle
+    _TRANSIENT = ("_state_hook",)
 
     def __init__(self, depth: int | None = 2, **throttle_options: Any) -> None:
         super().__init__(depth, **throttle_options)
         self._results_checked = False
+        self._state_hook: Any = None  # the module's state_dict pre-hook: a drain before any checkpoint
+        self._thread: int | None = None
 
     # -- the steps -------------------------------------------------------------
 
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._remove_state_hook()
+        if stage == "fit":  # save_weights_only=True skips on_save_checkpoint, never the module's state_dict()
+            module: _StateDictHooks = pl_module
+            self._state_hook = module.register_state_dict_pre_hook(self._before_state_dict)
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._remove_state_hook()
+
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.fail()  # a step left open by an earlier fit() that raised
+        self.abandon(self._began if self.step_open else None)  # what an earlier fit() that raised left open
+        self._thread = threading.get_ident()
         self._results_checked = False
         for key, message in lightning_advice(trainer):
             self.advise(key, message)
@@ -87,11 +108,11 @@ class ThrottleCallback(ThrottleHooks, Callback):
             self._results_checked = True
             for key, message in _logged_advice(trainer):
                 self.advise(key, message)
-        every = getattr(trainer, "log_every_n_steps", 0) or 0
-        if every and trainer.loggers and self.throttle.stats.steps % every == 0:
+        step = _logger_step(trainer)
+        if step is not None:
             values = self.log_values()
             for logger in trainer.loggers:
-                logger.log_metrics(values, step=trainer.global_step)
+                logger.log_metrics(values, step=step)
 
     # -- the drains ------------------------------------------------------------
 
@@ -99,6 +120,7 @@ class ThrottleCallback(ThrottleHooks, Callback):
         self.drain()
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._drop_skipped()
         self.drain()
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
@@ -106,10 +128,25 @@ class ThrottleCallback(ThrottleHooks, Callback):
         self.drain()
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._drop_skipped()
         self.drain()
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        self.fail()  # never blocks: the device may be what failed
+        self.abandon()  # never blocks: the device may be what failed
+
+    def _drop_skipped(self) -> None:
+        """A step still open after the epoch's batches: ``on_train_batch_start`` returned -1, no training_step ran."""
+        if self.step_open:
+            self.fail()
+
+    def _before_state_dict(self, module: Any, prefix: str, keep_vars: bool) -> None:
+        if threading.get_ident() == self._thread:  # a checkpoint thread of the user's never touches the throttle
+            self.drain()
+
+    def _remove_state_hook(self) -> None:
+        if self._state_hook is not None:
+            self._state_hook.remove()
+            self._state_hook = None
 
 
 class ThrottleProgressBar(TQDMProgressBar):
@@ -135,6 +172,12 @@ class ThrottleProgressBar(TQDMProgressBar):
         return metrics
 
 
+class _StateDictHooks(Protocol):
+    """``torch.nn.Module``'s state_dict pre-hooks (untyped in torch)."""
+
+    def register_state_dict_pre_hook(self, hook: Callable[[Any, str, bool], None]) -> Any: ...
+
+
 def _loss(outputs: Any) -> Any:
     """The step's loss tensor from ``training_step``'s outputs, or None."""
     if isinstance(outputs, torch.Tensor):
@@ -142,6 +185,26 @@ def _loss(outputs: Any) -> Any:
     if isinstance(outputs, Mapping) and isinstance(outputs.get("loss"), torch.Tensor):
         return outputs["loss"]
     return None
+
+
+def _logger_step(trainer: Any) -> int | None:
+    """The logger step of this batch's training metrics, or None when Lightning logs none for it.
+
+    Mirrors ``_LoggerConnector.update_train_step_metrics``: no log while
+    gradients accumulate (automatic optimization), else every
+    ``log_every_n_steps`` on ``fit_loop.epoch_loop._batches_that_stepped``,
+    which Lightning advances after this hook.
+    """
+    if not trainer.loggers or not getattr(trainer, "log_every_n_steps", 0):
+        return None
+    try:
+        if trainer.fit_loop._should_accumulate() and trainer.lightning_module.automatic_optimization:
+            return None
+        if not trainer._logger_connector.should_update_logs:
+            return None
+        return int(trainer.fit_loop.epoch_loop._batches_that_stepped)
+    except AttributeError:  # another Lightning version's internals: Lightning's public step, at its cadence
+        return trainer.global_step if trainer.global_step % trainer.log_every_n_steps == 0 else None
 
 
 def lightning_advice(trainer: Any) -> list[tuple[str, str]]:

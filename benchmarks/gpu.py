@@ -72,19 +72,27 @@ def environment(budget_s: float) -> str:
 
 
 MNIST_RUNS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("none", ("--depth", "none")),
-    ("1", ("--depth", "1")),
     ("2", ("--depth", "2")),
-    ("4", ("--depth", "4")),
-    ("auto", ("--depth", "auto")),
     ("2 + .item() every step", ("--depth", "2", "--item-every-step")),
+)
+WIDE = ("--width", "32", "--batch-size", "256")  # the example's device-bound setting (README)
+WIDE_RUNS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("none", ("--depth", "none", *WIDE)),
+    ("1", ("--depth", "1", *WIDE)),
+    ("2", ("--depth", "2", *WIDE)),
+    ("auto", ("--depth", "auto", *WIDE)),
+    ("2 + .item() every step", ("--depth", "2", "--item-every-step", *WIDE)),
 )
 
 
+def _mib(value: int | None) -> str:
+    return "n/a" if value is None else f"{value / 2**20:.1f}"
+
+
 def mnist(budget_s: float, runs: Sequence[tuple[str, Sequence[str]]] = MNIST_RUNS, max_steps: int = 400) -> str:
-    """examples/mnist.py per depth (synthetic data, one epoch): steps/s, waits, idle, peak pinned memory."""
-    rows = ["| depth | steps/s | host wait % | device idle % | peak pinned host MiB | max in flight | depth at end "
-            "(changes) |", "|---|---:|---:|---:|---:|---:|---|"]
+    """examples/mnist.py per setting (synthetic data, one epoch): steps/s, run-ahead, waits, memory, verdict."""
+    rows = ["| depth | steps/s | max in flight | host wait % | device idle % | peak pinned host MiB | "
+            "peak device MiB | depth at end (changes) | verdict |", "|---|---:|---:|---:|---:|---:|---:|---|---|"]
     notes = []
     per_run = budget_s / max(1, len(runs))
     for label, flags in runs:
@@ -93,42 +101,62 @@ def mnist(budget_s: float, runs: Sequence[tuple[str, Sequence[str]]] = MNIST_RUN
         status, out = shell(argv, per_run)
         result = next((json.loads(line[7:]) for line in out.splitlines() if line.startswith("RESULT ")), None)
         if status or result is None:
-            rows.append(f"| {label} | failed (exit {status}) | | | | | |")
+            rows.append(f"| {label} | failed (exit {status}) | | | | | | | |")
             notes.append(f"`{shlex.join(argv)}`:\n```\n" + "\n".join(out.splitlines()[-15:]) + "\n```")
             continue
-        pinned = result["pinned_peak_bytes"]
         idle = result["idle_fraction"]
-        rows.append(f"| {label} | {result['steps_per_s']:.1f} | {result['wait_fraction']:.1%} | "
-                    f"{'n/a' if idle is None else f'{idle:.1%}'} | "
-                    f"{'n/a' if pinned is None else f'{pinned / 2**20:.1f}'} | {result['max_in_flight']} | "
-                    f"{result.get('depth')} {result.get('depth_changes') or ''} |")
+        rows.append(f"| {label} | {result['steps_per_s']:.1f} | {result['max_in_flight']} | "
+                    f"{result['wait_fraction']:.1%} | {'n/a' if idle is None else f'{idle:.1%}'} | "
+                    f"{_mib(result.get('pinned_peak_bytes'))} | {_mib(result.get('device_peak_bytes'))} | "
+                    f"{result.get('depth')} {result.get('depth_changes') or ''} | {result.get('verdict', '')} |")
+    shared = sorted({flag for _, flags in runs for flag in flags if flag in WIDE})
     head = (f"`benchmarks/_mnist_run.py --data synthetic --epochs 1 --max-steps {max_steps} --no-progress "
-            "--depth D` (examples/mnist.py's train(); device idle is the throttle's lower bound; pinned memory "
-            "from torch.cuda.host_memory_stats(), n/a where this torch lacks it)\n\n")
+            f"--depth D{' ' + ' '.join(WIDE) if shared else ''}` (examples/mnist.py's train(); max in flight at "
+            "depth none is how far the host ran ahead; device idle is the throttle's lower bound; pinned memory "
+            "held by live blocks from torch.cuda.host_memory_stats() as asyncthrottle.pinned reads it, n/a "
+            "where this torch lacks it; device memory is torch.cuda.max_memory_allocated())\n\n")
     return head + "\n".join(rows) + "\n" + "\n\n".join(notes)
+
+
+def mnist_wide(budget_s: float) -> str:
+    """The example's device-bound setting, side by side: depth none, 1, 2, auto and .item() every step."""
+    return mnist(budget_s, WIDE_RUNS, max_steps=200)
 
 
 _MAX_MEMORY = """
 import torch, asyncthrottle as at
-from asyncthrottle.memory import cuda_probe, pinned_in_use
+from asyncthrottle.memory import cuda_probe
+from asyncthrottle.pinned import bytes_trusted, pinned_in_use
 dev = torch.device("cuda")
 w = torch.randn(4096, 4096, device=dev)
 torch.empty(16, 2**20).pin_memory().to(dev, non_blocking=True)  # warm both allocators
 torch.cuda.synchronize()
-for budget_mib in (None, 256):
-    getattr(torch.cuda, "reset_peak_host_memory_stats", lambda: None)()  # absent in some versions
-    base = cuda_probe(dev)()
+STEP = 64 * 2**20  # pinned per step
+rates = {}
+for budget_mib in (None, 192):  # 192 MiB: room for 2 steps in flight beside the one being handed out
+    probe = cuda_probe(dev)
+    base = probe()
     options = {} if budget_mib is None else {"max_memory": base + budget_mib * 2**20}
     thr = at.Throttle(8, device=dev, **options)
-    for i in thr.wrap(range(300)):
+    seen = []  # the probe above base at every hand-out
+    thr.subscribe(type("Seen", (), {"on_handout": lambda self, step, n, now: seen.append(probe() - base)})())
+    for i in thr.wrap(range(200)):
         x = torch.full((16, 2**20), float(i % 7)).pin_memory().to(dev, non_blocking=True)  # 64 MiB pinned
         for _ in range(20):
             w = torch.tanh(w @ w)
         w = w + 1e-9 * x.mean()
-    print(f"budget={budget_mib} MiB above base {base / 2**20:.0f} MiB")
+    rates[budget_mib] = thr.stats.steps_per_s
+    print(f"budget={budget_mib} MiB above base {base / 2**20:.0f} MiB; torch {torch.__version__}, "
+          f"in-use bytes {'read' if bytes_trusted(torch.__version__) else 'estimated from block counts'}")
     print(thr.summary())
+    print(f"probe above base at hand-outs: max {max(seen) / 2**20:.0f} MiB over {len(seen)} hand-outs")
+    if budget_mib is not None:
+        ok = max(seen) <= budget_mib * 2**20 + STEP
+        print(f"every hand-out within budget + one step ({budget_mib + 64} MiB): {ok}; "
+              f"throughput vs no budget {rates[budget_mib] / rates[None]:.3f}x (target >= 0.95)")
     stats = getattr(torch.cuda, "host_memory_stats", dict)()
-    print(f"peak pinned in use {pinned_in_use(stats, 'peak') / 2**20:.0f} MiB")
+    peak = pinned_in_use(stats, "peak", trust_bytes=bytes_trusted(torch.__version__))
+    print(f"peak pinned in use {peak / 2**20:.0f} MiB")
 """
 
 
@@ -149,11 +177,14 @@ FRAMEWORK_RUNS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 
 def frameworks(budget_s: float, max_steps: int = 400) -> str:
-    """The framework examples with the sync audit on and off: syncs per step and their sites, steps/s."""
+    """The framework examples with the sync audit on: syncs per step and their sites, steps/s.
+
+    One run each (10-15 s with imports on the H200), so that all of them fit.
+    """
     parts = []
-    per_run = budget_s / (2 * len(FRAMEWORK_RUNS))
+    per_run = budget_s / len(FRAMEWORK_RUNS)
     for label, (script, *flags) in FRAMEWORK_RUNS:
-        for audit in (("--detect-sync",), ()):
+        for audit in (("--detect-sync",),):
             argv = [PYTHON, script, "--data", "synthetic", "--device", "cuda", "--epochs", "1",
                     "--max-steps", str(max_steps), *flags, *audit]
             status, out = shell(argv, per_run)
@@ -163,7 +194,7 @@ def frameworks(budget_s: float, max_steps: int = 400) -> str:
     return "\n".join(parts)
 
 
-def timelines(budget_s: float, max_steps: int = 400) -> str:
+def timelines(budget_s: float, max_steps: int = 200) -> str:
     """Traces of the MNIST example at depth 1 and 2, rendered beside the report."""
     parts = []
     for depth in ("1", "2"):
@@ -183,24 +214,29 @@ def timelines(budget_s: float, max_steps: int = 400) -> str:
 
 OUT_DIR = Path(".")  # where traces and pictures go: the report's folder (set by run())
 
+# Each budget is what the section took on the H200 (2026-12-01) with room; they add up to TOTAL_S,
+# so that the script runs twice in 15 minutes of GPU time.
 STEPS: list[Step] = [
-    Step("Environment", 30, environment),
-    Step("CUDA-marked tests", 120,
+    Step("Environment", 10, environment),
+    Step("CUDA-marked tests", 35,  # 17 s
          command_section([PYTHON, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider"], tail=30)),
-    Step("Core overhead and waits (bench --overhead)", 90,
+    Step("Core overhead and waits (bench --overhead)", 50,  # 45 s
          command_section([PYTHON, "-m", "asyncthrottle", "bench", "--overhead", "--steps", "300000"])),
-    Step("The seed's experiments on CUDA (bench --backend cuda)", 60,
+    Step("The seed's experiments on CUDA (bench --backend cuda)", 35,
          command_section([PYTHON, "-m", "asyncthrottle", "bench", "--backend", "cuda", "--repeat", "3"])),
-    Step("Wait strategies with CUDA events (bench --waits --backend cuda)", 90,
-         command_section([PYTHON, "-m", "asyncthrottle", "bench", "--waits", "--backend", "cuda", "--repeats", "3"])),
-    Step("examples/mnist.py by depth", 120, mnist),
-    Step("max_memory with the default CUDA probe, depth 8, 64 MiB pinned per step (#11)", 60,
+    Step("Wait strategies with CUDA events (bench --waits --backend cuda)", 60,  # capped at 45 s by itself
+         command_section([PYTHON, "-m", "asyncthrottle", "bench", "--waits", "--backend", "cuda", "--repeats", "3",
+                          "--max-s", "45"])),
+    Step("examples/mnist.py as it ships (host-bound on a large GPU)", 25, mnist),  # ~10 s a run
+    Step("examples/mnist.py --width 32 --batch-size 256 (device-bound) by depth", 90, mnist_wide),  # ~12 s a run
+    Step("max_memory with the default CUDA probe, depth 8, 64 MiB pinned per step (#11)", 45,  # 39 s
          command_section([PYTHON, "-c", _MAX_MEMORY], tail=40)),
-    Step("Lightning and transformers examples: the sync audit (#9)", 90, frameworks),
-    Step("Timelines of the MNIST example (#12)", 50, timelines),
-    Step("Trace overhead (bench --overhead --trace)", 30,
+    Step("Lightning and transformers examples: the sync audit (#9)", 80, frameworks),  # 10-15 s a run
+    Step("Timelines of the MNIST example (#12)", 30, timelines),
+    Step("Trace overhead (bench --overhead --trace)", 20,
          command_section([PYTHON, "-m", "asyncthrottle", "bench", "--overhead", "--trace", "10000", "--runs", "3"])),
 ]
+TOTAL_S = 480.0  # 8 minutes: the budgets above add up to it
 
 
 def cuda_available() -> bool:
@@ -211,7 +247,7 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def run(report: Path, steps: Sequence[Step] = STEPS, total_s: float = 470.0) -> None:
+def run(report: Path, steps: Sequence[Step] = STEPS, total_s: float = TOTAL_S) -> None:
     """Run ``steps`` in order within ``total_s``, rewriting ``report`` after each one."""
     global OUT_DIR
     OUT_DIR = report.resolve().parent
@@ -235,7 +271,8 @@ def run(report: Path, steps: Sequence[Step] = STEPS, total_s: float = 470.0) -> 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("report", nargs="?", default="gpu-report.md", help="markdown report path (default gpu-report.md)")
-    p.add_argument("--total-s", type=float, default=470.0, help="time budget for all steps (default 470 s)")
+    p.add_argument("--total-s", type=float, default=TOTAL_S,
+                   help=f"time budget for all steps (default {TOTAL_S:.0f} s)")
     args = p.parse_args(argv)
     if not cuda_available():
         print("benchmarks/gpu.sh: no CUDA GPU here (torch.cuda.is_available() is False, or torch is missing); "

@@ -21,15 +21,22 @@ DOWNLOAD_TIMEOUT_S = 10.0  # per connection: a machine without network falls bac
 
 
 class Net(nn.Module):
-    """A small CNN for 28x28 digits: two conv blocks and a linear classifier (~25k parameters)."""
+    """A small CNN for 28x28 digits: two conv blocks and a linear classifier (~25k parameters).
 
-    def __init__(self) -> None:
+    Args:
+        width: multiplies the channels (16 and 32); ``width=32`` (512 and 1024
+            channels, ~5M parameters) makes each step heavy enough that a large
+            GPU, not the host, is the bottleneck.
+    """
+
+    def __init__(self, width: int = 1) -> None:
         super().__init__()
+        c1, c2 = 16 * width, 32 * width
         self.features = nn.Sequential(
-            nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(1, c1, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(c1, c2, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
         )
-        self.classifier = nn.Linear(32 * 7 * 7, 10)
+        self.classifier = nn.Linear(c2 * 7 * 7, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.features(x).flatten(1))
@@ -99,11 +106,11 @@ def real_mnist(data_dir: str, download: bool) -> Data:
     return Data(train, test, "mnist")
 
 
-def load_data(kind: str, data_dir: str, seed: int, log: Any = print) -> Data:
+def load_data(kind: str, data_dir: str, seed: int, log: Any = print, train_size: int = 16384) -> Data:
     """``kind="mnist"``: real MNIST or an error; ``"synthetic"``; ``"auto"``: MNIST if present or
-    downloadable, else synthetic data with a message saying so."""
+    downloadable, else synthetic data with a message saying so. ``train_size``: synthetic training samples."""
     if kind == "synthetic":
-        return synthetic_mnist(seed=seed)
+        return synthetic_mnist(train_size, seed=seed)
     if kind == "mnist":
         return real_mnist(data_dir, download=True)
     try:
@@ -111,7 +118,7 @@ def load_data(kind: str, data_dir: str, seed: int, log: Any = print) -> Data:
     except (RuntimeError, ImportError) as exc:
         log(f"note: {exc}")
         log("note: falling back to SYNTHETIC MNIST-shaped data (--data synthetic); accuracy figures are not MNIST's")
-        return synthetic_mnist(seed=seed)
+        return synthetic_mnist(train_size, seed=seed)
 
 
 # -- options -------------------------------------------------------------------

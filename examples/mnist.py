@@ -6,6 +6,7 @@
     python examples/mnist.py --depth auto        # start at 2, go deeper when the device runs dry
     python examples/mnist.py --data synthetic --max-steps 100
     python examples/mnist.py --item-every-step   # compare: a .item() sync every step
+    python examples/mnist.py --width 32 --batch-size 256   # device-bound on a large GPU: see what depth does
     python examples/mnist.py --trace trace.json  # then: python -m asyncthrottle plot trace.json
 
 The loss is logged every step without a single ``.item()`` in the loop:
@@ -31,7 +32,7 @@ from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _mnist_common when run as a script
 
-from _mnist_common import Net, add_training_options, evaluate, load_data, resolve_device, step_cap
+from _mnist_common import Net, add_training_options, evaluate, load_data, positive, resolve_device, step_cap
 from _mnist_common import loader_options as make_loader_options
 
 import asyncthrottle as at
@@ -42,6 +43,9 @@ TRACE_STEPS = 10_000  # --trace keeps the timeline of this many recent steps
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_training_options(p)
+    p.add_argument("--width", type=positive(int, "width"), default=1,
+                   help="multiply the CNN's channels (default 1, ~25k parameters); 32 with --batch-size 256 "
+                   "makes each step ~1.4 TFLOP, so a large GPU is the bottleneck instead of Python")
     p.add_argument("--item-every-step", action="store_true",
                    help="also call loss.item() every step: a host-device sync per step, for comparison")
     p.add_argument("--trace", metavar="FILE", default=None,
@@ -55,14 +59,17 @@ def train(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     torch.manual_seed(args.seed)
     device = resolve_device(args.device)
     max_steps = step_cap(args, device, log)
-    data = load_data(args.data, args.data_dir, args.seed, log=log)
+    # synthetic data: enough samples for --max-steps steps of a batch each (16384 at least)
+    enough = max(16384, (max_steps or 0) * args.batch_size)
+    data = load_data(args.data, args.data_dir, args.seed, log=log, train_size=enough)
     loader_options = make_loader_options(args, device)
     workers, pin = loader_options["num_workers"], loader_options["pin_memory"]
     train_loader = DataLoader(data.train, shuffle=True, drop_last=True, **loader_options)
     test_loader = DataLoader(data.test, **{**loader_options, "batch_size": 1000})
-    log(f"device={device} data={data.source} depth={args.depth} batch={args.batch_size} workers={workers}")
+    log(f"device={device} data={data.source} depth={args.depth} batch={args.batch_size} width={args.width} "
+        f"workers={workers}")
 
-    model = Net().to(device)
+    model = Net(args.width).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     thr = at.Throttle(args.depth, device=device, trace=TRACE_STEPS if args.trace else 0)
     losses: list[tuple[int, float]] = []
@@ -101,9 +108,11 @@ def train(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
         log(f"trace written to {args.trace}: open it in https://ui.perfetto.dev or chrome://tracing, "
             f"or draw it with python -m asyncthrottle plot {args.trace} -o timeline.png")
     if device.type == "cuda":  # the pinned memory of queued batches: what the depth bounds on the host
-        from asyncthrottle.memory import pinned_in_use
+        from asyncthrottle.pinned import bytes_trusted, pinned_in_use
 
-        log(f"peak pinned host memory in use: {pinned_in_use(torch.cuda.host_memory_stats(), 'peak') / 2**20:.1f} MiB")
+        peak = pinned_in_use(torch.cuda.host_memory_stats(), "peak", trust_bytes=bytes_trusted(torch.__version__))
+        log(f"peak pinned host memory in use: {peak / 2**20:.1f} MiB; device memory peak allocated "
+            f"{torch.cuda.max_memory_allocated(device) / 2**20:.1f} MiB")
     return {"losses": losses, "accuracies": accuracies, "stats": thr.stats, "data": data.source}
 
 

@@ -75,3 +75,33 @@ def test_the_mnist_section_runs_the_example_and_tabulates_it() -> None:
     body = gpu.mnist(120, runs=[("2 + .item()", ("--depth", "2", "--item-every-step", "--device", "cpu"))],
                      max_steps=3)
     assert "| 2 + .item() |" in body and "failed" not in body, body
+
+
+def test_the_sections_fit_in_8_minutes_and_each_run_gets_what_it_needs() -> None:
+    gpu = _gpu()
+    assert sum(step.budget_s for step in gpu.STEPS) <= gpu.TOTAL_S <= 480  # twice in 15 minutes of GPU time
+    budgets = {step.title: step.budget_s for step in gpu.STEPS}
+    frameworks = next(b for t, b in budgets.items() if t.startswith("Lightning and transformers"))
+    assert frameworks / len(gpu.FRAMEWORK_RUNS) >= 15  # a run took 10-15 s with imports; they got ~9 s
+    wide = next(b for t, b in budgets.items() if "--width 32" in t)
+    assert wide / len(gpu.WIDE_RUNS) >= 15
+    waits = next(s for s in gpu.STEPS if "bench --waits" in s.title)
+    body = waits.run.__closure__  # the command carries its own cap, below the section's budget
+    argv = next(c.cell_contents for c in body if isinstance(c.cell_contents, list))
+    assert float(argv[argv.index("--max-s") + 1]) < waits.budget_s
+
+
+def test_the_wide_setting_runs_side_by_side_by_depth() -> None:
+    gpu = _gpu()
+    assert [label for label, _ in gpu.WIDE_RUNS] == ["none", "1", "2", "auto", "2 + .item() every step"]
+    assert all("--width" in flags and "--batch-size" in flags for _, flags in gpu.WIDE_RUNS)
+
+
+@pytest.mark.slow
+def test_the_mnist_section_shows_memory_and_the_verdict_per_run() -> None:
+    gpu = _gpu()
+    tiny = ("--device", "cpu", "--width", "2", "--batch-size", "8")
+    body = gpu.mnist(120, runs=[("none", ("--depth", "none", *tiny)), ("2", ("--depth", "2", *tiny))], max_steps=3)
+    assert "| none |" in body and "| 2 |" in body and "failed" not in body, body
+    assert "peak device MiB" in body and "verdict" in body
+    assert body.count("| n/a | n/a |") == 2  # no CUDA here: no memory figures, said as n/a
