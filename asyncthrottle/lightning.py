@@ -91,7 +91,7 @@ class ThrottleCallback(ThrottleHooks, Callback):
         self._remove_state_hook()
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.abandon(self._began if self.step_open else None)  # what an earlier fit() that raised left open
+        self.abandon(self._began)  # after a fit() that raised (on_exception ended its pass, unless it never ran)
         self._thread = threading.get_ident()
         self._results_checked = False
         for key, message in lightning_advice(trainer):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -18,7 +18,7 @@ except ImportError:
 from .hooks import ThrottleHooks
 from .throttle import Throttle
 
-__all__ = ["ThrottleCallback", "transformers_advice"]
+__all__ = ["ThrottleCallback", "step_loss", "transformers_advice"]
 
 
 class ThrottleCallback(ThrottleHooks, TrainerCallback):  # type: ignore[misc]
@@ -27,15 +27,23 @@ class ThrottleCallback(ThrottleHooks, TrainerCallback):  # type: ignore[misc]
     One step is one optimizer step, gradient accumulation included: the host
     waits for room in ``on_step_begin`` (before the first micro-batch) and
     the step's event is recorded in ``on_step_end`` (after the optimizer
-    step). Each step's loss -- the mean of the losses the model returned for
-    its micro-batches (``outputs["loss"]``, seen by a forward hook on the
-    model while it trains) -- is deferred as ``"loss"`` without a sync and
-    reaches ``callback.throttle.on_complete`` and ``.latest``. Models that
-    return a tuple, or no loss, deliver none. The callback drains before an
-    evaluation or a save it is told of (``control.should_evaluate`` /
-    ``should_save``), at the end of each epoch, on evaluate, on save and at
-    the end of training. A step left open by an exception is dropped at the
-    next ``train()``, without blocking. It warns once
+    step). Each step's loss, as the Trainer logs it, is deferred as
+    ``"loss"`` without a sync and reaches ``callback.throttle.on_complete``
+    and ``.latest``: a forward hook on the model takes the loss it returns
+    for each training micro-batch (``outputs["loss"]``), and the step's loss
+    is their mean -- or their sum when the Trainer passed the model
+    ``num_items_in_batch``, since each micro-batch's loss is then already
+    normalized over the whole accumulated batch (see :func:`step_loss`).
+    Models that return a tuple, or no loss (a ``compute_loss_func``, label
+    smoothing), deliver none. The callback drains before an evaluation or a
+    save it is told of (``control.should_evaluate`` / ``should_save``), at
+    the end of each epoch, on evaluate, on save and at the end of training;
+    an ``evaluate()`` or save from inside a step (a callback placed before
+    this one) waits only for the steps before it, and the step still ends
+    with its loss. A step left open by an exception is never recorded (an
+    ``evaluate()`` after the failed ``train()`` does not record it) and is
+    dropped at the next ``train()``, without blocking; the time in between
+    is not loop time. It warns once
     (:class:`~asyncthrottle.syncaudit.SyncAdvice`) about settings that sync
     every step, see :func:`transformers_advice`.
 
@@ -59,6 +67,8 @@ class ThrottleCallback(ThrottleHooks, TrainerCallback):  # type: ignore[misc]
         super().__init__(depth, **throttle_options)
         self._handle: Any = None  # the forward hook on the model
         self._losses: list[Any] = []  # this step's micro-batch losses, on the device
+        self._normalized = False  # the Trainer passed num_items_in_batch: each loss is over the whole step
+        self._processes = 1  # the Trainer multiplies such losses by this (average_tokens_across_devices)
         self._thread: int | None = None
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -66,27 +76,26 @@ class ThrottleCallback(ThrottleHooks, TrainerCallback):  # type: ignore[misc]
         self._losses = []
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        self.fail()  # a step left open by an earlier train() that raised
+        self.abandon(self._began)  # after a train() that raised: its pass ended when its last step began
         self._losses = []
         self._thread = threading.get_ident()
+        self._processes = _loss_scale(args)
         for key, message in transformers_advice(args):
             self.advise(key, message)
         if self._handle is not None:
             self._handle.remove()
-        self._handle = model.register_forward_hook(self._capture) if isinstance(model, torch.nn.Module) else None
+        self._handle = None
+        if isinstance(model, torch.nn.Module):
+            self._handle = model.register_forward_hook(self._capture, with_kwargs=True)
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._losses = []
+        self._normalized = False
         self.begin()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         losses, self._losses = self._losses, []
-        loss = None
-        if len(losses) == 1:
-            loss = losses[0]
-        elif losses:
-            loss = torch.stack([value.float() for value in losses]).mean()  # enqueued on the device: no sync
-        self.end(loss)
+        self.end(step_loss(losses, normalized=self._normalized, processes=self._processes))
         if control.should_evaluate or control.should_save or control.should_training_stop:
             self.drain()
 
@@ -105,13 +114,48 @@ class ThrottleCallback(ThrottleHooks, TrainerCallback):  # type: ignore[misc]
             self._handle.remove()
             self._handle = None
 
-    def _capture(self, module: Any, inputs: Any, output: Any) -> None:
+    def _capture(self, module: Any, args: Any, kwargs: dict[str, Any], output: Any) -> None:
         """The model's forward hook: keep the micro-batch's loss tensor (detached; no sync)."""
         if not (self.step_open and module.training and threading.get_ident() == self._thread):
             return
         loss = output.get("loss") if isinstance(output, Mapping) else None
         if isinstance(loss, torch.Tensor):
             self._losses.append(loss.detach())
+            self._normalized = kwargs.get("num_items_in_batch") is not None
+
+
+def step_loss(losses: Sequence[Any], *, normalized: bool, processes: int = 1) -> Any:
+    """An optimizer step's loss as the Trainer logs it, from the model's micro-batch losses; never syncs.
+
+    The Trainer adds each micro-batch's training loss into the logged loss.
+    A model that got ``num_items_in_batch`` (``normalized``) returns a loss
+    already divided by the item count of the whole accumulated batch, which
+    the Trainer multiplies by the number of processes when
+    ``average_tokens_across_devices`` (``processes``): the step's loss is
+    their sum. Any other loss is a per-micro-batch mean that the Trainer
+    divides by the number of micro-batches: the step's loss is their mean.
+
+    Args:
+        losses: the micro-batch losses (device tensors), in order.
+        normalized: whether the model was passed ``num_items_in_batch``.
+        processes: the Trainer's factor on normalized losses (1 on one process).
+
+    Returns:
+        A 0-d tensor enqueued on the losses' device, or None for no losses.
+    """
+    if not losses:
+        return None
+    if len(losses) == 1 and not (normalized and processes != 1):
+        return losses[0]
+    stacked = torch.stack([value.float() for value in losses])  # enqueued on the device: no sync
+    return stacked.sum() * processes if normalized else stacked.mean()
+
+
+def _loss_scale(args: Any) -> int:
+    """What the Trainer multiplies a ``num_items_in_batch``-normalized loss by: the data-parallel processes."""
+    if getattr(args, "average_tokens_across_devices", False):
+        return max(1, int(getattr(args, "world_size", 1)))
+    return 1
 
 
 def transformers_advice(args: Any) -> list[tuple[str, str]]:
@@ -120,9 +164,12 @@ def transformers_advice(args: Any) -> list[tuple[str, str]]:
     ``logging_nan_inf_filter=True`` (the default) evaluates
     ``torch.isnan(loss) or torch.isinf(loss)`` on the host every micro-batch;
     ``include_num_input_tokens_seen`` gathers a token count and ``.item()``-s
-    it every micro-batch.
+    it every micro-batch; on an accelerator with pinned memory, accelerate
+    copies each micro-batch's tensors to the device blocking unless
+    ``accelerator_config={"non_blocking": True}`` and
+    ``dataloader_pin_memory=True``.
     """
-    advice = []
+    advice = _copy_advice(args)
     if getattr(args, "logging_nan_inf_filter", False):
         advice.append(("nan_inf_filter", "TrainingArguments(logging_nan_inf_filter=True), the default, runs "
                        "`torch.isnan(loss) or torch.isinf(loss)` on the host every micro-batch: two host-device "
@@ -134,3 +181,21 @@ def transformers_advice(args: Any) -> list[tuple[str, str]]:
                        "count and calls .item() on it every micro-batch (a host-device sync): pass "
                        "include_num_input_tokens_seen='no', or count tokens on the host from the batches' shapes"))
     return advice
+
+
+_PINNED = ("cuda", "xpu", "npu", "hpu")  # devices whose host-to-device copies overlap only from pinned memory
+
+
+def _copy_advice(args: Any) -> list[tuple[str, str]]:
+    """Blocking host-to-device copies of each micro-batch (accelerate's ``send_to_device``), on an accelerator."""
+    kind = getattr(getattr(args, "device", None), "type", "cpu")
+    non_blocking = bool(getattr(getattr(args, "accelerator_config", None), "non_blocking", False))
+    pinned = bool(getattr(args, "dataloader_pin_memory", False))
+    if kind not in _PINNED or (non_blocking and pinned):
+        return []
+    off = [name for name, on in (('accelerator_config={"non_blocking": True}', non_blocking),
+                                 ("dataloader_pin_memory=True", pinned)) if not on]
+    return [("blocking_copies", f"TrainingArguments without {' and '.join(off)}: accelerate copies every tensor of "
+             f"every micro-batch to the {kind} device blocking (send_to_device without non_blocking), a host-device "
+             'sync per tensor. Pass accelerator_config={"non_blocking": True} and dataloader_pin_memory=True (the '
+             "default): the copies then overlap the device's work")]
