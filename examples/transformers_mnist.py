@@ -3,12 +3,15 @@
     python examples/transformers_mnist.py                          # the advice applied (no per-step sync)
     python examples/transformers_mnist.py --detect-sync            # CUDA: count the syncs per step, name their sites
     python examples/transformers_mnist.py --detect-sync --nan-inf-filter   # transformers' default: 2 syncs/micro-batch
+    python examples/transformers_mnist.py --detect-sync --blocking-copies  # accelerate's default: a sync per copy
 
 ``ThrottleCallback`` makes each optimizer step one throttle step (with
 ``--grad-accum`` micro-batches), keeps at most ``--depth`` of them unfinished on
 the device and delivers each step's loss without a sync. ``--nan-inf-filter``
 keeps transformers' default ``logging_nan_inf_filter=True``, which checks the
-loss on the host every micro-batch: compare syncs per step and steps/s.
+loss on the host every micro-batch, and ``--blocking-copies`` keeps accelerate's
+default blocking copy of each micro-batch to the device: compare syncs per step
+and steps/s.
 """
 
 from __future__ import annotations
@@ -73,6 +76,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--detect-sync", action="store_true", help="count the syncs of every step (needs CUDA)")
     p.add_argument("--nan-inf-filter", action="store_true",
                    help="keep transformers' default logging_nan_inf_filter=True (2 syncs per micro-batch)")
+    p.add_argument("--blocking-copies", action="store_true",
+                   help="keep accelerate's default blocking micro-batch copies (CUDA: a sync per tensor)")
     return p.parse_args(argv)
 
 
@@ -85,7 +90,7 @@ def train(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     per_epoch = len(train_set) // (args.batch_size * args.grad_accum)
     total_steps = args.epochs * min(per_epoch, max_steps or per_epoch)
     log(f"device={device} data={data.source} depth={args.depth} batch={args.batch_size}x{args.grad_accum} "
-        f"nan_inf_filter={args.nan_inf_filter} detect_sync={args.detect_sync}")
+        f"nan_inf_filter={args.nan_inf_filter} blocking_copies={args.blocking_copies} detect_sync={args.detect_sync}")
 
     callback = ThrottleCallback(args.depth, device=device, detect_sync="warn" if args.detect_sync else None)
     losses: list[tuple[int, float]] = []
@@ -94,6 +99,8 @@ def train(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     def record_loss(step: int, values: dict[str, Any]) -> None:
         losses.append((step, float(values["loss"])))  # a host copy: reading it never syncs
 
+    pinned = device.type in ("cuda", "xpu")  # copies overlap the device only from pinned memory, non_blocking
+    non_blocking = pinned and not args.blocking_copies
     with tempfile.TemporaryDirectory() as out:
         targs = transformers.TrainingArguments(
             output_dir=out, use_cpu=device.type == "cpu", max_steps=total_steps,
@@ -101,8 +108,8 @@ def train(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
             per_device_eval_batch_size=1000, gradient_accumulation_steps=args.grad_accum, learning_rate=args.lr,
             optim="sgd", lr_scheduler_type="constant", eval_strategy="no", save_strategy="no", report_to=[],
             logging_strategy="no", disable_tqdm=args.no_progress, dataloader_num_workers=args.workers or 0,
-            dataloader_pin_memory=device.type == "cuda", remove_unused_columns=False, seed=args.seed,
-            logging_nan_inf_filter=args.nan_inf_filter,
+            dataloader_pin_memory=pinned, accelerator_config={"non_blocking": non_blocking},  # copies without a sync
+            remove_unused_columns=False, seed=args.seed, logging_nan_inf_filter=args.nan_inf_filter,
         )
         trainer = transformers.Trainer(model=Classifier(), args=targs, train_dataset=train_set, eval_dataset=test_set,
                                        callbacks=[callback])
