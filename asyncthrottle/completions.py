@@ -107,6 +107,7 @@ class Completions:
         gathered: dict[str, list[Any]] = {}
         for deferred in deferreds:
             deferred._done = True
+            deferred._event = None  # a value kept by the user does not keep its step's event from reuse
             gathered.setdefault(deferred.name, []).append(deferred.get())  # the step is complete: no wait
         values = {name: found[0] if len(found) == 1 else found for name, found in gathered.items()}
         self.latest.update(values)

@@ -54,12 +54,14 @@ class Trace:
     Memory is constant: one entry per step in a ring of ``steps`` entries,
     holding its few spans. The host's time between the last record and now
     (the last pass's final fetch, the drain's waits) is kept with the next
-    step's entry and exported as well. A step whose body raised records
+    step's entry and exported as well. A failed ``step()`` records
     nothing: its fetch and waits are kept with the step that replaces it, it
-    has no ``body`` span. Over fully traced passes the spans add up to
+    has no ``body`` span. A wait inside a body (``Deferred.get()``,
+    ``drain()``) is a ``wait`` span within the ``body`` span, counted once
+    (as wait; ``args.waits_inside_s``). Over fully traced passes the spans add up to
     ``Stats.fetch_s``/``body_s``/``wait_s``, except what ``Stats.body_s``
     counts outside any step: the throttle's own bookkeeping between the spans
-    (microseconds a step), a failed step's body, and with ``step()`` or
+    (microseconds a step), a failed ``step()``'s body, and with ``step()`` or
     ``begin_step()`` the time from the last ``end_step()`` to ``drain()``.
 
     Threads: the hooks run on the loop's thread; :meth:`to_dict` and
