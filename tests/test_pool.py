@@ -158,3 +158,14 @@ def test_user_events_are_never_pooled() -> None:
     for _ in thr.wrap(range(50)):
         dev.launch(0.001)
     assert len(made) == 50 and len({id(e) for e in made}) == 50  # one per step, each recorded once
+
+
+def test_values_a_user_keeps_do_not_keep_their_steps_events_from_reuse(counted: FakeDevice) -> None:
+    dev = counted
+    thr = at.Throttle(2, device="cuda", wait=dev.wait("spin"), clock=dev.clock, sample_every=None)
+    losses = []
+    for i in thr.wrap(range(1000)):
+        dev.launch(0.001)
+        losses.append(thr.defer(float(i), name="loss"))  # every value kept, as a logging list does
+    assert [d.get() for d in losses] == [float(i) for i in range(1000)]
+    assert _made(timing=False) <= 2 + 3  # a delivered value lets go of its event
