@@ -159,3 +159,29 @@ def test_the_copy_advice_is_given_once_through_the_callback(tmp_path: Path, monk
         _train(cb, dev, tmp_path, num_train_epochs=1, eval_strategy="no")
         _train(cb, dev, tmp_path, num_train_epochs=1, eval_strategy="no")
     assert sum("copies block" in str(w.message) for w in record) == 1
+
+
+def test_a_real_causal_lm_under_accumulation_delivers_the_trainers_loss(tmp_path: Path) -> None:
+    """GPT-2 (tiny, random) gets num_items_in_batch: before, each step's loss was 1/4 of the Trainer's at GA=4."""
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=64, n_positions=32, eos_token_id=0,
+                                     bos_token_id=0)
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for i in range(16):
+        ids = torch.randint(0, 64, (16,), generator=g)
+        labels = ids.clone()
+        labels[: i % 7] = -100  # uneven token counts: a mean of means would differ from the Trainer's loss
+        rows.append({"input_ids": ids, "labels": labels})
+    cb = att.ThrottleCallback(2, device="cpu")
+    seen: list[float] = []
+    cb.throttle.on_complete(lambda step, values: seen.append(float(values["loss"])))
+    args = _args(tmp_path, per_device_train_batch_size=2, gradient_accumulation_steps=4, num_train_epochs=1,
+                 eval_strategy="no", logging_strategy="steps", logging_steps=1, learning_rate=1e-3)
+    trainer = transformers.Trainer(model=transformers.GPT2LMHeadModel(config), args=args, train_dataset=rows,
+                                   callbacks=[cb])
+    assert trainer.model_accepts_loss_kwargs
+    trainer.train()
+    logged = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(seen) == len(logged) == 2
+    assert seen == pytest.approx(logged, rel=1e-3)
