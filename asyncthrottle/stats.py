@@ -12,6 +12,8 @@ _WAITS = 0.10  # the host waits on the device for at least this share of the loo
 _STARVED = 0.5  # at least this share of steps start with nothing queued on the device
 _DOMINANT = 0.5  # fetching (or the loop body) takes at least this share of the loop
 _DRY = 0.1  # at least this share of steps let the device run dry inside the loop body
+_BUSY = 0.05  # a timed device idle at most this share of the time is the bottleneck, whatever the host did
+_BUSY_SAMPLES = 4  # timed steps needed before the device's idle share is believed
 
 _ADVICE = {
     "device-bound": "the device is the bottleneck, as it should be: throughput is the device's",
@@ -19,8 +21,8 @@ _ADVICE = {
     "while the host prepares the next step: try a larger depth, or depth='auto'",
     "input-bound": "the host spends its time taking batches from the source: look at DataLoader num_workers, "
     "pin_memory, prefetch_factor and the dataset's transforms",
-    "host-bound": "the host spends its time in the loop body (Python and kernel launches): try bigger batches, "
-    "torch.compile or CUDA graphs",
+    "host-bound": "the host spends its time in the loop body (Python, kernel launches, or a sync such as .item() "
+    "that detect_sync='warn' would name): try bigger batches, torch.compile or CUDA graphs, and defer() values",
     "balanced": "no single part dominates",
     "synchronous": "the backend runs each step to completion as it is issued (the CPU): nothing runs ahead, "
     "so there is nothing to throttle; the loop body is the computation itself",
@@ -162,6 +164,14 @@ def _share(part: float, whole: float) -> str:
     return f"{part / whole:.0%}" if whole > 0 else "-"
 
 
+def busy_idle(device: dict[str, Any]) -> float | None:
+    """The device's idle share for :func:`verdict`, from the device fields of :class:`Stats` (None: too few samples)."""
+    if device.get("device_samples", 0) < _BUSY_SAMPLES:
+        return None
+    idle: float | None = device.get("idle_fraction")
+    return idle
+
+
 def verdict(
     steps: int,
     wait_fraction: float,
@@ -171,11 +181,16 @@ def verdict(
     *,
     synchronous: bool = False,
     dry_fraction: float = 0.0,
+    device_idle: float | None = None,
 ) -> str:
-    """What limits a loop, from host-side facts only.
+    """What limits a loop, from host-side facts and, when timed, the device's idle share.
 
     * ``"device-bound"``: the host waits (>= 10 % of wall time) and the device
-      had work queued at most hand-outs;
+      had work queued at most hand-outs; or the host rarely waits, yet the
+      device had work queued at most hand-outs, never ran dry inside the
+      bodies and, timed, was idle <= 5 % of the time (``device_idle``): the
+      host ran ahead until something else blocked it (at ``depth=None``, a
+      full launch queue) while the device was busy;
     * ``"depth-bound"``: the host waits, but at least half the steps start
       with nothing queued -- each wait empties the queue -- or the device ran
       dry inside at least 10 % of the loop bodies (``dry_fraction``: a slow
@@ -192,6 +207,9 @@ def verdict(
         return "input-bound" if fetch_fraction >= _DOMINANT else "synchronous"
     if wait_fraction >= _WAITS:
         return "depth-bound" if starved_fraction >= _STARVED or dry_fraction >= _DRY else "device-bound"
+    busy = device_idle is not None and device_idle <= _BUSY
+    if busy and dry_fraction < _DRY and starved_fraction < _STARVED:
+        return "device-bound"  # always busy: the host's time went into waits the throttle does not see
     if fetch_fraction >= _DOMINANT:
         return "input-bound"
     if body_fraction >= _DOMINANT:

@@ -20,7 +20,7 @@ from .memory import resolve_budget
 from .options import check_auto, check_depth, check_sample_every, check_timeout
 from .ownership import Ownership
 from .profiling import NvtxRanges, ProfilerRanges, nvtx_module
-from .stats import Stats, verdict
+from .stats import Stats, busy_idle, verdict
 from .syncaudit import SyncAudit
 from .syncdebug import sync_debug
 from .telemetry import DeviceTiming
@@ -253,7 +253,8 @@ class Throttle:
             steps_per_s=steps / wall if wall > 0 else 0.0,
             starved_fraction=starved,
             in_flight_histogram=histogram,
-            verdict=verdict(steps, shares[0], shares[1], shares[2], starved, synchronous=synchronous, dry_fraction=dry),
+            verdict=verdict(steps, shares[0], shares[1], shares[2], starved, synchronous=synchronous, dry_fraction=dry,
+                            device_idle=busy_idle(device)),
             depth=core.depth,
             depth_changes=tuple(self._auto.changes) if self._auto is not None else (),
             dry_fraction=dry,

@@ -266,3 +266,22 @@ def test_deferred_jax_arrays_arrive_on_the_host() -> None:
         thr.defer(jax.numpy.ones((), jax.numpy.float32) * i, name="x")  # copy_to_host_async, read later
     assert got == [0.0, 1.0, 2.0]
     assert type(thr.latest["x"]).__module__ == "numpy"
+
+
+@pytest.mark.parametrize(
+    ("depth", "host_s", "device_s", "expected"),
+    [
+        (None, 0.001, 0.010, "device-bound"),  # runs ahead, never waits: the busy device is still the limit
+        (2, 0.001, 0.010, "device-bound"),
+        (None, 0.010, 0.001, "host-bound"),
+    ],
+)
+def test_the_verdict_names_a_busy_device_even_when_the_host_never_waits(
+    depth: int | None, host_s: float, device_s: float, expected: str
+) -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(depth, wait="spin")
+    for _ in thr.wrap(range(200)):
+        dev.host(host_s)
+        dev.launch(device_s)
+    assert thr.stats.verdict == expected
