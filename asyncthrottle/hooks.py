@@ -88,7 +88,7 @@ class ThrottleHooks:
         by another is not billed as fetching.
         """
         self.fail()
-        _end_pass(self.throttle, at)
+        self.throttle.pause(at)
 
     def drain(self) -> None:
         """Wait for every recorded step (a host-device sync on the last one); never records the open step.
@@ -133,13 +133,6 @@ class ThrottleHooks:
         self.throttle = Throttle(**self._options)
         for callback in callbacks:
             self.throttle.on_complete(callback)
-
-
-def _end_pass(throttle: Throttle, at: float | None) -> None:
-    """End ``throttle``'s begin/end pass at ``at`` without waiting (``Throttle.drain()`` would wait)."""
-    host = throttle._host  # no public Throttle call ends a pass without a wait yet
-    if host.started is not None:
-        host.end(max(host.started, throttle._clock() if at is None else at))
 
 
 _CHECKING = threading.local()  # inside _pickles(): a callback that holds these hooks must not recurse

@@ -380,6 +380,31 @@ class Throttle:
             if self._running_pass() is None and not self._in_step:
                 self._host.end(self._clock())
         finally:
+            if self._sync_guard is not None and self._in_step:
+                self._sync_guard.__enter__()  # a drain inside a step: the rest of the step is audited again
+            self._ownership.release()
+
+    def pause(self, at: float | None = None) -> None:
+        """End the pass of a ``step()``/``begin_step()``/``mark()`` loop now, without waiting.
+
+        The time from ``at`` (the throttle's clock; default now) until the next
+        step is not loop time -- for a framework that stops training without
+        draining (an exception, a skipped epoch). :meth:`drain` does the same
+        after waiting. Never blocks.
+
+        Raises:
+            RuntimeError: inside a wrapped loop or with a step open (they end
+                their own passes).
+        """
+        self._ownership.claim("pause()")
+        try:
+            self._refuse_in_pass("pause()")
+            if self._in_step:
+                raise RuntimeError("pause() was called with a step open; call end_step() or end_step(failed=True) first")
+            host = self._host
+            if host.started is not None:
+                host.end(max(host.started, self._clock() if at is None else at))
+        finally:
             self._ownership.release()
 
     # -- deferred values -----------------------------------------------------

@@ -139,3 +139,26 @@ def test_the_in_flight_histogram_does_not_grow_with_the_depth() -> None:
     for _ in huge.wrap(range(3)):
         pass
     assert len(huge.stats.as_dict()) < 100
+
+
+def test_pause_ends_a_step_loops_pass_without_waiting() -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(None)
+    for _ in range(3):
+        with thr.step():
+            dev.host(10 * MS)
+            dev.launch(100 * MS)
+    thr.pause()  # training stopped (an exception in a framework): no wait, the pass ends now
+    assert thr.stats.waits == 0 and thr.stats.in_flight == 3
+    dev.host(2.0)
+    with thr.step():
+        dev.host(10 * MS)
+    stats = thr.stats
+    assert stats.wall_s == pytest.approx(40 * MS)  # the 2 s between are not loop time
+    thr.begin_step()
+    with pytest.raises(RuntimeError, match="pause\\(\\) was called with a step open"):
+        thr.pause()
+    thr.end_step()
+    with pytest.raises(RuntimeError, match="inside a wrapped loop"):
+        for _ in thr.wrap(range(2)):
+            thr.pause()

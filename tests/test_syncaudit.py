@@ -215,3 +215,18 @@ def test_line_of_finds_the_item_line_under_a_decorator() -> None:
     line = line_of(test_a_real_item_is_counted_per_step_at_its_line, "(x * 2).sum().item()")
     assert "(x * 2).sum().item()" in linecache.getline(__file__, line)
     assert line != test_a_real_item_is_counted_per_step_at_its_line.__code__.co_firstlineno + 7  # the old guess
+
+
+def test_a_drain_inside_a_step_audits_the_rest_of_the_step(fake_cuda: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    mode = {"value": 0}
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: mode["value"])
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda m: mode.update(value=m))
+    thr = at.Throttle(2, device="cuda", detect_sync="warn")
+    thr.begin_step()
+    assert mode["value"] == "warn"
+    thr.drain()  # a checkpoint saved from inside the step: the throttle's own wait is not audited...
+    assert mode["value"] == "warn"  # ...but the rest of the step is
+    thr.end_step()
+    thr.drain()
+    assert mode["value"] == 0
