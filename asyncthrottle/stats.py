@@ -72,6 +72,12 @@ class Stats:
             and each change (the depth applies from that step's hand-out).
         dry_fraction: share of steps during whose loop body the device ran dry
             (the previous step, queued at the hand-out, was complete at the record).
+        stalls: waits reported as stalls (see ``Throttle(stall=)``).
+        rank_scores: with ``ranks_every=`` under ``torch.distributed``: per
+            rank, the fastest rank's recent median step time over that
+            rank's (1.0: the fastest; NaN: no samples yet), from the last
+            gather read; None before one.
+        slowest_rank: the rank with the lowest score (None before a gather).
         max_memory, memory_peak: the ``max_memory`` budget and the most bytes
             its probe reported at a hand-out (None without a budget).
         memory_waits: times the budget made the host wait.
@@ -110,6 +116,9 @@ class Stats:
     depth: int | None = None
     depth_changes: tuple[tuple[int, int], ...] = ()
     dry_fraction: float = 0.0
+    stalls: int = 0
+    rank_scores: tuple[float, ...] | None = None
+    slowest_rank: int | None = None
     max_memory: int | None = None
     memory_peak: int | None = None
     memory_waits: int = 0
@@ -122,6 +131,8 @@ class Stats:
             value = getattr(self, field.name)
             if field.name == "in_flight_histogram":
                 flat.update({f"in_flight_hist_{k}": count for k, count in enumerate(value)})
+            elif field.name == "rank_scores":
+                flat.update({f"rank_score_{r}": score for r, score in enumerate(value or ())})
             elif field.name == "depth_changes":
                 flat[field.name] = max(0, len(value) - 1)  # how many times depth='auto' raised the depth
             elif value is not None:
@@ -150,6 +161,10 @@ class Stats:
         if self.depth_changes:
             path = " -> ".join(f"{depth} (step {step})" for step, depth in self.depth_changes)
             lines.append(f"  depth: auto, {path}; device ran dry in {self.dry_fraction:.0%} of loop bodies")
+        if self.stalls:
+            lines.append(f"  stalls: {self.stalls} waits reported as stalled (logged on the 'asyncthrottle' logger)")
+        if self.rank_scores is not None:
+            lines.append(_ranks_line(self.rank_scores, self.slowest_rank))
         if self.max_memory is not None:
             peak = "-" if self.memory_peak is None else f"{self.memory_peak / 2**20:,.1f} MiB"
             lines.append(
@@ -158,6 +173,14 @@ class Stats:
             )
         lines.append(f"  verdict: {self.verdict} -- {_ADVICE[self.verdict]}")
         return "\n".join(lines)
+
+
+def _ranks_line(scores: tuple[float, ...], slowest: int | None) -> str:
+    listed = ", ".join(f"{score:.2f}" for score in scores)
+    if slowest is None:
+        return f"  ranks: no step times yet (scores {listed})"
+    return (f"  ranks: slowest is rank {slowest} (score {scores[slowest]:.2f}: the fastest rank's median step "
+            f"time over its own); scores by rank {listed}")
 
 
 def _share(part: float, whole: float) -> str:

@@ -20,6 +20,8 @@ from .memory import resolve_budget
 from .options import check_auto, check_depth, check_sample_every, check_timeout
 from .ownership import Ownership
 from .profiling import NvtxRanges, ProfilerRanges, nvtx_module
+from .ranks import RankScores, check_ranks_every
+from .stall import StallWatch, check_stall
 from .stats import Stats, busy_idle, verdict
 from .syncaudit import SyncAudit
 from .syncdebug import sync_debug
@@ -86,11 +88,24 @@ class Throttle:
             instance. See the README's wait table for what each costs.
         timeout: seconds one wait may take before ``ThrottleTimeout``; None waits
             for ever. Needs ``"hybrid"``, ``"poll"`` or ``"spin"``.
+        stall: seconds after which a wait for one step is logged, once, as a
+            stall (rank, step, time waited, steps in flight, every thread's
+            Python stack) on the ``asyncthrottle`` logger; the wait goes on
+            and ``timeout`` still decides whether it raises. ``"auto"``
+            (default): 50 median step times of this loop, at least 30 s.
+            None: off. Never queries or syncs anything to do it; see
+            :class:`~asyncthrottle.stall.StallWatch`.
         drain: wait for every step at the end of a wrapped iteration.
         streams: record on these streams (one event each) instead of the
             device's current stream; use it when work runs on side streams.
         sample_every: time every k-th step on the device with timing events
             (None: no device timing). See :class:`~asyncthrottle.Stats`.
+        ranks_every: under ``torch.distributed``, all-gather every rank's
+            recent median step time every ``ranks_every`` steps (e.g. 100),
+            without a wait, for ``stats.rank_scores`` and
+            ``stats.slowest_rank``; every rank must run a throttle with the
+            same value. None (default): off. See
+            :class:`~asyncthrottle.ranks.RankScores`.
         detect_sync: ``"warn"`` or ``"error"`` turns on CUDA's sync debug mode
             from each hand-out until the throttle next waits (the body and the
             framework's code between steps, never the throttle's own waits),
@@ -136,9 +151,11 @@ class Throttle:
         events: EventFactory | None = None,
         wait: str | WaitStrategy = "hybrid",
         timeout: float | None = None,
+        stall: float | str | None = "auto",
         drain: bool = True,
         streams: Any = None,
         sample_every: int | None = 8,
+        ranks_every: int | None = None,
         detect_sync: str | None = None,
         trace: int = 0,
         nvtx: bool = False,
@@ -171,6 +188,9 @@ class Throttle:
         timing = every is not None and timed is not None
         self._timing = DeviceTiming(self._core, timed, every, trusted=events is None) if timing else None  # type: ignore[arg-type]
         self._values = Completions(self._core, self._wait_for_value)
+        self._stall = None if self._core.synchronous else self._watch_stalls(check_stall(stall), strategy)
+        ranks = check_ranks_every(ranks_every)
+        self._ranks = RankScores(self._core, ranks, self._timing, every or 1) if ranks is not None else None
         ProfilerRanges(self._core)  # waits only: free unless a torch.profiler session records
         if nvtx:
             NvtxRanges(self._core, nvtx_module())
@@ -182,6 +202,13 @@ class Throttle:
         self._pass: weakref.ref[Pass[Any]] | None = None  # the wrapped pass running now (a break drops it)
         self._in_step = False  # begin_step() was called and end_step() not yet
         self._host = HostTimes(clock, self._core)
+
+    def _watch_stalls(self, stall: float | str | None, strategy: WaitStrategy) -> StallWatch | None:
+        if stall is None:
+            return None
+        watch = StallWatch(self._core, None if stall == "auto" else stall, self._clock)  # type: ignore[arg-type]
+        self._core.wait_strategy = watch.wrap(strategy, self._timeout)
+        return watch
 
     @staticmethod
     def _resolve_events(
@@ -258,6 +285,9 @@ class Throttle:
             depth=core.depth,
             depth_changes=tuple(self._auto.changes) if self._auto is not None else (),
             dry_fraction=dry,
+            stalls=self._stall.reports if self._stall is not None else 0,
+            rank_scores=self._ranks.scores if self._ranks is not None else None,
+            slowest_rank=self._ranks.slowest if self._ranks is not None else None,
             max_memory=budget.max_memory if budget is not None else None,
             memory_peak=budget.peak if budget is not None else None,
             memory_waits=budget.waits if budget is not None else 0,

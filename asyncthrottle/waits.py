@@ -43,11 +43,12 @@ class Spin:
     def __init__(self, *, clock: Callable[[], float] = time.perf_counter) -> None:
         self._clock = clock
 
-    def __call__(self, event: Event, timeout: float | None) -> bool:
+    def __call__(self, event: Event, timeout: float | None, waited: float = 0.0) -> bool:
+        """``waited``: seconds this wait already lasted (a stall report interrupted it); counts against ``timeout``."""
         if timeout is None:
             event.synchronize()  # host-device sync: the depth rule requires this step.
             return True
-        deadline = self._clock() + timeout
+        deadline = self._clock() + timeout - waited
         while not event.query():
             if self._clock() >= deadline:
                 return False
@@ -110,8 +111,9 @@ class Poll:
         self.min_sleep_s, self.max_sleep_s = min_sleep_s, max_sleep_s
         self._clock, self._sleep = clock, sleep
 
-    def __call__(self, event: Event, timeout: float | None) -> bool:
-        start = self._clock()
+    def __call__(self, event: Event, timeout: float | None, waited: float = 0.0) -> bool:
+        """``waited``: seconds this wait already lasted (a stall report interrupted it): the slices go on growing."""
+        start = self._clock() - waited
         while not event.query():
             waited = self._clock() - start
             if timeout is not None and waited >= timeout:
@@ -215,9 +217,11 @@ class Hybrid:
         ordered = sorted(self._overshoots)
         return ordered[-2] if len(ordered) > 1 else ordered[-1]
 
-    def __call__(self, event: Event, timeout: float | None) -> bool:
+    def __call__(self, event: Event, timeout: float | None, waited: float = 0.0) -> bool:
+        """``waited``: seconds this wait already lasted (a stall report interrupted it): it resumes where it was."""
         clock, query = self._clock, event.query
-        start = now = clock()
+        now = clock()
+        start = now - waited
         deadline = float("inf") if timeout is None else start + timeout
         predicted = self.predict()
         margin = self.overshoot_s + self.slack_s + self.jitter * (predicted or 0.0)
@@ -235,7 +239,8 @@ class Hybrid:
                 now = clock()
             if query():  # done while the host slept: record the lower bound, so that an early
                 return self._done(start, clock() if slept_from is None else slept_from)  # wake measures it
-        spin_until = min(now + max(self.spin_s, 2 * margin if predicted is not None else 0.0), deadline)
+        spin = max(self.spin_s, 2 * margin if predicted is not None else 0.0) if not waited else 0.0  # resumed:
+        spin_until = min(now + spin, deadline)  # it spun at its start already
         yield_gil = self.yield_gil
         while not query():  # 2. spin, briefly
             now = clock()
