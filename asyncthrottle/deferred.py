@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -12,12 +13,16 @@ __all__ = ["Deferred", "Snapshot", "snapshot"]
 
 
 def _map(value: Any, leaf: Callable[[Any], Any]) -> Any:
+    """``value`` with ``leaf`` applied to every leaf of its dicts, lists, tuples, namedtuples and dataclasses."""
     if isinstance(value, dict):
         return {key: _map(item, leaf) for key, item in value.items()}
     if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
         return type(value)(*(_map(item, leaf) for item in value))
     if isinstance(value, (list, tuple)):
         return type(value)(_map(item, leaf) for item in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # an instance, not the class
+        fields = {f.name: _map(getattr(value, f.name), leaf) for f in dataclasses.fields(value) if f.init}
+        return dataclasses.replace(value, **fields)
     return leaf(value)
 
 

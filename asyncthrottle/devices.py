@@ -53,19 +53,20 @@ def _is_available(torch: Any, kind: str) -> bool:
     return bool(current is not None and current.type == kind and accelerator.is_available())
 
 
-def _parse_device(device: Any) -> Any:
+def _parse_device(device: Any, option: str = "device") -> Any:
+    """``device`` as a ``torch.device``; errors name ``option`` (``device=``, ``to=``)."""
     torch = _torch()
     if isinstance(device, torch.device):
         return device
     if not isinstance(device, str):
         raise TypeError(
-            f"device must be None, a str such as 'cuda' or 'cuda:1', or a torch.device, got {type(device).__name__}"
+            f"{option} must be None, a str such as 'cuda' or 'cuda:1', or a torch.device, got {type(device).__name__}"
         )
     try:
         return torch.device(device)
     except RuntimeError as exc:
         raise ValueError(
-            f"device={device!r} is not a device torch knows ({exc}); try 'cuda', 'mps', 'xpu' or 'cpu'"
+            f"{option}={device!r} is not a device torch knows ({exc}); try 'cuda', 'mps', 'xpu' or 'cpu'"
         ) from None
 
 

@@ -38,7 +38,7 @@ class Pass(Iterator[T], Generic[T]):
 
     __slots__ = (
         "__weakref__", "_admit", "_admits", "_bar", "_clock", "_fetch_hooks", "_guard", "_held", "_host", "_it",
-        "_open", "_record", "_source", "_state", "_thr",
+        "_open", "_prefetch", "_record", "_source", "_state", "_thr",
     )
 
     def __init__(self, throttle: Throttle, source: Iterable[T], bar: Bar | None = None) -> None:
@@ -52,6 +52,7 @@ class Pass(Iterator[T], Generic[T]):
         self._clock, self._record, self._admit = throttle._clock, core.record, core.admit
         self._fetch_hooks = core.on_fetch
         self._host = throttle._host
+        self._prefetch = throttle._prefetch  # to=: moves each batch to the device as it is fetched
         self._admits = not core.synchronous or bool(core.on_handout)  # a synchronous core admits at once
 
     def __iter__(self) -> Pass[T]:
@@ -76,6 +77,8 @@ class Pass(Iterator[T], Generic[T]):
             except BaseException:  # the source raised: the time it took was still fetching
                 self._host.fetched(self._thr._core.steps, now, clock() - now)
                 raise
+            if self._prefetch is not None:
+                item = self._copy(item)  # issued before the wait: the copy overlaps the step before
             seconds = clock() - now
             if self._fetch_hooks:
                 self._host.fetched(self._thr._core.steps, now, seconds)
@@ -83,6 +86,8 @@ class Pass(Iterator[T], Generic[T]):
                 self._host.fetch_s += seconds
         else:
             self._held = _EMPTY
+            if type(item) is _Fetched:  # its copy was interrupted: copy it now
+                item = self._copy(item.batch)
         if self._guard is not None:
             self._guard.__exit__()  # the sync audit covers the whole step, never the throttle's waits
         if self._admits:
@@ -97,6 +102,13 @@ class Pass(Iterator[T], Generic[T]):
         if self._guard is not None:
             self._guard.__enter__()  # hidden-sync detection: from this hand-out until the next wait
         return item  # type: ignore[no-any-return]
+
+    def _copy(self, batch: Any) -> Any:
+        try:
+            return self._prefetch(batch)  # type: ignore[misc]
+        except BaseException:  # Ctrl-C or a device error mid-copy: keep the host batch for the next next()
+            self._held = _Fetched(batch)
+            raise
 
     def close(self) -> None:
         """End the pass now: the step in progress is recorded (never blocking)."""
@@ -195,8 +207,17 @@ class _LeanPass(Pass[T]):
         return item  # type: ignore[no-any-return]
 
 
+class _Fetched:
+    """A batch taken from the source whose copy to the device (``to=``) did not finish."""
+
+    __slots__ = ("batch",)
+
+    def __init__(self, batch: Any) -> None:
+        self.batch = batch
+
+
 def open_pass(throttle: Throttle, source: Iterable[T], bar: Bar | None = None) -> Pass[T]:
-    """A new pass over ``source``: the lean one where nothing is drawn, guarded or told of fetches."""
-    lean = bar is None and throttle._sync_guard is None and not throttle._core.on_fetch
+    """A new pass over ``source``: the lean one where nothing is drawn, guarded, told of fetches or moved."""
+    lean = bar is None and throttle._sync_guard is None and not throttle._core.on_fetch and throttle._prefetch is None
     return (_LeanPass if lean else Pass)(throttle, source, bar)
 

@@ -84,6 +84,9 @@ class Stats:
         memory_over: hand-outs at which the probe was over the budget (only
             with nothing in flight: the loop holds more than the budget without
             any queued step).
+        pinned_bytes: pinned host bytes held by ``to=``'s staging ring (at
+            most ``depth + 2`` buffers of the largest batch; 0 without ``to=``
+            or off CUDA).
 
     Host times count only inside passes: from a wrapped loop's first
     ``next()`` to its end (or ``break``), and for ``step()``/``mark()`` loops
@@ -123,6 +126,7 @@ class Stats:
     memory_peak: int | None = None
     memory_waits: int = 0
     memory_over: int = 0
+    pinned_bytes: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """A flat dict of numbers and strings for TensorBoard, W&B or any logger (None values dropped)."""
@@ -171,6 +175,8 @@ class Stats:
                 f"  memory: budget {self.max_memory / 2**20:,.1f} MiB, peak at a hand-out {peak}, "
                 f"{self.memory_waits} waits for it, {self.memory_over} hand-outs over it with nothing in flight"
             )
+        if self.pinned_bytes:
+            lines.append(f"  to=: {self.pinned_bytes / 2**20:,.1f} MiB pinned by the staging ring")
         lines.append(f"  verdict: {self.verdict} -- {_ADVICE[self.verdict]}")
         return "\n".join(lines)
 

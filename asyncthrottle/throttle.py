@@ -19,6 +19,7 @@ from .hosttime import HostTimes
 from .memory import resolve_budget
 from .options import check_auto, check_depth, check_sample_every, check_timeout
 from .ownership import Ownership
+from .prefetch import resolve_to
 from .profiling import NvtxRanges, ProfilerRanges, nvtx_module
 from .ranks import RankScores, check_ranks_every
 from .stall import StallWatch, check_stall
@@ -130,6 +131,15 @@ class Throttle:
             plus the device's reserved memory; JAX: ``memory_stats()``; the
             CPU and ``events=`` have none: pass one). See
             :mod:`asyncthrottle.memory`.
+        to: a device (``"cuda"``, ``"cuda:1"``, a ``torch.device``): the
+            wrapper moves each batch's tensors there (inside tuples, lists,
+            dicts, namedtuples and dataclasses) as soon as it fetches it, so
+            the copy overlaps the step before. On CUDA the copy runs on a copy
+            stream, host tensors are staged through a ring of at most
+            ``depth + 2`` pinned buffers, each reused only after the step that
+            used it completed (``stats.pinned_bytes``), and the step waits on
+            its batch's copy alone; no syncs. On the CPU it is ``.to(to)``.
+            It must be the throttle's device. See :mod:`asyncthrottle.prefetch`.
 
     Threads: one loop runs in one thread; ``stats``, ``latest``,
     ``in_flight`` and ``Deferred.ready()``/``get()`` are safe from any thread.
@@ -163,6 +173,7 @@ class Throttle:
         max_depth: int | None = None,
         max_memory: int | None = None,
         memory: Callable[[], int] | None = None,
+        to: Any = None,
     ) -> None:
         auto_max = check_auto(depth, max_depth)
         fixed = None if auto_max is not None else check_depth(depth)
@@ -181,6 +192,7 @@ class Throttle:
         self._clock = clock
         self._core = Core(fixed, new_event, strategy, self._timeout, clock)
         kind = "events" if events is not None else device_kind(device)
+        self._prefetch = resolve_to(to, self._core, kind, device)  # to=: each fetched batch, on its way
         self._budget = resolve_budget(max_memory, memory, kind, device)
         if self._budget is not None:
             self._core.subscribe(self._budget)
@@ -292,6 +304,7 @@ class Throttle:
             memory_peak=budget.peak if budget is not None else None,
             memory_waits=budget.waits if budget is not None else 0,
             memory_over=budget.over if budget is not None else 0,
+            pinned_bytes=getattr(self._prefetch, "pinned_bytes", 0),
             **device,
         )
 

@@ -1,0 +1,80 @@
+"""The device side of ``to=``: pinned staging buffers, one copy stream and its events (CUDA, or a test's fake)."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+__all__ = ["CopyModel", "CudaCopy"]
+
+
+class CopyModel(Protocol):
+    """The device side of a prefetch: pinned buffers, a copy stream, its events (CUDA, or a test's fake)."""
+
+    def pin(self, nbytes: int) -> Any:
+        """A pinned host buffer of ``nbytes`` bytes (a 1-d uint8 tensor)."""
+
+    def event(self) -> Any:
+        """A new copy event (one per ring slot: re-recorded only when its slot is reused)."""
+
+    def is_pinned(self, tensor: Any) -> bool:
+        """Whether a host tensor is in pinned memory already (then it is copied directly)."""
+
+    def pin_copy(self, tensor: Any) -> Any:
+        """A pinned copy of ``tensor`` from torch's caching host allocator (when every slot is busy)."""
+
+    def copying(self) -> AbstractContextManager[Any]:
+        """Make the copy stream current for the copies of one batch."""
+
+    def copy(self, host: Any) -> Any:
+        """Enqueue the non-blocking copy of pinned ``host`` on the copy stream; return the device tensor."""
+
+    def join(self, event: Any) -> None:
+        """Record ``event`` after the batch's copies; the compute stream waits on it (and nothing else)."""
+
+
+class CudaCopy:
+    """The copy model on CUDA: one copy stream (made at the first batch), pinned buffers, events.
+
+    Device tensors are allocated on the copy stream and ``record_stream``-ed to
+    the compute stream: the caching allocator reuses a block only after the
+    compute stream's work queued before it was freed is done.
+
+    Args:
+        device: the CUDA ``torch.device`` the batches go to.
+    """
+
+    def __init__(self, device: Any) -> None:
+        import torch
+
+        self._torch, self.device = torch, device
+        self._stream: Any = None
+        self._compute: Any = None
+
+    def pin(self, nbytes: int) -> Any:
+        return self._torch.empty(nbytes, dtype=self._torch.uint8, pin_memory=True)
+
+    def event(self) -> Any:
+        return self._torch.cuda.Event()  # type: ignore[no-untyped-call]  # no timing: cheaper to record
+
+    def is_pinned(self, tensor: Any) -> bool:
+        return bool(tensor.is_pinned())
+
+    def pin_copy(self, tensor: Any) -> Any:
+        return tensor.pin_memory()  # the allocator reuses the block once the copy's event completes
+
+    def copying(self) -> AbstractContextManager[Any]:
+        cuda = self._torch.cuda
+        if self._stream is None:
+            self._stream = cuda.Stream(self.device)  # once: making a stream costs microseconds
+        self._compute = cuda.current_stream(self.device)  # where the next step runs
+        return cuda.stream(self._stream)  # type: ignore[no-any-return]
+
+    def copy(self, host: Any) -> Any:
+        device = host.to(self.device, non_blocking=True)  # pinned source: never blocks the host
+        device.record_stream(self._compute)
+        return device
+
+    def join(self, event: Any) -> None:
+        event.record(self._stream)
+        self._compute.wait_event(event)  # enqueues a wait on the device; never blocks the host
