@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import namedtuple
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from types import SimpleNamespace
 from typing import Any
 
@@ -193,6 +194,17 @@ def test_pinned_host_tensors_are_copied_directly(model: FakeCopy) -> None:
     assert model.pins == [64] * 2 and torch.equal(out[2][0], source[2][0])  # only the labels were staged
 
 
+def _entering(calls: list[Any]) -> Callable[[Any], AbstractContextManager[None]]:
+    """Stands in for ``torch.cuda.stream``: logs ("enter", the stream's name)."""
+
+    @contextmanager
+    def on(stream: Any) -> Iterator[None]:
+        calls.append(("enter", stream.name))
+        yield
+
+    return on
+
+
 def test_the_step_waits_on_its_batchs_copy_event_only(fake_cuda: SimpleNamespace, monkeypatch: Any) -> None:
     calls: list[Any] = []
 
@@ -213,11 +225,7 @@ def test_the_step_waits_on_its_batchs_copy_event_only(fake_cuda: SimpleNamespace
         made.append(Stream("copy"))
         return made[-1]
 
-    @contextmanager
-    def on(stream: Stream) -> Iterator[None]:
-        calls.append(("enter", stream.name))
-        yield
-
+    on = _entering(calls)
     class Event:
         def record(self, stream: Any) -> None:
             calls.append(("record", stream.name, self))
@@ -356,3 +364,52 @@ def test_bad_to_says_what_to_pass(fake_cuda: SimpleNamespace, monkeypatch: pytes
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(RuntimeError, match=r"to='cuda' was requested but torch.cuda.is_available\(\) is False"):
         FakeDevice().throttle(2, to="cuda")
+
+
+# -- bench --prefetch: the CPU smoke run, and the apex-style prefetcher it compares against --------
+
+
+def test_bench_prefetch_runs_every_mode_on_the_cpu(capsys: pytest.CaptureFixture[str]) -> None:
+    from asyncthrottle.bench import cli
+
+    argv = ["--prefetch", "--backend", "cpu", "--steps", "120", "--batch-mib", "0.05", "--repeat", "1", "--json"]
+    assert cli.main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert list(doc["runs"]) == ["to", "non_blocking", "non_blocking_depth_none"]  # apex needs CUDA streams
+    assert all(run["steps_per_s"] > 0 and run["ring_bytes"] == [0] for runs in doc["runs"].values() for run in runs)
+
+
+def test_bench_prefetch_on_cuda_without_a_gpu_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from asyncthrottle.bench import prefetch as bench
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert bench.main(["--backend", "cuda"]) == 2
+    assert "--backend cuda needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_the_apex_style_prefetcher_copies_one_batch_ahead_on_a_side_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    from asyncthrottle.bench.prefetch import ApexPrefetcher
+
+    calls: list[tuple[str, Any]] = []
+    side = SimpleNamespace(name="side")
+    compute = SimpleNamespace(name="compute", wait_stream=lambda s: calls.append(("wait_stream", s.name)))
+
+    on = _entering(calls)
+    class DeviceTensor:
+        def __init__(self, host: Any) -> None:
+            self.host = host
+            calls.append(("copy", int(host[0])))
+
+        def record_stream(self, stream: Any) -> None:
+            calls.append(("record_stream", stream.name))
+
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device: side)
+    monkeypatch.setattr(torch.cuda, "stream", on)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: compute)
+    monkeypatch.setattr(torch.Tensor, "to", lambda self, device, non_blocking: DeviceTensor(self))
+    out = list(ApexPrefetcher([(torch.tensor([i]),) for i in range(3)], "cuda"))
+    assert [int(batch[0].host[0]) for batch in out] == [0, 1, 2]
+    assert calls[:6] == [("enter", "side"), ("copy", 0), ("wait_stream", "side"), ("record_stream", "compute"),
+                         ("enter", "side"), ("copy", 1)]  # batch 1's copy is issued as batch 0 is handed out
