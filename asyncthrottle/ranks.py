@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import math
 import sys
 from collections import deque
@@ -13,8 +12,6 @@ if TYPE_CHECKING:
     from .telemetry import DeviceTiming
 
 __all__ = ["RankScores", "check_ranks_every", "scores"]
-
-_log = logging.getLogger("asyncthrottle")
 
 
 def check_ranks_every(ranks_every: object) -> int | None:
@@ -108,10 +105,7 @@ class RankScores:
         """Read every finished gather, oldest first; queries only (``is_completed``), never waits."""
         works = self._works
         while works and works[0][0].is_completed():
-            work, rows = works.popleft()
-            if work.exception() is not None:  # a peer left: keep the last scores
-                _log.warning("asyncthrottle: the ranks' step-time gather failed: %s", work.exception())
-                continue
+            _, rows = works.popleft()  # rows start as NaN: a gather that failed (a peer left) reads NaN
             self.scores, self.slowest = scores([float(row[0]) for row in rows])  # CPU tensors: no sync
             self.gathers += 1
 
