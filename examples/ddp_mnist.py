@@ -15,6 +15,7 @@ the maximum over ranks, and the host-wait share is summed wait over summed wall.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import sys
@@ -42,7 +43,28 @@ MAXED = ("max_in_flight", "wall_s")
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_training_options(p)
+    p.add_argument("--straggle", type=straggle, default=None, metavar="RANK:FACTOR",
+                   help="slow one rank on purpose: its steps take FACTOR times as long (extra host time)")
+    p.add_argument("--accumulate", type=int, default=1, metavar="K",
+                   help="gradient accumulation: all-reduce every K steps (DDP no_sync() between)")
+    p.add_argument("--ranks-every", type=int, default=None, metavar="N",
+                   help="gather the ranks' median step times every N steps and name the slowest "
+                        "(default: 20 with --straggle, else off)")
+    p.add_argument("--stall", type=float, default=None, metavar="SECONDS",
+                   help="report a wait for one step that lasts this long (default: 'auto')")
     return p.parse_args(argv)
+
+
+def straggle(text: str) -> tuple[int, float]:
+    """``RANK:FACTOR``, e.g. ``1:1.5``."""
+    rank, _, factor = text.partition(":")
+    try:
+        parsed = int(rank), float(factor)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--straggle takes RANK:FACTOR, e.g. 1:1.5, got {text!r}") from None
+    if parsed[0] < 0 or not parsed[1] >= 1:
+        raise argparse.ArgumentTypeError(f"--straggle needs a rank >= 0 and a factor >= 1, got {text!r}")
+    return parsed
 
 
 def setup() -> tuple[int, int, torch.device]:
@@ -92,7 +114,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         pin_memory=pin, drop_last=True)
     model = DistributedDataParallel(Net().to(device), device_ids=[device.index] if pin else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    thr = at.Throttle(args.depth, device=device)
+    every = args.ranks_every if args.ranks_every is not None else (20 if args.straggle else None)
+    thr = at.Throttle(args.depth, device=device, ranks_every=every,
+                      stall="auto" if args.stall is None else args.stall)
+    slow = args.straggle is not None and args.straggle[0] == rank
     last_loss: list[float] = []
     thr.on_complete(lambda step, values: last_loss.append(float(values["loss"])))  # host copies: no sync
     log(f"world={world} backend={dist.get_backend()} device={device} data={data.source} depth={args.depth}")
@@ -101,13 +126,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         start = time.perf_counter()
         steps = len(loader) if max_steps is None else min(max_steps, len(loader))
         progress = False if args.no_progress or rank != 0 else {"total": steps, "desc": f"epoch {epoch}"}
-        for x, y in thr.wrap(itertools.islice(loader, steps), progress=progress):
+        for i, (x, y) in enumerate(thr.wrap(itertools.islice(loader, steps), progress=progress)):
+            began = time.perf_counter()
             x, y = x.to(device, non_blocking=pin), y.to(device, non_blocking=pin)
-            loss = nn.functional.cross_entropy(model(x), y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()  # DDP all-reduces gradients here: enqueued, and covered by this step's event
-            optimizer.step()
+            sync = (i + 1) % args.accumulate == 0
+            with contextlib.nullcontext() if sync else model.no_sync():
+                loss = nn.functional.cross_entropy(model(x), y)
+                loss.backward()  # DDP all-reduces gradients here: enqueued, and covered by this step's event
+            if sync:
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
             thr.defer(loss.detach(), name="loss")
+            if slow and not sync:  # the straggler: its own work takes FACTOR times as long
+                time.sleep((args.straggle[1] - 1) * (time.perf_counter() - began))
         if rank == 0:  # the others wait for it at their next gradient all-reduce
             correct, total = evaluate(model.module, DataLoader(data.test, batch_size=1000), device, args.depth)
             log(f"epoch {epoch}: {steps} steps per rank in {time.perf_counter() - start:.1f} s, "
@@ -117,6 +148,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     reduced, per_rank = reduce_stats(thr.stats, device)
     if rank == 0:
         print(summary_text(reduced, per_rank, args.depth))
+    stats = thr.stats
+    if stats.rank_scores is not None:  # every rank names the slowest: its own view, no collective
+        scores = ", ".join(f"{score:.2f}" for score in stats.rank_scores)
+        print(f"rank {rank}: slowest rank {stats.slowest_rank} (scores by rank: {scores})", flush=True)
     dist.destroy_process_group()
     return 0
 
