@@ -443,7 +443,7 @@ class Throttle:
         try:
             self._refuse_in_pass("pause()")
             if self._in_step:
-                raise RuntimeError("pause() was called with a step open; call end_step() (failed=True to drop it) first")
+                raise RuntimeError("pause() was called with a step open; call end_step() first (failed=True drops it)")
             host = self._host
             if host.started is not None:
                 host.end(max(host.started, self._clock() if at is None else at))
