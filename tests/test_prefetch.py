@@ -413,3 +413,23 @@ def test_the_apex_style_prefetcher_copies_one_batch_ahead_on_a_side_stream(monke
     assert [int(batch[0].host[0]) for batch in out] == [0, 1, 2]
     assert calls[:6] == [("enter", "side"), ("copy", 0), ("wait_stream", "side"), ("record_stream", "compute"),
                          ("enter", "side"), ("copy", 1)]  # batch 1's copy is issued as batch 0 is handed out
+
+
+# -- on a real GPU (skipped elsewhere; the GPU script runs them) --------------------------------------
+
+
+@pytest.mark.cuda
+def test_on_a_gpu_batches_arrive_equal_with_no_sync_and_the_ring_stays_bounded() -> None:
+    source = [(torch.full((1024, 1024), float(i)), torch.tensor([i])) for i in range(4)]  # 4 MiB each
+    thr = at.Throttle(2, device="cuda", to="cuda", detect_sync="warn", sample_every=None)
+    sums, pinned = [], []
+    for x, y in thr.wrap(source * 50):
+        assert x.is_cuda and y.is_cuda
+        torch.cuda._sleep(1_000_000)  # type: ignore[no-untyped-call]  # the device is behind the host
+        sums.append(x.sum() + y.sum())
+        pinned.append(thr.stats.pinned_bytes)
+    got = torch.stack(sums).cpu()  # host-device sync: after the loop, to compare
+    want = torch.tensor([float(i % 4) * 2**20 + i % 4 for i in range(200)])
+    assert torch.equal(got, want)
+    assert thr.sync_audit is not None and thr.sync_audit.syncs == 0
+    assert max(pinned) <= 4 * (2**22 + 64) and len(set(pinned[10:])) == 1  # (depth + 2) x batch, flat

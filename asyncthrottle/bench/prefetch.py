@@ -189,6 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for _ in range(args.repeat):
         for mode in modes:
             runs[mode].append(measure(mode, args, data, launch))
+            print(f"# {mode}: {runs[mode][-1]['steps_per_s']:.1f} steps/s", file=sys.stderr, flush=True)  # as it goes
     if args.json:
         print(json.dumps({"batch_bytes": batch_bytes, "args": vars(args), "runs": runs}, indent=2))
         return 0
