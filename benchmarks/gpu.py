@@ -218,21 +218,25 @@ OUT_DIR = Path(".")  # where traces and pictures go: the report's folder (set by
 # so that the script runs twice in 15 minutes of GPU time.
 STEPS: list[Step] = [
     Step("Environment", 10, environment),
-    Step("CUDA-marked tests", 35,  # 17 s
+    Step("CUDA-marked tests", 30,  # 17 s
          command_section([PYTHON, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider"], tail=30)),
     Step("Core overhead and waits (bench --overhead)", 50,  # 45 s
          command_section([PYTHON, "-m", "asyncthrottle", "bench", "--overhead", "--steps", "300000"])),
     Step("The seed's experiments on CUDA (bench --backend cuda)", 35,
          command_section([PYTHON, "-m", "asyncthrottle", "bench", "--backend", "cuda", "--repeat", "3"])),
-    Step("Wait strategies with CUDA events (bench --waits --backend cuda)", 60,  # capped at 45 s by itself
+    Step("Wait strategies with CUDA events (bench --waits --backend cuda)", 50,  # capped at 45 s by itself
          command_section([PYTHON, "-m", "asyncthrottle", "bench", "--waits", "--backend", "cuda", "--repeats", "3",
                           "--max-s", "45"])),
     Step("examples/mnist.py as it ships (host-bound on a large GPU)", 25, mnist),  # ~10 s a run
-    Step("examples/mnist.py --width 32 --batch-size 256 (device-bound) by depth", 90, mnist_wide),  # ~12 s a run
+    Step("examples/mnist.py --width 32 --batch-size 256 (device-bound) by depth", 75, mnist_wide),  # ~12 s a run
     Step("max_memory with the default CUDA probe, depth 8, 64 MiB pinned per step (#11)", 45,  # 39 s
          command_section([PYTHON, "-c", _MAX_MEMORY], tail=40)),
     Step("Lightning and transformers examples: the sync audit (#9)", 80, frameworks),  # 10-15 s a run
     Step("Timelines of the MNIST example (#12)", 30, timelines),
+    Step("to= against apex-style and non_blocking copies, 8 MiB batches (bench --prefetch, #18)", 30,
+         # ~22 s (not yet run): 1000 steps of 2 ms per run, four modes, twice; the targets print as `target:`
+         command_section([PYTHON, "-m", "asyncthrottle", "bench", "--prefetch", "--backend", "cuda",
+                          "--steps", "1000", "--repeat", "2", "--device-ms", "2"], tail=20)),
     Step("Trace overhead (bench --overhead --trace)", 20,
          command_section([PYTHON, "-m", "asyncthrottle", "bench", "--overhead", "--trace", "10000", "--runs", "3"])),
 ]
