@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .events import Event
@@ -13,9 +13,20 @@ __all__ = ["Deferred", "Snapshot", "snapshot"]
 
 
 def _map(value: Any, leaf: Callable[[Any], Any]) -> Any:
-    """``value`` with ``leaf`` applied to every leaf of its dicts, lists, tuples, namedtuples and dataclasses."""
-    if isinstance(value, dict):
-        return {key: _map(item, leaf) for key, item in value.items()}
+    """``value`` with ``leaf`` applied to every leaf of its mappings, lists, tuples, namedtuples and dataclasses.
+
+    A mapping keeps its type where the type can be built from a dict
+    (``OrderedDict``, transformers' ``BatchEncoding``); others become a dict.
+    """
+    if isinstance(value, Mapping):
+        mapped = {key: _map(item, leaf) for key, item in value.items()}
+        if type(value) is dict:
+            return mapped
+        rebuild: Any = type(value)
+        try:
+            return rebuild(mapped)
+        except Exception:  # e.g. a defaultdict, whose first argument is its factory
+            return mapped
     if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
         return type(value)(*(_map(item, leaf) for item in value))
     if isinstance(value, (list, tuple)):

@@ -42,6 +42,12 @@ class ThrottleHooks:
     _TRANSIENT: tuple[str, ...] = ()  # attributes that never travel with a pickle (reset to None)
 
     def __init__(self, depth: int | None = 2, **throttle_options: Any) -> None:
+        if throttle_options.get("to") is not None:
+            raise TypeError(
+                f"to={throttle_options['to']!r} moves the batches of a wrapped loop, but a framework's callback "
+                "never sees them (the framework copies each batch itself): drop to=, and see the README's "
+                "to= section for how to combine it with the framework's own copies"
+            )
         self._options: dict[str, Any] = {"depth": depth, **throttle_options}
         self.throttle = Throttle(depth, **throttle_options)
         self._open = False  # begin() ran and end()/fail() not yet

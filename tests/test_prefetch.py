@@ -433,3 +433,25 @@ def test_on_a_gpu_batches_arrive_equal_with_no_sync_and_the_ring_stays_bounded()
     assert torch.equal(got, want)
     assert thr.sync_audit is not None and thr.sync_audit.syncs == 0
     assert max(pinned) <= 4 * (2**22 + 64) and len(set(pinned[10:])) == 1  # (depth + 2) x batch, flat
+
+
+def test_a_mapping_that_is_not_a_dict_keeps_its_type_and_its_tensors_move() -> None:
+    import collections
+
+    from asyncthrottle.deferred import _map
+
+    class Encoding(collections.UserDict):  # the shape of transformers' BatchEncoding
+        pass
+
+    batch = Encoding({"input_ids": [1, 2], "mask": (3,)})
+    moved = _map(batch, lambda leaf: leaf * 10)
+    assert type(moved) is Encoding and moved.data == {"input_ids": [10, 20], "mask": (30,)}
+    counts = collections.defaultdict(int, {"a": 1})
+    assert _map(counts, lambda leaf: leaf + 1) == {"a": 2}  # cannot be rebuilt from a dict: a plain dict
+
+
+def test_a_frameworks_callback_refuses_to_rather_than_ignore_it() -> None:
+    from asyncthrottle.hooks import ThrottleHooks
+
+    with pytest.raises(TypeError, match="to='cuda' moves the batches of a wrapped loop"):
+        ThrottleHooks(2, device="cpu", to="cuda")
