@@ -218,7 +218,7 @@ OUT_DIR = Path(".")  # where traces and pictures go: the report's folder (set by
 # so that the script runs twice in 15 minutes of GPU time.
 STEPS: list[Step] = [
     Step("Environment", 10, environment),
-    Step("CUDA-marked tests", 30,  # 17 s
+    Step("CUDA-marked tests", 25,  # 17 s
          command_section([PYTHON, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider"], tail=30)),
     Step("Core overhead and waits (bench --overhead)", 50,  # 45 s
          command_section([PYTHON, "-m", "asyncthrottle", "bench", "--overhead", "--steps", "300000"])),
@@ -231,7 +231,12 @@ STEPS: list[Step] = [
     Step("examples/mnist.py --width 32 --batch-size 256 (device-bound) by depth", 75, mnist_wide),  # ~12 s a run
     Step("max_memory with the default CUDA probe, depth 8, 64 MiB pinned per step (#11)", 45,  # 39 s
          command_section([PYTHON, "-c", _MAX_MEMORY], tail=40)),
-    Step("Lightning and transformers examples: the sync audit (#9)", 80, frameworks),  # 10-15 s a run
+    Step("Lightning and transformers examples: the sync audit (#9)", 70, frameworks),  # 10-15 s a run
+    Step("The stall report: examples/ddp_mnist.py --hang on one rank (#19)", 15,
+         # not yet run: ~8 s of imports, the 2 s hang at step 20, then the rest; the report is a WARNING log
+         command_section([PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
+                          "examples/ddp_mnist.py", "--data", "synthetic", "--epochs", "1", "--max-steps", "60",
+                          "--no-progress", "--hang", "0:20:2", "--stall", "0.5"], tail=40)),
     Step("Timelines of the MNIST example (#12)", 30, timelines),
     Step("to= against apex-style and non_blocking copies, 8 MiB batches (bench --prefetch, #18)", 30,
          # ~22 s (not yet run): 1000 steps of 2 ms per run, four modes, twice; the targets print as `target:`

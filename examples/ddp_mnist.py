@@ -4,6 +4,8 @@
     torchrun --nproc_per_node=8 examples/ddp_mnist.py --depth 2    # 8 GPUs: NCCL, one GPU per rank
     torchrun --nnodes=2 --node_rank=0 --nproc_per_node=8 \\
         --rdzv_backend=c10d --rdzv_endpoint=HOST:29500 --rdzv_id=mnist examples/ddp_mnist.py
+    torchrun --nproc_per_node=2 examples/ddp_mnist.py --straggle 1:1.5 --accumulate 4   # name the slow rank
+    torchrun --nproc_per_node=2 examples/ddp_mnist.py --hang 1:30:5     # GPUs: every rank reports the stall
 
 NCCL on GPUs, gloo on CPUs. A throttle is per process and needs nothing from
 the others: each rank bounds its own host's run-ahead. At the end, one
@@ -20,7 +22,7 @@ import itertools
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -51,8 +53,39 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="gather the ranks' median step times every N steps and name the slowest "
                         "(default: 20 with --straggle, else off)")
     p.add_argument("--stall", type=float, default=None, metavar="SECONDS",
-                   help="report a wait for one step that lasts this long (default: 'auto')")
+                   help="report a wait for one step that lasts this long (default: 'auto'; with --hang, "
+                        "half the hang)")
+    p.add_argument("--hang", type=hang, default=None, metavar="RANK:STEP:SECONDS",
+                   help="GPUs only: at STEP, keep rank RANK's device busy for SECONDS (one spinning kernel), "
+                        "so every rank's throttle reports the stall (its rank, step and stacks)")
     return p.parse_args(argv)
+
+
+def hang(text: str) -> tuple[int, int, float]:
+    """``RANK:STEP:SECONDS``, e.g. ``1:30:5``."""
+    parts = text.split(":")
+    try:
+        rank, step, seconds = int(parts[0]), int(parts[1]), float(parts[2])
+        if len(parts) != 3:
+            raise ValueError
+    except (ValueError, IndexError):
+        raise argparse.ArgumentTypeError(f"--hang takes RANK:STEP:SECONDS, e.g. 1:30:5, got {text!r}") from None
+    if rank < 0 or step < 0 or not seconds > 0:
+        raise argparse.ArgumentTypeError(f"--hang needs a rank >= 0, a step >= 0 and seconds > 0, got {text!r}")
+    return rank, step, seconds
+
+
+def hang_device(device: torch.device) -> Callable[[float], None]:
+    """A way to keep ``device`` busy for some seconds without the host waiting: one spinning CUDA kernel."""
+    if device.type != "cuda":
+        raise SystemExit(
+            f"--hang needs a CUDA GPU, but this rank runs on {device}: on the CPU every step runs to completion "
+            "as it is issued, so the throttle never waits and there is no stall to report (tests/test_stall.py "
+            "shows the report on a fake device)"
+        )
+    from asyncthrottle.bench.cuda_sleep import CudaSleepBench
+
+    return CudaSleepBench(str(device)).launch  # calibrated once: a host-device sync before training
 
 
 def straggle(text: str) -> tuple[int, float]:
@@ -115,9 +148,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     model = DistributedDataParallel(Net().to(device), device_ids=[device.index] if pin else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     every = args.ranks_every if args.ranks_every is not None else (20 if args.straggle else None)
-    thr = at.Throttle(args.depth, device=device, ranks_every=every,
-                      stall="auto" if args.stall is None else args.stall)
+    stall = args.stall if args.stall is not None else (args.hang[2] / 2 if args.hang else "auto")
+    thr = at.Throttle(args.depth, device=device, ranks_every=every, stall=stall)
     slow = args.straggle is not None and args.straggle[0] == rank
+    hang_at = args.hang[1] if args.hang is not None and args.hang[0] == rank else None
+    busy = hang_device(device) if args.hang is not None else None  # every rank checks it has a GPU
     last_loss: list[float] = []
     thr.on_complete(lambda step, values: last_loss.append(float(values["loss"])))  # host copies: no sync
     log(f"world={world} backend={dist.get_backend()} device={device} data={data.source} depth={args.depth}")
@@ -137,6 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
             thr.defer(loss.detach(), name="loss")
+            if busy is not None and hang_at == (epoch - 1) * steps + i:  # this rank's device hangs
+                busy(args.hang[2])  # enqueued: the host goes on until the throttle has to wait
             if slow and not sync:  # the straggler: its own work takes FACTOR times as long
                 time.sleep((args.straggle[1] - 1) * (time.perf_counter() - began))
         if rank == 0:  # the others wait for it at their next gradient all-reduce
