@@ -45,8 +45,8 @@ class ThrottleHooks:
         if throttle_options.get("to") is not None:
             raise TypeError(
                 f"to={throttle_options['to']!r} moves the batches of a wrapped loop, but a framework's callback "
-                "never sees them (the framework copies each batch itself): drop to=, and see the README's "
-                "to= section for how to combine it with the framework's own copies"
+                "never sees them (the framework copies each batch itself): drop to=, and see asyncthrottle's "
+                "docs/prefetch.md for how to combine it with the framework's own copies"
             )
         self._options: dict[str, Any] = {"depth": depth, **throttle_options}
         self.throttle = Throttle(depth, **throttle_options)

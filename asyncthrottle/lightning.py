@@ -227,7 +227,7 @@ def lightning_advice(trainer: Any) -> list[tuple[str, str]]:
         advice.append(("sigterm_broadcast", f"Lightning {_LIGHTNING_VERSION} broadcasts a SIGTERM flag across ranks "
                        "and calls .item() on it every training step under multi-process training "
                        "(_TrainingEpochLoop._broadcast_sigterm_tensor): one sync per step that no setting turns "
-                       "off; see the asyncthrottle README (Lightning section) for the workaround and its cost"))
+                       "off; see asyncthrottle's docs/frameworks.md (Lightning) for the workaround and its cost"))
     return advice
 
 

@@ -73,7 +73,7 @@ class Throttle:
         depth: steps allowed in flight, an int >= 1, None to only track, or
             ``"auto"``: start at 2 and raise it by one each time the device
             keeps running dry inside the loop body while the host also waits
-            on it (see the README's "depth='auto'" section); it never shrinks.
+            on it (see docs/auto-depth.md); it never shrinks.
         device: None auto-detects (an available accelerator, else the CPU);
             ``"cuda"``, ``"cuda:1"``, a ``torch.device``, ``"mps"``, ``"xpu"``,
             ``"jax"``, ``"cpu"``, or any device ``torch.Event`` supports. An
@@ -86,7 +86,7 @@ class Throttle:
         wait: ``"hybrid"`` (default: sleeps until shortly before the
             predicted completion, then spins), ``"poll"``, ``"spin"``,
             ``"block"`` or a :class:`~asyncthrottle.waits.WaitStrategy`
-            instance. See the README's wait table for what each costs.
+            instance. See docs/waits.md for what each costs.
         timeout: seconds one wait may take before ``ThrottleTimeout``; None waits
             for ever. Needs ``"hybrid"``, ``"poll"`` or ``"spin"``.
         stall: seconds after which a wait for one step is logged, once, as a

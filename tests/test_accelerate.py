@@ -1,4 +1,4 @@
-"""The README's accelerate recipe on the real Accelerator (CPU, fake device events): bound, accumulation, losses."""
+"""The docs' accelerate recipe on the real Accelerator (CPU, fake device events): bound, accumulation, losses."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_the_recipe_bounds_every_batch_and_logs_each_optimizer_steps_loss(depth:
     unfinished: list[int] = []
     optimizer_steps = 0
 
-    # The README's recipe: the prepared loader under the throttle, one step per batch.
+    # The docs' recipe: the prepared loader under the throttle, one step per batch.
     for _epoch in range(EPOCHS):
         for x, y in thr.wrap(loader):
             unfinished.append(sum(1 for end in finishes if end > dev.clock()))

@@ -23,7 +23,11 @@ import asyncthrottle
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-PAGES = sorted(DOCS.glob("*.md"))
+README = ROOT / "README.md"
+PAGES = [*sorted(DOCS.glob("*.md")), README]
+# The README's two commands: the repository's contract (.ci/run runs the second, with the docs extra).
+MAIN_JOB = "python3 -m venv .venv && .venv/bin/pip install -e '.[examples]' && .venv/bin/python examples/mnist.py"
+TESTS = "python3 -m venv .venv && .venv/bin/pip install -e '.[test,examples,jax,plot]' && .venv/bin/python -m pytest"
 API_PAGES = sorted((DOCS / "api").glob("*.md"))
 # Modules users import by name, each rendered whole (its __all__) in the API reference.
 API_MODULES = [
@@ -127,3 +131,18 @@ def test_the_reference_renders_each_modules_all() -> None:
     config = (ROOT / "mkdocs.yml").read_text()
     assert re.search(r"^\s+filters: public$", config, re.M)  # griffe's "public" is __all__ where it exists
     assert re.search(r"^\s+docstring_style: google$", config, re.M)
+
+
+def test_the_readme_is_short_and_links_to_every_page() -> None:
+    text = README.read_text()
+    assert len(text.splitlines()) <= 150
+    links = set(re.findall(r"\]\(([^)#\s]+)", text))
+    nav = re.findall(r":\s*([\w/.-]+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.M)
+    assert nav and not [page for page in nav if f"docs/{page}" not in links]
+    assert not [link for link in links if "://" not in link and not (ROOT / link).exists()]
+
+
+def test_the_readme_keeps_the_two_commands() -> None:
+    text = README.read_text()
+    assert MAIN_JOB in text and TESTS in text
+    assert "mkdocs build --strict" in text and "mkdocs build --strict" in (ROOT / ".ci" / "run").read_text()

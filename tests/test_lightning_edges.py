@@ -160,7 +160,7 @@ def test_stats_are_logged_on_lightnings_own_step_axis(accumulate: int, tmp_path:
 
 
 def _readme_lightning_snippet() -> str:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parent.parent / "docs" / "frameworks.md").read_text()
     section = readme.split("## Lightning", 1)[1]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
 
@@ -178,7 +178,7 @@ def test_the_readmes_lightning_example_runs_when_training_step_returns_none(
                                 enable_progress_bar=True, enable_model_summary=False, default_root_dir=tmp_path)
     names: dict[str, Any] = {"lightning": types.SimpleNamespace(Trainer=trainer), "model": SometimesNone(dev),
                              "train_loader": _loader(), "val_loader": None}
-    exec(_readme_lightning_snippet(), names)  # the README's own code, as a user copies it
+    exec(_readme_lightning_snippet(), names)  # the docs' own code (docs/frameworks.md), as a user copies it
     printed = capsys.readouterr().out  # the bar's \r-updates and the printed losses share stdout
     assert [int(step) for step in re.findall(r"(\d+) \d+\.\d+\n", printed)] == [0, 2, 3, 4, 5]  # no loss for 1
     assert f"asyncthrottle: {BATCHES} steps" in printed

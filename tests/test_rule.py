@@ -1,4 +1,4 @@
-"""The depth rule (README, docs/architecture.md), checked call by call against a reference model."""
+"""The depth rule (docs/depth-rule.md, docs/architecture.md), checked call by call against a reference model."""
 
 from __future__ import annotations
 
