@@ -13,9 +13,9 @@ def check_depth(depth: object) -> int | None:
     if depth is None:
         return None
     if isinstance(depth, bool) or not isinstance(depth, int):
-        raise TypeError(f"depth must be an int >= 1 or None, got {depth!r} ({type(depth).__name__})")
+        raise TypeError(f"depth must be an int >= 1, 'auto' or None, got {depth!r} ({type(depth).__name__})")
     if depth < 1:
-        raise ValueError(f"depth must be an int >= 1 or None, got {depth!r}; depth=1 syncs once per step")
+        raise ValueError(f"depth must be an int >= 1, 'auto' or None, got {depth!r}; depth=1 syncs once per step")
     return depth
 
 

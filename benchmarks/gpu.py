@@ -75,7 +75,7 @@ MNIST_RUNS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("2", ("--depth", "2")),
     ("2 + .item() every step", ("--depth", "2", "--item-every-step")),
 )
-WIDE = ("--width", "32", "--batch-size", "256")  # the example's device-bound setting (README)
+WIDE = ("--width", "32", "--batch-size", "256")  # the example's device-bound setting (docs/getting-started.md)
 WIDE_RUNS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("none", ("--depth", "none", *WIDE)),
     ("1", ("--depth", "1", *WIDE)),

@@ -51,7 +51,7 @@ class LitNet(L.LightningModule):
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         x, y = batch
         loss = nn.functional.cross_entropy(self.net(x), y)
-        if self.prog_bar_log:  # the common setup: Lightning .item()s this every step (see the README)
+        if self.prog_bar_log:  # the common setup: Lightning .item()s this every step (see docs/frameworks.md)
             self.log("train_loss", loss, prog_bar=True)
         return loss  # the ThrottleCallback defers it: no .item() here
 
