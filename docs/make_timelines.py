@@ -1,4 +1,4 @@
-"""Make the pictures of docs/timelines.md on the SIMULATED device (real time, a worker thread; not a GPU).
+"""Make the pictures of docs/timelines.md on the simulated device (real time, a GIL-free child process; not a GPU).
 
     python docs/make_timelines.py            # writes docs/img/timeline-*.png (needs matplotlib)
 """
