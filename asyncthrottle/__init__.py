@@ -1,12 +1,15 @@
 """asyncthrottle: bound how far the host runs ahead of an asynchronous device."""
 
-from .deferred import Deferred
-from .errors import ThrottleTimeout
-from .events import Event, EventFactory
+from ._aliases import install as _install_aliases
+from .core import Subscriber
+from .core.errors import ThrottleTimeout
+from .core.events import Event, EventFactory
+from .core.waits import Block, Hybrid, Poll, Spin, WaitStrategy
+from .parts.syncaudit import SyncAdvice
 from .stats import Stats
 from .throttle import Throttle, throttle
+from .values import Deferred
 from .view import Throttled
-from .waits import Block, Hybrid, Poll, Spin, WaitStrategy
 
 __all__ = [
     "Block",
@@ -17,6 +20,8 @@ __all__ = [
     "Poll",
     "Spin",
     "Stats",
+    "Subscriber",
+    "SyncAdvice",
     "Throttle",
     "ThrottleTimeout",
     "Throttled",
@@ -24,4 +29,6 @@ __all__ = [
     "throttle",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"
+
+_install_aliases()

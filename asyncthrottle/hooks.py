@@ -8,7 +8,7 @@ import threading
 import warnings
 from typing import Any
 
-from .syncaudit import SyncAdvice
+from .parts.syncaudit import SyncAdvice
 from .throttle import Throttle
 
 __all__ = ["ThrottleHooks", "numeric_stats"]

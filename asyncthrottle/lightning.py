@@ -16,7 +16,7 @@ except ImportError:
     raise ImportError("asyncthrottle.lightning needs Lightning: pip install 'asyncthrottle[lightning]'") from None
 
 from .hooks import ThrottleHooks
-from .progress import postfix
+from .parts.progress import postfix
 from .throttle import Throttle
 
 __all__ = ["ThrottleCallback", "ThrottleProgressBar", "lightning_advice"]

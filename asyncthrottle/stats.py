@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-__all__ = ["Stats", "verdict"]
+from .parts import PARTS, PartStats
 
 # How the verdict reads the loop: thresholds on fractions of wall time (see `verdict`).
 _WAITS = 0.10  # the host waits on the device for at least this share of the loop
@@ -30,8 +30,35 @@ _ADVICE = {
 }
 
 
+def _flat_histogram(histogram: tuple[int, ...]) -> dict[str, Any]:
+    return {f"in_flight_hist_{k}": count for k, count in enumerate(histogram)}
+
+
 @dataclasses.dataclass(frozen=True)
-class Stats:
+class _LoopStats:
+    """The fields of :class:`Stats` that the core and the host clock supply."""
+
+    steps: int = 0
+    completed: int = 0
+    in_flight: int = 0
+    max_in_flight: int = 0
+    waits: int = 0
+    wait_s: float = 0.0
+    wait_outside_s: float = 0.0
+    wall_s: float = 0.0
+    wait_fraction: float = 0.0
+    fetch_s: float = 0.0
+    body_s: float = 0.0
+    steps_per_s: float = 0.0
+    starved_fraction: float = 0.0
+    in_flight_histogram: tuple[int, ...] = dataclasses.field(default=(), metadata={"flat": _flat_histogram})
+    verdict: str = "unknown"
+    depth: int | None = None
+    dry_fraction: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Stats(PartStats, _LoopStats):
     """Counters and telemetry of a throttle at one moment. Taking it never blocks or syncs.
 
     Host times come from the throttle's clock. Device times come from timing
@@ -42,6 +69,8 @@ class Stats:
     step's first kernel, so it is an upper bound on busy time. Device idle is
     seen only when the queue was empty at hand-out: the gap from the previous
     step's end to that hand-out, a lower bound on the true idle time.
+
+    The fields of a part that is off keep their defaults (None, 0 or empty).
 
     Attributes:
         steps: steps recorded (each step's event recorded once).
@@ -62,16 +91,16 @@ class Stats:
         steps_per_s: ``steps / wall_s``.
         starved_fraction: share of hand-outs at which nothing was queued on the device.
         in_flight_histogram: ``h[k]`` = hand-outs with ``k`` steps in flight (last bucket: k or more).
-        device_samples: steps timed on the device.
+        verdict: what limits the loop; see :func:`verdict`.
+        depth: the depth in force (under ``depth="auto"``, its current choice).
+        dry_fraction: share of steps during whose loop body the device ran dry
+            (the previous step, queued at the hand-out, was complete at the record).
+        device_samples: steps timed on the device (``sample_every``).
         device_busy_s, device_idle_s: device seconds busy and idle (extrapolated).
         idle_fraction: ``device_idle_s / (device_busy_s + device_idle_s)``.
         device_ms_mean, device_ms_p50, device_ms_p90: device ms per step (recent samples).
-        verdict: what limits the loop; see :func:`verdict`.
-        depth: the depth in force (under ``depth="auto"``, its current choice).
         depth_changes: under ``depth="auto"``, ``(step, depth)`` for its start
             and each change (the depth applies from that step's hand-out).
-        dry_fraction: share of steps during whose loop body the device ran dry
-            (the previous step, queued at the hand-out, was complete at the record).
         stalls: waits reported as stalls (see ``Throttle(stall=)``).
         rank_scores: with ``ranks_every=`` under ``torch.distributed``: per
             rank, the fastest rank's recent median step time over that
@@ -94,57 +123,20 @@ class Stats:
     between epochs) is not loop time.
     """
 
-    steps: int = 0
-    completed: int = 0
-    in_flight: int = 0
-    max_in_flight: int = 0
-    waits: int = 0
-    wait_s: float = 0.0
-    wait_outside_s: float = 0.0
-    wall_s: float = 0.0
-    wait_fraction: float = 0.0
-    fetch_s: float = 0.0
-    body_s: float = 0.0
-    steps_per_s: float = 0.0
-    starved_fraction: float = 0.0
-    in_flight_histogram: tuple[int, ...] = ()
-    device_samples: int = 0
-    device_busy_s: float | None = None
-    device_idle_s: float | None = None
-    idle_fraction: float | None = None
-    device_ms_mean: float | None = None
-    device_ms_p50: float | None = None
-    device_ms_p90: float | None = None
-    verdict: str = "unknown"
-    depth: int | None = None
-    depth_changes: tuple[tuple[int, int], ...] = ()
-    dry_fraction: float = 0.0
-    stalls: int = 0
-    rank_scores: tuple[float, ...] | None = None
-    slowest_rank: int | None = None
-    max_memory: int | None = None
-    memory_peak: int | None = None
-    memory_waits: int = 0
-    memory_over: int = 0
-    pinned_bytes: int = 0
-
     def as_dict(self) -> dict[str, Any]:
         """A flat dict of numbers and strings for TensorBoard, W&B or any logger (None values dropped)."""
         flat: dict[str, Any] = {}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if field.name == "in_flight_histogram":
-                flat.update({f"in_flight_hist_{k}": count for k, count in enumerate(value)})
-            elif field.name == "rank_scores":
-                flat.update({f"rank_score_{r}": score for r, score in enumerate(value or ())})
-            elif field.name == "depth_changes":
-                flat[field.name] = max(0, len(value) - 1)  # how many times depth='auto' raised the depth
+            flatten = field.metadata.get("flat")
+            if flatten is not None:
+                flat.update(flatten(value))
             elif value is not None:
                 flat[field.name] = value
         return flat
 
     def summary(self) -> str:
-        """A short human-readable report."""
+        """A short human-readable report: the loop, then each part's lines, then the verdict."""
         lines = [
             f"asyncthrottle: {self.steps} steps in {self.wall_s:.2f} s ({self.steps_per_s:.1f} steps/s), "
             f"{self.completed} seen complete, max {self.max_in_flight} in flight",
@@ -154,39 +146,10 @@ class Stats:
         ]
         if self.wait_outside_s > 0:
             lines.append(f"  outside the loop: waited {self.wait_outside_s:.3f} s (drain() or get() between passes)")
-        if self.device_ms_mean is not None:
-            lines.append(
-                f"  device: {self.device_ms_mean:.2f} ms/step (p50 {self.device_ms_p50:.2f}, "
-                f"p90 {self.device_ms_p90:.2f}; {self.device_samples} steps timed), "
-                f"idle >= {self.idle_fraction:.0%}"
-            )
-        else:
-            lines.append("  device: not timed (synchronous backend, events without elapsed_time, or no samples yet)")
-        if self.depth_changes:
-            path = " -> ".join(f"{depth} (step {step})" for step, depth in self.depth_changes)
-            lines.append(f"  depth: auto, {path}; device ran dry in {self.dry_fraction:.0%} of loop bodies")
-        if self.stalls:
-            lines.append(f"  stalls: {self.stalls} waits reported as stalled (logged on the 'asyncthrottle' logger)")
-        if self.rank_scores is not None:
-            lines.append(_ranks_line(self.rank_scores, self.slowest_rank))
-        if self.max_memory is not None:
-            peak = "-" if self.memory_peak is None else f"{self.memory_peak / 2**20:,.1f} MiB"
-            lines.append(
-                f"  memory: budget {self.max_memory / 2**20:,.1f} MiB, peak at a hand-out {peak}, "
-                f"{self.memory_waits} waits for it, {self.memory_over} hand-outs over it with nothing in flight"
-            )
-        if self.pinned_bytes:
-            lines.append(f"  to=: {self.pinned_bytes / 2**20:,.1f} MiB pinned by the staging ring")
+        for part in PARTS:
+            lines.extend(part.summary_lines(self))
         lines.append(f"  verdict: {self.verdict} -- {_ADVICE[self.verdict]}")
         return "\n".join(lines)
-
-
-def _ranks_line(scores: tuple[float, ...], slowest: int | None) -> str:
-    listed = ", ".join(f"{score:.2f}" for score in scores)
-    if slowest is None:
-        return f"  ranks: no step times yet (scores {listed})"
-    return (f"  ranks: slowest is rank {slowest} (score {scores[slowest]:.2f}: the fastest rank's median step "
-            f"time over its own); scores by rank {listed}")
 
 
 def _share(part: float, whole: float) -> str:

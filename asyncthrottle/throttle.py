@@ -8,33 +8,28 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .completions import Completions, OnComplete
-from .controller import DepthController
-from .core import Core
-from .deferred import Deferred
-from .devices import device_kind, resolve_events
-from .errors import ThrottleTimeout, not_ended
-from .events import EventFactory
-from .hosttime import HostTimes
-from .memory import resolve_budget
-from .options import check_auto, check_depth, check_sample_every, check_timeout
-from .ownership import Ownership
-from .prefetch import resolve_to
-from .profiling import NvtxRanges, ProfilerRanges, nvtx_module
-from .ranks import RankScores, check_ranks_every
-from .stall import StallWatch, check_stall
+from ._options import check_core
+from .backends import resolve_backend
+from .core.errors import ThrottleTimeout, not_ended
+from .core.events import EventFactory
+from .core.hosttime import HostTimes
+from .core.ownership import Ownership
+from .core.rule import Core
+from .core.waits import Poll, WaitStrategy, resolve_wait
+from .parts import PARTS
+from .parts._build import Build
+from .parts.autodepth import DepthController
+from .parts.prefetch import Prefetch
+from .parts.syncaudit import SyncAudit
+from .parts.syncdetect import SyncDetect
+from .parts.timing import DeviceTiming
+from .parts.trace import Trace
 from .stats import Stats, busy_idle, verdict
-from .syncaudit import SyncAudit
-from .syncdebug import sync_debug
-from .telemetry import DeviceTiming
-from .trace import Trace, check_trace
+from .values import Completions, Deferred, OnComplete
 from .view import Throttled
-from .waits import Poll, WaitStrategy, resolve_wait
 
 if TYPE_CHECKING:
-    from .passes import Pass
-
-__all__ = ["Throttle", "throttle"]
+    from .view import Pass
 
 T = TypeVar("T")
 
@@ -175,66 +170,35 @@ class Throttle:
         memory: Callable[[], int] | None = None,
         to: Any = None,
     ) -> None:
-        auto_max = check_auto(depth, max_depth)
-        fixed = None if auto_max is not None else check_depth(depth)
-        trace = check_trace(trace)
-        if not isinstance(nvtx, bool):
-            raise TypeError(f"nvtx must be True or False, got {nvtx!r}")
-        self._timeout = check_timeout(timeout)
-        if not isinstance(drain, bool):
-            raise TypeError(f"drain must be True or False, got {drain!r}")
-        self._drain_at_end = drain
+        options = dict(
+            depth=depth, device=device, events=events, wait=wait, timeout=timeout, stall=stall, drain=drain,
+            streams=streams, sample_every=sample_every, ranks_every=ranks_every, detect_sync=detect_sync,
+            trace=trace, nvtx=nvtx, clock=clock, max_depth=max_depth, max_memory=max_memory, memory=memory, to=to,
+        )
+        self._timeout = check_core(options)
+        for part in PARTS:  # every check on every backend, before anything is built
+            part.check(options)
         strategy = resolve_wait(wait)
         if self._timeout is not None and not strategy.honours_timeout:
             raise ValueError(f"timeout={timeout!r} cannot interrupt wait={wait!r}; use wait='hybrid', 'poll' or 'spin'")
-        every = check_sample_every(sample_every)
-        new_event, timed = self._resolve_events(device, events, streams, strategy.blocking_events, every)
+        self._drain_at_end = drain
+        backend = resolve_backend(device, events, streams, blocking=strategy.blocking_events,
+                                  timing=sample_every is not None)
         self._clock = clock
-        self._core = Core(fixed, new_event, strategy, self._timeout, clock)
-        kind = "events" if events is not None else device_kind(device)
-        self._prefetch = resolve_to(to, self._core, kind, device)  # to=: each fetched batch, on its way
-        self._budget = resolve_budget(max_memory, memory, kind, device)
-        if self._budget is not None:
-            self._core.subscribe(self._budget)
-        self._auto = DepthController(self._core, auto_max, self._budget) if auto_max else None
-        timing = every is not None and timed is not None
-        self._timing = DeviceTiming(self._core, timed, every, trusted=events is None) if timing else None  # type: ignore[arg-type]
+        self._core = Core(depth if isinstance(depth, int) else None, backend.events, strategy, self._timeout, clock)
         self._values = Completions(self._core, self._wait_for_value)
-        self._stall = None if self._core.synchronous else self._watch_stalls(check_stall(stall), strategy)
-        ranks = check_ranks_every(ranks_every)
-        self._ranks = RankScores(self._core, ranks, self._timing, every or 1) if ranks is not None else None
-        ProfilerRanges(self._core)  # waits only: free unless a torch.profiler session records
-        if nvtx:
-            NvtxRanges(self._core, nvtx_module())
-        self._trace = Trace(self._core, trace, clock) if trace else None
-        if self._trace is not None and self._timing is not None:
-            self._timing.add_listener(self._trace.on_device_time)
-        self._sync_guard = sync_debug(detect_sync, None if events is not None else kind)
+        at = Build(self._core, backend, options, clock)
+        for part in PARTS:
+            built = part.build(at)
+            if built is not None:
+                at.built[part] = built
+        self._parts = at.built
+        self._prefetch = at.part(Prefetch)
+        self._timing = at.part(DeviceTiming)
         self._ownership = Ownership()
         self._pass: weakref.ref[Pass[Any]] | None = None  # the wrapped pass running now (a break drops it)
         self._in_step = False  # begin_step() was called and end_step() not yet
         self._host = HostTimes(clock, self._core)
-
-    def _watch_stalls(self, stall: float | str | None, strategy: WaitStrategy) -> StallWatch | None:
-        if stall is None:
-            return None
-        watch = StallWatch(self._core, None if stall == "auto" else stall, self._clock)  # type: ignore[arg-type]
-        self._core.wait_strategy = watch.wrap(strategy, self._timeout)
-        return watch
-
-    @staticmethod
-    def _resolve_events(
-        device: Any, events: EventFactory | None, streams: Any, blocking: bool, every: int | None
-    ) -> tuple[EventFactory | None, EventFactory | None]:
-        if events is None:
-            new_event = resolve_events(device, streams=streams, blocking=blocking)
-            timed = resolve_events(device, streams=streams, blocking=blocking, timing=True) if every else None
-            return new_event, timed if new_event is not None else None
-        if device is not None or streams is not None:
-            raise ValueError("pass events= or device=/streams=, not both: events= replaces the device backend")
-        if not callable(events):
-            raise TypeError(f"events must be a zero-argument callable returning an event, got {events!r}")
-        return events, events
 
     # -- reading: safe from any thread, never blocks ------------------------
 
@@ -274,9 +238,10 @@ class Throttle:
         handouts = sum(histogram)
         shares = [x / wall if wall > 0 else 0.0 for x in (wait_s, fetch, body)]
         starved = core.starved / handouts if handouts else 0.0
-        device = self._timing.times.fields(completed) if self._timing is not None else {}
         dry = core.dry / steps if steps else 0.0
-        budget = self._budget
+        fields: dict[str, Any] = {}
+        for part in self._parts.values():
+            fields.update(part.fields())
         return Stats(
             steps=steps,
             completed=completed,
@@ -293,19 +258,10 @@ class Throttle:
             starved_fraction=starved,
             in_flight_histogram=histogram,
             verdict=verdict(steps, shares[0], shares[1], shares[2], starved, synchronous=synchronous, dry_fraction=dry,
-                            device_idle=busy_idle(device)),
+                            device_idle=busy_idle(fields)),
             depth=core.depth,
-            depth_changes=tuple(self._auto.changes) if self._auto is not None else (),
             dry_fraction=dry,
-            stalls=self._stall.reports if self._stall is not None else 0,
-            rank_scores=self._ranks.scores if self._ranks is not None else None,
-            slowest_rank=self._ranks.slowest if self._ranks is not None else None,
-            max_memory=budget.max_memory if budget is not None else None,
-            memory_peak=budget.peak if budget is not None else None,
-            memory_waits=budget.waits if budget is not None else 0,
-            memory_over=budget.over if budget is not None else 0,
-            pinned_bytes=getattr(self._prefetch, "pinned_bytes", 0),
-            **device,
+            **fields,
         )
 
     def summary(self) -> str:
@@ -316,11 +272,12 @@ class Throttle:
     @property
     def sync_audit(self) -> SyncAudit | None:
         """With ``detect_sync="warn"`` on CUDA: the syncs counted per step and per site; else None."""
-        return self._sync_guard.audit if self._sync_guard is not None else None
+        detect = self._parts.get(SyncDetect)
+        return detect.audit if detect is not None else None
 
     def __repr__(self) -> str:
         core = self._core
-        auto = "auto: " if self._auto is not None else ""
+        auto = "auto: " if DepthController in self._parts else ""
         return f"Throttle(depth={auto}{core.depth}, steps={core.steps}, in_flight<={core.steps - core.completed})"
 
     # -- the loop's entry points --------------------------------------------
@@ -356,8 +313,6 @@ class Throttle:
             elif self._core.steps:
                 host.fetched(self._core.steps, host.step_end, max(0.0, now - host.step_end))
             host.step_end = now  # counted: a retry after a timeout counts only the time since
-            if self._sync_guard is not None:
-                self._sync_guard.__exit__()  # the audit covers the whole step, never the throttle's waits
             try:
                 self._core.admit()  # may raise (timeout, Ctrl-C): the step has not begun
             except BaseException:
@@ -366,8 +321,6 @@ class Throttle:
         except BaseException:
             self._ownership.release()
             raise
-        if self._sync_guard is not None:
-            self._sync_guard.__enter__()
         self._in_step = True
         return self._core.steps
 
@@ -383,8 +336,6 @@ class Throttle:
         try:
             self._host.step_end = now = self._clock()  # a failed body is body too, not fetching
             if failed:
-                if self._sync_guard is not None:
-                    self._sync_guard.__exit__()
                 self._core.drop()
             else:
                 self._core.record(now)
@@ -416,15 +367,11 @@ class Throttle:
         """
         self._ownership.claim("drain()")
         try:
-            if self._sync_guard is not None:
-                self._sync_guard.__exit__()  # the step's sync-audit window ends before the throttle waits
             self._core.drain()
             self._flush_timing()
             if self._running_pass() is None and not self._in_step:
                 self._host.end(self._clock())
         finally:
-            if self._sync_guard is not None and self._in_step:
-                self._sync_guard.__enter__()  # a drain inside a step: the rest of the step is audited again
             self._ownership.release()
 
     def pause(self, at: float | None = None) -> None:
@@ -497,12 +444,13 @@ class Throttle:
         Raises:
             RuntimeError: the throttle keeps no timeline (``trace=0``).
         """
-        if self._trace is None:
+        trace = self._parts.get(Trace)
+        if trace is None:
             raise RuntimeError(
                 "export_trace() needs a timeline, but this Throttle was made with trace=0; "
                 "pass e.g. Throttle(..., trace=10_000) to keep the last 10,000 steps"
             )
-        self._trace.export(path, {"depth": self.depth, "stats": self.stats.as_dict()})
+        trace.export(path, {"depth": self.depth, "stats": self.stats.as_dict()})
 
     def subscribe(self, part: object) -> None:
         """Notify ``part`` of the core's events (see :class:`asyncthrottle.core.Subscriber`)."""

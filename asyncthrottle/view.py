@@ -1,18 +1,16 @@
-"""The one-line wrapper: an iterable view of a data source under a Throttle."""
+"""The one-line wrapper: an iterable view of a data source under a Throttle, and its passes."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from .passes import open_pass
-
 if TYPE_CHECKING:
+    from .parts.progress import Bar
     from .throttle import Throttle
 
-__all__ = ["Throttled"]
-
 T = TypeVar("T")
+_EMPTY: Any = object()  # no batch held
 
 # The throttle's public API, forwarded by name; everything else comes from the source.
 _FORWARDED = (
@@ -25,7 +23,7 @@ class Throttled(Generic[T]):
     """An iterable view of ``source`` under ``throttle``'s depth rule: a drop-in for the source.
 
     Each ``iter()`` starts a new pass over the source (see
-    :class:`~asyncthrottle.passes.Pass`); ``len()`` is the source's. The
+    :class:`Pass`); ``len()`` is the source's. The
     throttle's public API (``stats``, ``defer``, ``drain``, ``latest``,
     ``summary``, ...) is forwarded explicitly; every other attribute comes
     from the source, so ``view.dataset``, ``view.sampler`` and
@@ -44,10 +42,10 @@ class Throttled(Generic[T]):
     def __iter__(self) -> Iterator[T]:
         bar = None
         if self.progress is not False and self.progress is not None:
-            from .progress import Bar
+            from .parts.progress import Bar
 
             bar = Bar.open(self.throttle, self.progress, _length(self.source))
-        return open_pass(self.throttle, self.source, bar)
+        return Pass(self.throttle, self.source, bar)
 
     def __len__(self) -> int:
         try:
@@ -96,3 +94,153 @@ def _length(source: object) -> int | None:
     except TypeError:
         return None
 
+
+class Pass(Iterator[T], Generic[T]):
+    """The iterator of one pass; made by ``iter()`` on a throttled view.
+
+    The batch is fetched before the wait, so loading overlaps the device. A
+    wait that raises (``ThrottleTimeout``, ``KeyboardInterrupt``) keeps the
+    fetched batch: the next ``next()`` waits again and hands it out.
+
+    Leaving a pass in any way -- a ``break``, a ``return``, an exception from
+    the loop body or from a generator around the pass, ``close()``, the
+    garbage collector -- records the step being run, without blocking: its
+    work was enqueued whatever happened, so its deferred values arrive with
+    it. (Python does not tell an iterator why it was let go; ``step()`` and
+    ``end_step(failed=True)`` are the way to drop a failed step.)
+
+    A pass ended because a new pass over the same throttle started in the
+    same thread (a nested ``for``, ``zip(view, view)``, an iterator kept after
+    a ``break``) raises ``RuntimeError`` if it is asked for another batch:
+    one throttle serves one loop at a time, and a loop is never cut short
+    silently.
+    """
+
+    __slots__ = (
+        "__weakref__", "_admit", "_admits", "_bar", "_clock", "_fetch_hooks", "_held", "_host", "_it", "_open",
+        "_prefetch", "_record", "_source", "_state", "_thr",
+    )
+
+    def __init__(self, throttle: Throttle, source: Iterable[T], bar: Bar | None = None) -> None:
+        self._thr, self._source, self._bar = throttle, source, bar
+        self._it: Iterator[T] | None = None
+        self._held: Any = _EMPTY
+        self._open = False  # a batch was handed out and its step is not recorded yet
+        self._state = "new"  # new -> running -> done
+        core = throttle._core
+        self._clock, self._record, self._admit = throttle._clock, core.record, core.admit
+        self._fetch_hooks = core.on_fetch
+        self._host = throttle._host
+        self._prefetch = throttle._prefetch  # to=: moves each batch to the device as it is fetched
+        self._admits = not core.synchronous or bool(core.on_handout)  # a synchronous core admits at once
+
+    def __iter__(self) -> Pass[T]:
+        return self
+
+    def __next__(self) -> T:
+        clock = self._clock
+        now = clock()
+        if self._open:  # the loop body of the step handed out last is done
+            self._open = False
+            self._record(now)
+        elif self._state != "running":
+            self._start(now)
+        item = self._held
+        if item is _EMPTY:
+            try:
+                item = next(self._it)  # type: ignore[arg-type]
+            except StopIteration:
+                self._host.fetched(self._thr._core.steps, now, clock() - now)
+                self._finish()
+                raise
+            except BaseException:  # the source raised: the time it took was still fetching
+                self._host.fetched(self._thr._core.steps, now, clock() - now)
+                raise
+            if self._prefetch is not None:
+                item = self._copy(item)  # issued before the wait: the copy overlaps the step before
+            seconds = clock() - now
+            if self._fetch_hooks:
+                self._host.fetched(self._thr._core.steps, now, seconds)
+            else:
+                self._host.fetch_s += seconds
+        else:
+            self._held = _EMPTY
+            if type(item) is _Fetched:  # its copy was interrupted: copy it now
+                item = self._copy(item.batch)
+        if self._admits:
+            try:
+                self._admit()
+            except BaseException:  # a timeout or Ctrl-C in the wait: keep the batch for the next next()
+                self._held = item
+                raise
+        self._open = True
+        return item  # type: ignore[no-any-return]
+
+    def _copy(self, batch: Any) -> Any:
+        try:
+            return self._prefetch(batch)  # type: ignore[misc]
+        except BaseException:  # Ctrl-C or a device error mid-copy: keep the host batch for the next next()
+            self._held = _Fetched(batch)
+            raise
+
+    def close(self) -> None:
+        """End the pass now: the step in progress is recorded (never blocking)."""
+        self._leave()
+
+    def __del__(self) -> None:
+        if self._state == "running":
+            self._leave()
+
+    def _supersede(self) -> None:
+        """A new pass over the throttle starts in this thread: end this one; asking it for more is an error."""
+        self._leave()
+        self._state = "superseded"
+
+    def _start(self, now: float) -> None:
+        if self._state == "done":
+            raise StopIteration
+        if self._state == "superseded":
+            raise RuntimeError(
+                "this loop over a throttled view was ended by a new loop over the same Throttle (a nested "
+                "`for` over the view, zip(view, view), or a second iter()); one Throttle serves one loop "
+                "at a time: give the inner loop its own Throttle, or iterate the source itself"
+            )
+        self._thr._start_pass(self, now)
+        self._state = "running"
+        self._it = iter(self._source)
+
+    def _finish(self) -> None:
+        """The source is exhausted: drain (unless told not to) and end the pass."""
+        thr = self._thr
+        if thr._drain_at_end:
+            thr._core.drain()  # may raise a timeout: the pass stays open, the next next() drains again
+        self._state = "done"
+        self._end()
+
+    def _end(self) -> None:
+        try:
+            self._thr._end_pass(self)
+        finally:
+            if self._bar is not None:
+                self._bar.close()
+
+    def _leave(self) -> None:
+        if self._state != "running":
+            return
+        self._state = "done"
+        thr = self._thr
+        try:
+            if self._open:
+                self._open = False
+                thr._core.record(thr._clock())  # the step's work is enqueued; recording never blocks
+        finally:
+            self._end()
+
+
+class _Fetched:
+    """A batch taken from the source whose copy to the device (``to=``) did not finish."""
+
+    __slots__ = ("batch",)
+
+    def __init__(self, batch: Any) -> None:
+        self.batch = batch

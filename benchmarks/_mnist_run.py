@@ -13,7 +13,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from mnist import parse_args, train  # noqa: E402
 
-from asyncthrottle.pinned import bytes_trusted, pinned_in_use  # noqa: E402
+from asyncthrottle.backends.pinned import bytes_trusted, pinned_in_use  # noqa: E402
 
 
 def memory_peaks() -> dict[str, int | None]:

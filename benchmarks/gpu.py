@@ -125,8 +125,8 @@ def mnist_wide(budget_s: float) -> str:
 
 _MAX_MEMORY = """
 import torch, asyncthrottle as at
-from asyncthrottle.memory import cuda_probe
-from asyncthrottle.pinned import bytes_trusted, pinned_in_use
+from asyncthrottle.backends.memory import cuda_probe
+from asyncthrottle.backends.pinned import bytes_trusted, pinned_in_use
 dev = torch.device("cuda")
 w = torch.randn(4096, 4096, device=dev)
 torch.empty(16, 2**20).pin_memory().to(dev, non_blocking=True)  # warm both allocators

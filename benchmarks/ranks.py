@@ -21,7 +21,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import asyncthrottle as at
-from asyncthrottle.simulated import ProcessDevice
+from asyncthrottle.testing.simulated import ProcessDevice
 
 
 def _run(dev: ProcessDevice, steps: int, step_s: float, every: int | None) -> tuple[float, at.Stats]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import asyncthrottle as at
 from asyncthrottle.plot import plot_trace
-from asyncthrottle.procdevice import ProcessDevice
+from asyncthrottle.testing.procdevice import ProcessDevice
 
 OUT = Path(__file__).resolve().parent / "img"
 LOOPS = {  # name: (fetch ms, host body ms, device ms) per step

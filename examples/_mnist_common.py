@@ -14,7 +14,7 @@ from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
 import asyncthrottle as at
-from asyncthrottle.devices import detect_device
+from asyncthrottle.backends.torch import detect_device
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 DOWNLOAD_TIMEOUT_S = 10.0  # per connection: a machine without network falls back in seconds, not minutes

@@ -109,7 +109,7 @@ def train(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
         log(f"trace written to {args.trace}: open it in https://ui.perfetto.dev or chrome://tracing, "
             f"or draw it with python -m asyncthrottle plot {args.trace} -o timeline.png")
     if device.type == "cuda":  # the pinned memory of queued batches: what the depth bounds on the host
-        from asyncthrottle.pinned import bytes_trusted, pinned_in_use
+        from asyncthrottle.backends.pinned import bytes_trusted, pinned_in_use
 
         peak = pinned_in_use(torch.cuda.host_memory_stats(), "peak", trust_bytes=bytes_trusted(torch.__version__))
         log(f"peak pinned host memory in use: {peak / 2**20:.1f} MiB; device memory peak allocated "

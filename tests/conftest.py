@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from helpers import FakeTorchEvent
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests in sub-folders import helpers too
+
+from helpers import FakeTorchEvent  # noqa: E402
 
 
 def _available(kind: str) -> bool:

@@ -110,3 +110,32 @@ class CountingTorchEvent(FakeEvent):
     @classmethod
     def reset(cls, device: FakeDevice) -> None:
         cls.device, cls.made, cls.guard = device, [], None
+
+
+class Internals:
+    """The one way tests read a throttle's internals (its core, its values, its parts)."""
+
+    def __init__(self, throttle: Any) -> None:
+        self._thr = throttle
+
+    @property
+    def core(self) -> Any:
+        return self._thr._core
+
+    @property
+    def values(self) -> Any:
+        return self._thr._values
+
+    @property
+    def host(self) -> Any:
+        return self._thr._host
+
+    def part(self, kind: type) -> Any:
+        """The throttle's part of class ``kind``, or None when its options leave it off."""
+        return self._thr._parts.get(kind)
+
+
+def inside(throttle: Any) -> Internals:
+    """``inside(thr).core``, ``inside(thr).part(StallWatch)``: internals, read in one place."""
+    view = getattr(throttle, "throttle", None)  # a Throttled view: its throttle
+    return Internals(view if view is not None and hasattr(view, "_core") else throttle)

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..procdevice import ProcessDevice
+from ..testing.procdevice import ProcessDevice
 from ..throttle import Throttle
 
 __all__ = ["DEVICE_S", "LOOPS", "drive", "host_seconds", "main", "measure"]

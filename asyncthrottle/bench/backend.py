@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from ..events import EventFactory
+from ..core.events import EventFactory
 
 __all__ = ["BenchBackend"]
 

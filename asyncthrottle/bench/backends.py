@@ -7,9 +7,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..devices import resolve_events
-from ..events import EventFactory
-from ..procdevice import ProcessDevice
+from ..backends.torch import resolve_events
+from ..core.events import EventFactory
+from ..testing.procdevice import ProcessDevice
 from .backend import BenchBackend
 
 __all__ = ["BACKENDS", "CudaBench", "SimCost", "SimulatedBench", "pick_backend"]

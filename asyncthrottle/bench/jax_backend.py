@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..events import EventFactory
-from ..jax import _jax, _parse_device, jax_events
+from ..core.events import EventFactory
+from ..backends.jax import _jax, _parse_device, jax_events
 
 __all__ = ["JaxBench"]
 

@@ -47,8 +47,8 @@ def measure_mode(mode: str, steps: int, mib: int, budget_mib: int = 256) -> dict
     """
     import numpy as np
 
-    from ..jax import _jax
-    from ..memory import rss_bytes
+    from ..backends.jax import _jax
+    from ..backends.memory import rss_bytes
     from ..throttle import Throttle
 
     jax = _jax()

@@ -34,8 +34,8 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
-from ..events import EventFactory
-from ..procdevice import ProcessDevice
+from ..core.events import EventFactory
+from ..testing.procdevice import ProcessDevice
 from ..throttle import Throttle
 from .reference import Reference
 

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ..pinned import bytes_trusted, pinned_in_use
+from ..backends.pinned import bytes_trusted, pinned_in_use
 from ..throttle import Throttle
 
 __all__ = ["MODES", "ApexPrefetcher", "main", "measure"]

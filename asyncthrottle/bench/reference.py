@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
 
-from ..events import Event, EventFactory
+from ..core.events import Event, EventFactory
 
 __all__ = ["Reference"]
 

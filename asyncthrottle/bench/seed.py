@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..throttle import Throttle
-from ..waits import WaitStrategy
+from ..core.waits import WaitStrategy
 from .backend import BenchBackend
 from .model import CostModel, measure_costs
 from .reference import Reference

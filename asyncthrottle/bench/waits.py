@@ -61,7 +61,7 @@ class SimulatedWaitBench:
     name = "simulated (child process, shared-memory completion; not a GPU)"
 
     def __init__(self) -> None:
-        from ..procdevice import ProcessDevice
+        from ..testing.procdevice import ProcessDevice
 
         self.device = ProcessDevice()
         self.launch = self.device.launch

@@ -1,0 +1,110 @@
+"""The backends: a device resolved once into one :class:`Backend` (its events, memory probe, copies).
+
+Nothing outside this package branches on a device's kind: the throttle and its
+parts ask the backend object instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.events import EventFactory
+from .memory import MemoryProbe
+
+__all__ = ["Backend", "resolve_backend"]
+
+
+class Backend:
+    """One device, resolved once: what the throttle and its parts need to know of it.
+
+    Attributes:
+        kind: ``"cpu"``, ``"cuda"``, ``"mps"``, ``"xpu"``, another ``torch.Event``
+            device type, ``"jax"``, or ``"events"`` (a custom ``events=`` factory).
+        device: the ``device=`` option as given (None: auto-detected).
+        events: the factory of step events; None on a synchronous backend (the CPU).
+        timed: a factory of events with ``elapsed_time`` (None: no device timing).
+        trusted: ``timed``'s events are known to have ``elapsed_time`` (a built-in backend).
+    """
+
+    def __init__(
+        self, kind: str, device: Any, events: EventFactory | None, timed: EventFactory | None, *, trusted: bool
+    ) -> None:
+        self.kind, self.device, self.events, self.timed, self.trusted = kind, device, events, timed, trusted
+
+    @property
+    def synchronous(self) -> bool:
+        return self.events is None
+
+    def memory_probe(self) -> MemoryProbe:
+        """The default probe of ``max_memory=``.
+
+        Raises:
+            ValueError: the backend has none (the CPU, MPS, XPU, custom ``events=``).
+        """
+        from . import memory
+
+        if self.kind == "cuda":
+            return memory.cuda_probe(self.device)
+        if self.kind == "jax":
+            return memory.jax_probe(self.device)
+        raise ValueError(
+            f"max_memory needs memory= on this backend ({self.kind}): there is no default memory probe for it; pass "
+            "memory=<a zero-argument callable returning the bytes held>, e.g. asyncthrottle.memory.rss_bytes"
+        )
+
+    def mover(self, to: Any) -> tuple[Any, Any]:
+        """Where ``to=`` sends batches: ``(target torch.device, copy model or None)``.
+
+        A copy model (CUDA, asynchronous) stages copies through pinned buffers on a
+        copy stream; None means a plain ``.to(target)`` (``non_blocking`` off the CPU).
+
+        Raises:
+            TypeError, ValueError: ``to`` is not a device, or not this throttle's.
+            RuntimeError: ``to``'s device is not available here.
+        """
+        from . import torch as torch_backend
+
+        return torch_backend.mover(to, self.kind, self.device, synchronous=self.synchronous)
+
+    def sync_debug(self) -> Any:
+        """``torch.cuda`` when CUDA's sync debug mode can watch this backend's steps, else None.
+
+        A custom ``events=`` backend gets it when CUDA is available (the events may well be CUDA's).
+        """
+        if self.kind not in ("cuda", "events"):
+            return None
+        from . import torch as torch_backend
+
+        return torch_backend.cuda_module()
+
+    def describe(self) -> str:
+        return "a custom events= backend" if self.kind == "events" else self.kind
+
+
+def resolve_backend(
+    device: Any, events: EventFactory | None, streams: Any, *, blocking: bool, timing: bool
+) -> Backend:
+    """Resolve ``device=``/``events=``/``streams=`` once into a :class:`Backend`.
+
+    Args:
+        device: None (auto-detect), a device string, a ``torch.device`` or a JAX device.
+        events: a custom zero-argument event factory (then ``device`` and ``streams`` must be None).
+        streams: record on these streams (one event each) instead of the current stream.
+        blocking: events whose ``synchronize()`` sleeps in the driver (``wait="block"``).
+        timing: also make a factory of timing events (device timing is on).
+    """
+    if events is not None:
+        if device is not None or streams is not None:
+            raise ValueError("pass events= or device=/streams=, not both: events= replaces the device backend")
+        if not callable(events):
+            raise TypeError(f"events must be a zero-argument callable returning an event, got {events!r}")
+        return Backend("events", None, events, events if timing else None, trusted=False)
+    from . import torch as torch_backend
+
+    kind = torch_backend.device_kind(device)
+    new_event = torch_backend.resolve_events(device, streams=streams, blocking=blocking)
+    timed = None
+    if timing and new_event is not None:
+        timed = torch_backend.resolve_events(device, streams=streams, blocking=blocking, timing=True)
+    return Backend(kind, device, new_event, timed, trusted=True)
+

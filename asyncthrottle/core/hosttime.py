@@ -1,0 +1,69 @@
+"""Host time inside passes: the wall time a loop has run, and how much of it went into fetching."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .rule import Core
+
+__all__ = ["HostTimes"]
+
+
+class HostTimes:
+    """Counts host time only inside passes; what the program does between them is not loop time.
+
+    A pass is a wrapped loop from its first ``next()`` to its end (or
+    ``break``); for ``step()``/``begin_step()``/``mark()`` loops, from the
+    first step to ``drain()``. Inside passes, wall = fetch + body + wait: the
+    waits outside them (a ``drain()`` after a ``break``, ``Deferred.get()``
+    between epochs) are counted apart (``outside_wait_s``), never taken from
+    the body. Written by the loop's thread only; ``wall_s()`` is safe to read
+    from any thread.
+
+    Args:
+        clock: the throttle's clock.
+        core: the throttle's core: its ``on_fetch`` subscribers are told of
+            each fetch, its waits are sorted in or out of passes, and it is
+            told when a pass ends (``Core.pause``).
+    """
+
+    __slots__ = ("_clock", "_closed_s", "_core", "fetch_s", "outside_wait_s", "started", "step_end")
+
+    def __init__(self, clock: Callable[[], float], core: Core) -> None:
+        self._clock, self._core = clock, core
+        self.fetch_s = 0.0  # host seconds taking batches (or between steps)
+        self.outside_wait_s = 0.0  # host seconds blocked on the device between passes
+        self._closed_s = 0.0  # wall seconds of the passes that ended
+        self.started: float | None = None  # when the current pass began (None: between passes)
+        self.step_end = 0.0  # when the last step ended (the fetch time of begin_step() loops)
+        core.subscribe(self)  # on_wait
+
+    def begin(self, now: float) -> None:
+        """A pass starts now, unless one is running."""
+        if self.started is None:
+            self.started = now
+
+    def end(self, now: float) -> None:
+        """The pass (if any) ends now; the core's parts hear of the pause."""
+        if self.started is not None:
+            self._closed_s += max(0.0, now - self.started)
+            self.started = None
+            self._core.pause(now)
+
+    def fetched(self, step: int, start: float, seconds: float) -> None:
+        """The host spent ``seconds`` from ``start`` taking ``step``'s batch (or between steps)."""
+        self.fetch_s += seconds
+        for hook in tuple(self._core.on_fetch):
+            hook(step, start, seconds)
+
+    def on_wait(self, step: int, start: float, seconds: float) -> None:
+        """The core waited: outside a pass, that is not the loop's time."""
+        if self.started is None:
+            self.outside_wait_s += seconds
+
+    def wall_s(self) -> float:
+        """Seconds inside passes, up to now while one runs; never negative."""
+        started = self.started
+        return max(0.0, self._closed_s + (self._clock() - started if started is not None else 0.0))

@@ -1,0 +1,363 @@
+"""The depth rule: a queue of step events, and when the host must wait for the oldest."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from .errors import ThrottleTimeout, not_ended
+from .events import Event, EventFactory
+from .waits import WaitStrategy
+
+_HISTOGRAM_BUCKETS = 64  # in-flight histogram size at most (the last bucket counts "that many or more")
+_HOOKS = ("before_record", "on_record", "on_drop", "on_dry", "on_fetch", "holds", "on_handout", "on_idle",
+          "on_retire", "on_wait_begin", "on_wait", "on_pause")
+
+
+class Subscriber:
+    """What a part of the throttle may hear from the core; every method is optional.
+
+    Parts (device timing, deferred values, a trace, a depth controller, a
+    framework callback) subscribe with :meth:`Core.subscribe`. The core calls
+    them on the loop's thread; none of them may block or sync, and none of
+    them changes the rule. Define only the methods you need (this class is
+    documentation; subscribers do not have to inherit from it).
+    """
+
+    def before_record(self, step: int, event: Event) -> None:
+        """Just before ``step``'s event is recorded: enqueue work the event must cover."""
+
+    def on_record(self, step: int, event: Event | None, now: float) -> None:
+        """``step``'s event was recorded at host time ``now`` (None on a synchronous backend)."""
+
+    def on_drop(self, step: int) -> None:
+        """``step`` ends without an event (its body raised, or its event could not be recorded): drop its data.
+
+        The next step reuses the number ``step``.
+        """
+
+    def on_dry(self, step: int) -> None:
+        """The device ran dry during ``step``'s loop body (see ``Core.dry``)."""
+
+    def on_fetch(self, step: int, start: float, seconds: float) -> None:
+        """The host took ``step``'s batch from the source (the wrapper), or waited between steps (``begin_step``)."""
+
+    def holds(self) -> bool:
+        """Before a hand-out, with steps in flight: True makes the host wait for the oldest one first.
+
+        For budgets other than the depth (memory); asked again after each wait.
+        """
+        return False
+
+    def on_handout(self, step: int, in_flight: int, now: float) -> None:
+        """``step`` may start: it is handed to the host with ``in_flight`` earlier steps unfinished."""
+
+    def on_idle(self, step: int) -> None:
+        """``step`` is handed out while nothing is queued on the device (it starves)."""
+
+    def on_retire(self, step: int) -> None:
+        """``step`` (and every step before it) is seen complete; called in step order."""
+
+    def on_wait_begin(self, step: int) -> None:
+        """The host is about to block on ``step``'s event (``core.draining`` says whether in ``drain()``)."""
+
+    def on_wait(self, step: int, start: float, seconds: float) -> None:
+        """The host blocked ``seconds`` from ``start`` waiting for ``step``'s event (also after an interrupt)."""
+
+    def on_pause(self, now: float) -> None:
+        """The loop left its pass at host time ``now``: until the next step, the time is not the loop's."""
+
+
+class EventSupplier(Protocol):
+    """A part that supplies the event of chosen steps (device timing: timing events on sampled steps only).
+
+    The core asks it only at the step it named (:meth:`Core.supply_from`, then
+    :meth:`Core.supply_next` for each next one), so every other step costs one
+    comparison. It may let go while asked (:meth:`Core.stop_supply`, or
+    ``unsubscribe``): its later ``supply_next`` calls are then ignored.
+    """
+
+    def supply_event(self, step: int) -> Event:
+        """The event to record for ``step`` (the step the supplier named last)."""
+
+    def supplied_idle(self, step: int) -> None:
+        """``step``, a supplied one, is handed out with nothing queued on the device."""
+
+
+class Core:
+    """Steps in flight and the rule that bounds them; knows devices only as events.
+
+    Besides the rule, the core counts what it sees on the way: waits, hand-outs
+    by steps in flight (``histogram``), hand-outs with nothing queued
+    (``starved``), and loop bodies during which the device ran dry (``dry``):
+    at the record of step ``n``, step ``n - 1`` is still queued (it was
+    unfinished at ``n``'s hand-out, or it would have been retired there) and
+    its event already reports completion -- idle that opened inside the body,
+    where no hand-out sees it. That costs one ``query()`` per step, never a sync.
+
+    Only the loop's thread calls the mutating methods (the Throttle enforces
+    it). Counters are written by that thread alone; other threads may read
+    them, and copy ``pending`` (a C-level copy, atomic under the GIL).
+
+    Rules for parts: each notification goes to the parts subscribed when it
+    starts (a part may subscribe or unsubscribe any part, itself included,
+    while being told, and no other part misses it); retirements are told in
+    step order and never nest (a part that waits while being told of step
+    ``n`` -- a ``drain()`` in a callback -- queues the steps it retires,
+    which are told after every part has heard of ``n``); a part that raised
+    does not hide the step from the parts after it (the first error is
+    raised once all were told).
+
+    Args:
+        depth: steps allowed in flight, or None (track only).
+        new_event: the backend's event factory, or None for a synchronous backend.
+        wait: how the host blocks on an event.
+        timeout: seconds one wait may take, or None.
+        clock: host clock in seconds.
+    """
+
+    def __init__(
+        self,
+        depth: int | None,
+        new_event: EventFactory | None,
+        wait: WaitStrategy,
+        timeout: float | None,
+        clock: Callable[[], float],
+    ) -> None:
+        self.new_event, self.wait_strategy, self.timeout, self.clock = new_event, wait, timeout, clock
+        self.pending: deque[Event] = deque()
+        self.steps = self.completed = 0
+        self.waits = self.starved = self.max_in_flight = self.dry = 0
+        self.last_dry = -1  # the last step recorded after a dry body
+        self.wait_s = 0.0
+        self.draining = False  # drain() is waiting
+        self.histogram = [0]
+        self.depth: int | None = None
+        self.limit: int | None = None
+        # One part (an EventSupplier: device timing) may supply the event of one upcoming step, and be told
+        # when that step is handed out with nothing queued: a comparison per step on every other step.
+        self.supplied_step = -1
+        self.supplier: Any = None
+        self._telling = False  # retirements are being told (they never nest)
+        self._untold: deque[int] = deque()  # steps retired while telling, told in order after
+        self.before_record: list[Callable[..., Any]] = []
+        self.on_record: list[Callable[..., Any]] = []
+        self.on_drop: list[Callable[..., Any]] = []
+        self.on_dry: list[Callable[..., Any]] = []
+        self.on_fetch: list[Callable[..., Any]] = []
+        self.holds: list[Callable[[], bool]] = []
+        self.on_handout: list[Callable[..., Any]] = []
+        self.on_idle: list[Callable[..., Any]] = []
+        self.on_retire: list[Callable[..., Any]] = []
+        self.on_wait_begin: list[Callable[..., Any]] = []
+        self.on_wait: list[Callable[..., Any]] = []
+        self.on_pause: list[Callable[..., Any]] = []
+        self.set_depth(depth)
+
+    @property
+    def synchronous(self) -> bool:
+        return self.new_event is None
+
+    def set_depth(self, depth: int | None) -> None:
+        """Change the bound; the next hand-out obeys it (a controller's lever)."""
+        self.depth = depth
+        self.limit = None if depth is None else depth - 1
+        # Buckets 0..depth, at most _HISTOGRAM_BUCKETS of them: memory does not grow with the depth.
+        buckets = min(depth or _HISTOGRAM_BUCKETS, _HISTOGRAM_BUCKETS - 1) + 1
+        if buckets > len(self.histogram):
+            self.histogram.extend([0] * (buckets - len(self.histogram)))
+        self.top = len(self.histogram) - 1  # the last bucket counts "top or more"
+
+    def subscribe(self, part: object) -> None:
+        """Call ``part``'s hooks (the methods of :class:`Subscriber` it defines) from now on."""
+        for name in _HOOKS:
+            hook = getattr(part, name, None)
+            if hook is not None and hook not in getattr(self, name):
+                getattr(self, name).append(hook)
+
+    def unsubscribe(self, part: object) -> None:
+        """Stop calling ``part``'s hooks (safe while it is being told: see the rules for parts)."""
+        for name in _HOOKS:
+            hook = getattr(part, name, None)
+            hooks = getattr(self, name)
+            if hook is not None and hook in hooks:
+                hooks.remove(hook)
+        self.stop_supply(part)
+
+    def supply_from(self, part: EventSupplier, step: int) -> None:
+        """``part`` supplies the event of ``step`` (``part.supply_event(step)``); it replaces any other supplier."""
+        self.supplier, self.supplied_step = part, step
+
+    def supply_next(self, part: EventSupplier, step: int) -> None:
+        """``part`` supplies the event of ``step`` next; ignored once ``part`` let go (it may do so while asked)."""
+        if self.supplier is part:
+            self.supplied_step = step
+
+    def stop_supply(self, part: object) -> None:
+        """``part`` supplies no more events; every later step gets the backend's."""
+        if self.supplier is part:
+            self.supplier, self.supplied_step = None, -1
+
+    # -- the rule ----------------------------------------------------------
+
+    def record(self, now: float) -> int:
+        """End of a step: one event, recorded after the step's work was enqueued. Returns the step."""
+        step = self.steps
+        new_event = self.new_event
+        if new_event is None:  # synchronous: the step is complete as it ends
+            self.completed = self.steps = step + 1
+            if self.on_record:
+                for hook in tuple(self.on_record):
+                    hook(step, None, now)
+            if self.on_retire:
+                self._tell_retired(step)
+            return step
+        event = self.supplier.supply_event(step) if step == self.supplied_step else new_event()
+        if self.before_record:
+            for hook in tuple(self.before_record):
+                hook(step, event)
+        try:
+            event.record()  # may raise (CUDA graph capture): then the step is not counted
+        except BaseException:
+            self.drop()
+            raise
+        pending = self.pending
+        pending.append(event)
+        self.steps = step + 1
+        queued = len(pending)
+        if queued > self.max_in_flight:
+            self.max_in_flight = queued
+        if queued > 1 and pending[-2].query():  # the device ran dry in this body (a query, never a sync)
+            self.dry += 1
+            self.last_dry = step
+            for hook in tuple(self.on_dry):
+                hook(step)
+        if self.on_record:
+            for hook in tuple(self.on_record):
+                hook(step, event, now)
+        return step
+
+    def drop(self) -> None:
+        """The step being run ends without an event: its parts drop it (its number is used again)."""
+        for hook in tuple(self.on_drop):
+            hook(self.steps)
+
+    def pause(self, now: float) -> None:
+        """The loop left its pass (it ended, broke, or drained between epochs): tell the parts."""
+        for hook in tuple(self.on_pause):
+            hook(now)
+
+    def admit(self) -> int:
+        """Before a step: wait until at most depth - 1 steps are in flight. Returns how many are."""
+        pending = self.pending
+        if self.new_event is not None:
+            limit = self.limit
+            if limit is not None:
+                while len(pending) > limit:
+                    self.wait_for(self.completed)
+                    self.retire()
+            holds = self.holds
+            while holds and pending and any(hold() for hold in holds):
+                self.wait_for(self.completed)
+                self.retire()
+            if pending and pending[0].query():  # retire finished steps without blocking
+                if self.on_retire:
+                    retire = self.retire
+                    retire()
+                    while pending and pending[0].query():
+                        retire()
+                else:  # nobody to tell: the retirements are two operations each
+                    pending.popleft()
+                    self.completed += 1
+                    while pending and pending[0].query():
+                        pending.popleft()
+                        self.completed += 1
+            queued = len(pending)
+            top = self.top
+            self.histogram[queued if queued < top else top] += 1
+            if not queued:
+                self.starved += 1
+                if self.steps == self.supplied_step:
+                    self.supplier.supplied_idle(self.steps)
+                if self.on_idle:
+                    for hook in tuple(self.on_idle):
+                        hook(self.steps)
+        else:
+            queued = 0
+        if self.on_handout:
+            now = self.clock()
+            for hook in tuple(self.on_handout):
+                hook(self.steps, queued, now)
+        return queued
+
+    def wait_for(self, step: int) -> None:
+        """Block until recorded step ``step``'s event completes (nothing else is waited for)."""
+        event = self.pending[step - self.completed]
+        if event.query():
+            return
+        clock = self.clock
+        for hook in tuple(self.on_wait_begin):
+            hook(step)
+        start = clock()
+        done = False
+        try:
+            done = self.wait_strategy(event, self.timeout)  # host-device sync, required by the rule or the caller
+        finally:  # an interrupted wait (Ctrl-C) still counts
+            waited = clock() - start
+            self.waits += 1
+            self.wait_s += waited
+            for hook in tuple(self.on_wait):
+                hook(step, start, waited)
+        if not done:
+            assert self.timeout is not None
+            raise ThrottleTimeout(step, self.depth, waited, self.timeout)
+
+    def retire(self) -> None:
+        """The oldest step is complete: drop its event, tell the parts."""
+        self.pending.popleft()
+        step = self.completed
+        self.completed = step + 1
+        if self.on_retire:
+            self._tell_retired(step)
+
+    def _tell_retired(self, step: int) -> None:
+        """Tell every part of ``step``'s retirement, then of the steps retired meanwhile: in order, never nested."""
+        untold = self._untold
+        untold.append(step)
+        if self._telling:  # a part waited while being told of an earlier step: that one comes first
+            return
+        self._telling = True
+        error: BaseException | None = None
+        try:
+            while untold:  # steps left by an interrupted telling (Ctrl-C in a callback) go first
+                step = untold.popleft()
+                for hook in tuple(self.on_retire):
+                    try:
+                        hook(step)
+                    except Exception as exc:  # a user's callback: the other parts still hear of the step
+                        error = error or exc
+        finally:
+            self._telling = False
+        if error is not None:
+            raise error
+
+    def wait_until(self, step: int) -> None:
+        """Wait for ``step`` and every step before it (no later step), retiring them."""
+        if step >= self.steps:
+            raise RuntimeError(not_ended(step))
+        if self.completed <= step:
+            self.wait_for(step)  # one wait: on an in-order queue the steps before it are done too
+        while self.completed <= step:
+            self.wait_for(self.completed)
+            self.retire()
+
+    def drain(self) -> None:
+        """Wait for every recorded step (a host-device sync for the last one)."""
+        if self.completed < self.steps:
+            self.draining = True
+            try:
+                self.wait_until(self.steps - 1)
+            finally:
+                self.draining = False
+

@@ -1,0 +1,298 @@
+"""How the host waits for an event: spin, block in the driver, poll, or sleep-then-spin (hybrid)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+from .events import Event
+
+__all__ = ["Block", "Hybrid", "Poll", "Spin", "WaitStrategy", "resolve_wait"]
+
+
+@runtime_checkable
+class WaitStrategy(Protocol):
+    """Waits until an event completes.
+
+    ``blocking_events`` asks the backend for events whose ``synchronize()``
+    sleeps in the driver (CUDA's blocking-sync events) instead of spinning.
+    ``honours_timeout`` says whether a ``timeout`` can cut the wait short.
+
+    Optional: ``resumes = True`` says the wait checks a deadline anyway, so a
+    caller may stop it at one (a stall report) and resume it at no extra cost
+    by calling it again with ``waited=`` the seconds it already lasted (its
+    naps keep their length, ``timeout`` counts from the first call). A
+    strategy without it is watched from a thread instead.
+    """
+
+    blocking_events: bool
+    honours_timeout: bool
+
+    def __call__(self, event: Event, timeout: float | None, waited: float = 0.0) -> bool:
+        """Wait for ``event``; return False if ``timeout`` seconds passed first (``waited`` counts against it)."""
+
+
+class Spin:
+    """The event's own ``synchronize()``: lowest latency, one core busy while waiting.
+
+    With a ``timeout`` it spins on ``query()`` in Python instead, so the
+    deadline (and Ctrl-C) can be honoured. Without one, a ``KeyboardInterrupt``
+    is only seen once the event completes.
+    """
+
+    blocking_events = False
+    honours_timeout = True
+
+    def __init__(self, *, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+
+    def __call__(self, event: Event, timeout: float | None, waited: float = 0.0) -> bool:
+        """``waited``: seconds this wait already lasted (a stall report interrupted it); counts against ``timeout``."""
+        if timeout is None:
+            event.synchronize()  # host-device sync: the depth rule requires this step.
+            return True
+        deadline = self._clock() + timeout - waited
+        while not event.query():
+            if self._clock() >= deadline:
+                return False
+        return True
+
+
+class Block(Spin):
+    """``synchronize()`` on blocking-sync events: the thread sleeps in the driver.
+
+    No core is burnt, wake-up costs the driver's latency, and neither Ctrl-C
+    nor a timeout can interrupt the wait (the driver holds the thread).
+    On backends without blocking events this is the same as ``Spin``.
+    """
+
+    blocking_events = True
+    honours_timeout = False
+
+
+class Poll:
+    """Query, then sleep in slices that grow with the wait: responsive and cheap.
+
+    After ``spin_s`` seconds of spinning on ``query()`` (none by default: a
+    Python spin holds the GIL, which starves runtimes whose completion needs a
+    Python thread, and buys nothing on a GPU), the host sleeps for
+    ``fraction`` of the time waited so far, between ``min_sleep_s`` and
+    ``max_sleep_s``. The overshoot after the event completes is therefore at
+    most ``fraction`` of the wait plus the OS's sleep granularity (~60 us on
+    Linux), a long wait burns almost no CPU, and a ``KeyboardInterrupt``
+    arrives within ``max_sleep_s`` (a signal also cuts the sleep short).
+
+    Args:
+        spin_s: seconds to spin before the first sleep.
+        fraction: sleep slice as a fraction of the time waited so far.
+        min_sleep_s: shortest sleep slice.
+        max_sleep_s: longest sleep slice (bounds Ctrl-C latency); at most 0.1.
+        clock: monotonic clock in seconds.
+        sleep: the sleep function (the fake device injects its own).
+    """
+
+    blocking_events = False
+    honours_timeout = True
+    resumes = True
+
+    def __init__(
+        self,
+        *,
+        spin_s: float = 0.0,
+        fraction: float = 0.01,
+        min_sleep_s: float = 1e-5,
+        max_sleep_s: float = 2e-3,
+        clock: Callable[[], float] = time.perf_counter,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not 0 < max_sleep_s <= 0.1:
+            raise ValueError(f"max_sleep_s must be in (0, 0.1] to keep Ctrl-C responsive, got {max_sleep_s!r}")
+        if not 0 <= min_sleep_s <= max_sleep_s:
+            raise ValueError(f"min_sleep_s must be in [0, max_sleep_s], got {min_sleep_s!r}")
+        if spin_s < 0 or fraction <= 0:
+            raise ValueError(f"spin_s must be >= 0 and fraction > 0, got {spin_s!r} and {fraction!r}")
+        self.spin_s, self.fraction = spin_s, fraction
+        self.min_sleep_s, self.max_sleep_s = min_sleep_s, max_sleep_s
+        self._clock, self._sleep = clock, sleep
+
+    def __call__(self, event: Event, timeout: float | None, waited: float = 0.0) -> bool:
+        """``waited``: seconds this wait already lasted (a stall report interrupted it): the slices go on growing."""
+        start = self._clock() - waited
+        while not event.query():
+            waited = self._clock() - start
+            if timeout is not None and waited >= timeout:
+                return False
+            if waited < self.spin_s:
+                continue
+            nap = min(self.max_sleep_s, max(self.min_sleep_s, waited * self.fraction))
+            if timeout is not None:  # stop at the deadline, but always move on (a fake clock rounds)
+                nap = max(min(nap, timeout - waited), self.min_sleep_s, 1e-9)
+            self._sleep(nap)
+        return True
+
+
+class Hybrid:
+    """Sleep until just before the event is predicted to complete, then spin: spin's speed, little CPU.
+
+    Each wait is timed; the prediction is a low quantile of the last ``history``
+    wait durations (a strategy object belongs to one throttle, so these are one
+    loop's waits). The host sleeps until the prediction minus a margin (the
+    measured sleep overshoot, ~70-100 us on Linux, plus ``jitter`` of the
+    prediction plus ``slack_s``), then spins on ``query()``. A long sleep is
+    taken in two: the second at most an eighth of the prediction (or four
+    overshoots) long, ending at the wake-up. If the event is
+    still unfinished after spinning for twice the margin (at least ``spin_s``),
+    or there is no prediction yet (the first ``min_samples`` waits), it sleeps
+    in slices of ``fraction`` of the time waited, like :class:`Poll`. A wait
+    whose event completed while the host slept records only the time before
+    that sleep (a lower bound: close to the truth when it was the short second
+    sleep, 0 when the event beat the first, which corrects an overestimate at
+    once); the next waits wake early, spin, and measure the wait exactly.
+
+    Sleep slices are at most ``max_sleep_s``: Ctrl-C arrives within that (a
+    signal also cuts the sleep short), and ``timeout`` is honoured.
+
+    Args:
+        history: wait durations remembered.
+        quantile: which quantile of them predicts the next wait (low: wake early).
+        min_samples: waits timed before predicting.
+        jitter: share of the prediction added to the margin (device-time jitter).
+        slack_s: seconds added to the margin.
+        spin_s: shortest spin after waking (and before the first sleep without a prediction).
+        fraction: sleep slice as a share of the time waited, once past the prediction.
+        min_sleep_s: shortest sleep worth taking; shorter remaining times are spun.
+        max_sleep_s: longest sleep slice (bounds Ctrl-C latency); at most 0.1.
+        yield_gil: call ``os.sched_yield()`` between queries while spinning
+            (~0.4 us), which releases the GIL to other Python threads (a
+            DataLoader's pin-memory thread) and the CPU to other processes; a
+            thread that then holds the GIL can delay the wake-up by up to the
+            interpreter's switch interval (5 ms). Measured in BENCHMARKS.md.
+        clock: monotonic clock in seconds.
+        sleep: the sleep function.
+    """
+
+    blocking_events = False
+    honours_timeout = True
+    resumes = True
+
+    def __init__(
+        self,
+        *,
+        history: int = 16,
+        quantile: float = 0.25,
+        min_samples: int = 3,
+        jitter: float = 0.02,
+        slack_s: float = 2e-5,
+        spin_s: float = 5e-5,
+        fraction: float = 0.02,
+        min_sleep_s: float = 2e-5,
+        max_sleep_s: float = 0.05,
+        yield_gil: bool = True,
+        clock: Callable[[], float] = time.perf_counter,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if history < 1 or not 1 <= min_samples <= history:
+            raise ValueError(f"history must be >= 1 and min_samples in [1, history], got {history!r}, {min_samples!r}")
+        if not 0 <= quantile <= 1:
+            raise ValueError(f"quantile must be in [0, 1], got {quantile!r}; 0.25 wakes early on a quarter of waits")
+        if not 0 < max_sleep_s <= 0.1:
+            raise ValueError(f"max_sleep_s must be in (0, 0.1] to keep Ctrl-C responsive, got {max_sleep_s!r}")
+        if min(jitter, slack_s, spin_s, min_sleep_s) < 0 or fraction <= 0:
+            raise ValueError(
+                "jitter, slack_s, spin_s and min_sleep_s must be >= 0 and fraction > 0, got "
+                f"{jitter!r}, {slack_s!r}, {spin_s!r}, {min_sleep_s!r}, {fraction!r}"
+            )
+        self.quantile, self.min_samples, self.jitter, self.slack_s = quantile, min_samples, jitter, slack_s
+        self.spin_s, self.fraction, self.min_sleep_s, self.max_sleep_s = spin_s, fraction, min_sleep_s, max_sleep_s
+        self.yield_gil = yield_gil
+        self._clock, self._sleep = clock, sleep
+        self._waits: deque[float] = deque(maxlen=history)  # seconds from each call to seen complete
+        self._overshoots: deque[float] = deque([1e-4], maxlen=8)  # Linux: ~70-100 us until measured
+
+    def predict(self) -> float | None:
+        """Seconds the next wait is expected to take, or None before ``min_samples`` waits."""
+        if len(self._waits) < self.min_samples:
+            return None
+        ordered = sorted(self._waits)
+        return ordered[int(self.quantile * (len(ordered) - 1))]
+
+    @property
+    def overshoot_s(self) -> float:
+        """How late a sleep is expected to return: the second largest of the last 8 (one outlier ignored)."""
+        ordered = sorted(self._overshoots)
+        return ordered[-2] if len(ordered) > 1 else ordered[-1]
+
+    def __call__(self, event: Event, timeout: float | None, waited: float = 0.0) -> bool:
+        """``waited``: seconds this wait already lasted (a stall report interrupted it): it resumes where it was."""
+        clock, query = self._clock, event.query
+        now = clock()
+        start = now - waited
+        deadline = float("inf") if timeout is None else start + timeout
+        predicted = self.predict()
+        margin = self.overshoot_s + self.slack_s + self.jitter * (predicted or 0.0)
+        slept_from: float | None = None  # when the last sleep began (the event was unfinished then)
+        if predicted is not None:  # 1. sleep until shortly before the predicted completion
+            wake = min(start + predicted - margin, deadline)
+            approach = max(4 * self.overshoot_s, predicted / 8)  # the last nap's length, at most
+            while wake - now >= self.min_sleep_s and (now == start or wake - now > self.overshoot_s):
+                if query():
+                    break
+                slept_from = now
+                remaining = wake - now  # a long wait ends with a short nap, so that an event that completes
+                nap = remaining - approach if remaining > 2 * approach else remaining  # in it leaves a tight
+                self._nap(min(nap, self.max_sleep_s))  # lower bound (see _done below)
+                now = clock()
+            if query():  # done while the host slept: record the lower bound, so that an early
+                return self._done(start, clock() if slept_from is None else slept_from)  # wake measures it
+        spin = max(self.spin_s, 2 * margin if predicted is not None else 0.0) if not waited else 0.0  # resumed:
+        spin_until = min(now + spin, deadline)  # it spun at its start already
+        yield_gil = self.yield_gil
+        while not query():  # 2. spin, briefly
+            now = clock()
+            if now >= spin_until:
+                break
+            if yield_gil:
+                os.sched_yield()  # releases the GIL to other Python threads
+        else:
+            return self._done(start, clock())
+        while not query():  # 3. the prediction was early (or absent): growing sleeps
+            now = clock()
+            if now >= deadline:
+                return False
+            nap = min(self.max_sleep_s, max(self.min_sleep_s, (now - start) * self.fraction), deadline - now)
+            self._nap(nap)
+        return self._done(start, clock())
+
+    def _nap(self, seconds: float) -> None:
+        before = self._clock()
+        self._sleep(seconds)
+        self._overshoots.append(max(0.0, self._clock() - before - seconds))
+
+    def _done(self, start: float, end: float) -> bool:
+        self._waits.append(end - start)
+        return True
+
+
+_BY_NAME: dict[str, Callable[[], WaitStrategy]] = {"spin": Spin, "block": Block, "poll": Poll, "hybrid": Hybrid}
+
+
+def resolve_wait(wait: str | WaitStrategy) -> WaitStrategy:
+    """Turn ``wait=`` into a strategy object, or explain what is allowed."""
+    if isinstance(wait, str):
+        if wait not in _BY_NAME:
+            raise ValueError(f"wait must be one of {sorted(_BY_NAME)} or a WaitStrategy, got {wait!r}")
+        return _BY_NAME[wait]()
+    if isinstance(wait, type):
+        raise TypeError(
+            f"wait={wait.__name__} is a class; pass an instance such as wait={wait.__name__}() "
+            f"(or a name: one of {sorted(_BY_NAME)})"
+        )
+    if isinstance(wait, WaitStrategy):
+        return wait
+    raise TypeError(
+        f"wait must be one of {sorted(_BY_NAME)} or an object with __call__(event, timeout), "
+        f"blocking_events and honours_timeout, got {type(wait).__name__}"
+    )

@@ -1,0 +1,66 @@
+"""What a part is built from, and the shape every part has."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+if TYPE_CHECKING:
+    from ..backends import Backend
+    from ..core.rule import Core
+    from ..stats import Stats
+
+P = TypeVar("P")
+
+
+class Build:
+    """The throttle as its parts see it while they are built, in the order of ``PARTS``.
+
+    Attributes:
+        core: the throttle's core (parts subscribe to it).
+        backend: the resolved device.
+        options: every option of the throttle, already checked.
+        clock: the throttle's host clock.
+    """
+
+    def __init__(self, core: Core, backend: Backend, options: Mapping[str, Any], clock: Callable[[], float]) -> None:
+        self.core, self.backend, self.options, self.clock = core, backend, options, clock
+        self.built: dict[type, Any] = {}
+
+    def part(self, kind: type[P]) -> P | None:
+        """The part of class ``kind`` built before this one, or None (it is off or comes later)."""
+        return self.built.get(kind)
+
+
+class Part:
+    """A feature of the throttle, in a module of its own under ``asyncthrottle/parts/``; subclasses override.
+
+    It owns its options (``OPTIONS``, checked by :meth:`check` on every backend
+    before anything is built), builds itself when they turn it on
+    (:meth:`build`, which subscribes it to the core), supplies its fields of
+    :class:`~asyncthrottle.Stats` (:meth:`fields`, declared by its ``STATS``
+    dataclass) and its lines of the summary (:meth:`summary_lines`). The
+    defaults: no options, no fields, no lines.
+    """
+
+    __slots__ = ()
+    OPTIONS: ClassVar[tuple[str, ...]] = ()
+    STATS: ClassVar[type | None] = None
+
+    @staticmethod
+    def check(options: Mapping[str, Any]) -> None:
+        """Raise ``TypeError``/``ValueError`` for a bad value of one of ``OPTIONS``."""
+
+    @classmethod
+    def build(cls, at: Build) -> Any:
+        """The part for these options, subscribed to ``at.core``; None when the options leave it off."""
+        raise NotImplementedError
+
+    def fields(self) -> dict[str, Any]:
+        """This part's fields of a :class:`~asyncthrottle.Stats` snapshot (never blocks or syncs)."""
+        return {}
+
+    @staticmethod
+    def summary_lines(stats: Stats) -> list[str]:
+        """This part's lines of ``Stats.summary()`` (called whether or not the part was built)."""
+        return []

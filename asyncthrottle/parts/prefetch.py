@@ -1,0 +1,216 @@
+"""``to=device``: each batch copied to the device one step ahead, staged through a ring of pinned buffers."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..backends.copies import CopyModel
+from ..values import _map
+from ._build import Part
+
+if TYPE_CHECKING:
+    from ..core.rule import Core
+    from ..stats import Stats
+    from ._build import Build
+
+_ALIGN = 64  # bytes: each staged tensor starts at a multiple (any dtype may view it)
+UNBOUNDED_SLOTS = 4  # slots the ring keeps when depth=None bounds nothing
+
+
+class Slot:
+    """One pinned staging buffer, its copy event, and the step that used it last."""
+
+    __slots__ = ("buffer", "event", "nbytes", "step")
+
+    def __init__(self, buffer: Any, nbytes: int, event: Any, step: int) -> None:
+        self.buffer, self.nbytes, self.event, self.step = buffer, nbytes, event, step
+
+
+class PinnedRing:
+    """Pinned staging slots; a slot is taken again only after the step that used it last retired.
+
+    Args:
+        model: makes the buffers and events.
+        limit: returns the most slots to keep now (the throttle's depth + 2).
+    """
+
+    def __init__(self, model: CopyModel, limit: Callable[[], int]) -> None:
+        self._model, self._limit = model, limit
+        self.free: list[Slot] = []
+        self.busy: deque[Slot] = deque()  # in step order
+        self.size = 0  # bytes per slot: the largest batch seen
+        self.nbytes = 0  # pinned bytes the ring holds
+        self.overflows = 0  # batches staged by torch's own pinned pool: every slot was busy
+
+    def take(self, step: int, need: int) -> Slot:
+        """A slot of at least ``need`` bytes for ``step``; beyond the limit, a transient one (no buffer)."""
+        self.size = max(self.size, need)
+        if self.free:
+            slot = self.free.pop()
+        elif len(self.busy) < self._limit():
+            slot = Slot(None, 0, self._model.event(), step)
+        else:
+            self.overflows += 1
+            return Slot(None, 0, self._model.event(), step)  # not kept: torch pins its tensors
+        if slot.nbytes < need:  # grown only when a batch is larger than every batch before it
+            self.nbytes += self.size - slot.nbytes
+            slot.buffer, slot.nbytes = self._model.pin(self.size), self.size
+        slot.step = step
+        self.busy.append(slot)
+        return slot
+
+    def retire(self, step: int) -> None:
+        """``step`` and every step before it completed: their slots may be written again."""
+        busy = self.busy
+        while busy and busy[0].step <= step:
+            self.free.append(busy.popleft())
+
+
+@dataclasses.dataclass(frozen=True)
+class PrefetchStats:
+    """The field of :class:`~asyncthrottle.Stats` that ``to=`` supplies."""
+
+    pinned_bytes: int = 0
+
+
+class Prefetch(Part):
+    """Copies each fetched batch to the device on a copy stream; the step that uses it waits on its event only.
+
+    The wrapper calls it with batch ``n + 1`` right after recording step
+    ``n``, so the copy overlaps step ``n``. Host tensors are staged through
+    the ring (pinned ones are copied directly); the compute stream waits on
+    the batch's copy event, not on the whole copy stream. A slot is written
+    again only after the step that used it retired: that step waited on the
+    copy, so the copy out of the slot is done. Device tensors are allocated
+    on the copy stream and ``record_stream``-ed to the compute stream (see
+    :meth:`~asyncthrottle.copies.CudaCopy.copy`). Never blocks and never syncs.
+
+    Args:
+        core: the throttle's core (step numbers, retirements, depth).
+        model: the copy model (:class:`CudaCopy`).
+    """
+
+    OPTIONS = ("to",)
+    STATS = PrefetchStats
+
+    @staticmethod
+    def check(options: Mapping[str, Any]) -> None:
+        to = options["to"]
+        if to is not None and not isinstance(to, str) and type(to).__name__ != "device":
+            raise TypeError(
+                f"to must be None, a str such as 'cuda' or 'cuda:1', or a torch.device, got {to!r} "
+                f"({type(to).__name__}); pass the throttle's device, e.g. to='cuda'"
+            )
+
+    @classmethod
+    def build(cls, at: Build) -> Prefetch | PlainTo | None:
+        """A :class:`Prefetch` where the backend has a copy model (CUDA), else a :class:`PlainTo`."""
+        if at.options["to"] is None:
+            return None
+        target, model = at.backend.mover(at.options["to"])
+        if model is None:
+            return PlainTo(target, non_blocking=target.type != "cpu")  # ordered on the device's one queue
+        return cls(at.core, model)
+
+    def fields(self) -> dict[str, Any]:
+        return {"pinned_bytes": self.ring.nbytes}
+
+    @staticmethod
+    def summary_lines(stats: Stats) -> list[str]:
+        if not stats.pinned_bytes:
+            return []
+        return [f"  to=: {stats.pinned_bytes / 2**20:,.1f} MiB pinned by the staging ring"]
+
+    def __init__(self, core: Core, model: CopyModel) -> None:
+        self._core, self._model = core, model
+        self.ring = PinnedRing(model, self._limit)
+        core.subscribe(self)
+
+    def _limit(self) -> int:
+        depth = self._core.depth
+        return UNBOUNDED_SLOTS if depth is None else depth + 2
+
+    @property
+    def pinned_bytes(self) -> int:
+        return self.ring.nbytes
+
+    def on_retire(self, step: int) -> None:
+        self.ring.retire(step)
+
+    def __call__(self, batch: Any) -> Any:
+        torch = sys.modules["torch"]
+        pinned = self._model.is_pinned
+        staged: list[Any] = []  # host tensors to stage through the slot, in leaf order
+        hosts = 0
+
+        def plan(leaf: Any) -> Any:
+            nonlocal hosts
+            if isinstance(leaf, torch.Tensor) and leaf.device.type == "cpu":
+                hosts += 1
+                if not pinned(leaf):
+                    staged.append(leaf)
+            return leaf
+
+        _map(batch, plan)
+        if not hosts:
+            return batch  # nothing on the host: nothing to copy, nothing to wait for
+        need = sum(_padded(t) for t in staged)
+        slot = self.ring.take(self._core.steps, need)
+        with self._model.copying():
+            moved = _map(batch, _Stager(torch, self._model, slot, {id(t) for t in staged}))
+            self._model.join(slot.event)
+        return moved
+
+
+class _Stager:
+    """Moves one batch's host tensors: through the slot's buffer (or torch's pinned pool), then to the device."""
+
+    def __init__(self, torch: Any, model: CopyModel, slot: Slot, staged: set[int]) -> None:
+        self._torch, self._model, self._slot, self._staged = torch, model, slot, staged
+        self._offset = 0
+
+    def __call__(self, leaf: Any) -> Any:
+        if not isinstance(leaf, self._torch.Tensor) or leaf.device.type != "cpu":
+            return leaf
+        host = leaf
+        if id(leaf) in self._staged:
+            buffer = self._slot.buffer
+            if buffer is None:  # every slot busy: torch's caching host allocator pins it (safe, unbounded)
+                host = self._model.pin_copy(leaf)
+            else:
+                start, nbytes = self._offset, leaf.numel() * leaf.element_size()
+                self._offset += _padded(leaf)
+                host = buffer[start:start + nbytes].view(leaf.dtype).view(leaf.shape)
+                host.copy_(leaf)  # host memcpy into pinned memory; the device reads it after
+        return self._model.copy(host)
+
+
+def _padded(tensor: Any) -> int:
+    nbytes = int(tensor.numel() * tensor.element_size())
+    return -(-nbytes // _ALIGN) * _ALIGN
+
+
+class PlainTo(Part):
+    """``.to(device)`` on every tensor of a batch: ``to=`` where there is no copy model (the CPU, MPS, XPU)."""
+
+    def __init__(self, device: Any, non_blocking: bool = False) -> None:
+        self.device, self.non_blocking = device, non_blocking
+
+    def __call__(self, batch: Any) -> Any:
+        torch = sys.modules.get("torch")
+        device, non_blocking = self.device, self.non_blocking
+
+        def leaf(value: Any) -> Any:
+            if torch is not None and isinstance(value, torch.Tensor):
+                return value.to(device, non_blocking=non_blocking)
+            return value
+
+        return _map(batch, leaf)
+
+    @classmethod
+    def build(cls, at: Build) -> PlainTo:
+        raise NotImplementedError("PlainTo is built by Prefetch.build")

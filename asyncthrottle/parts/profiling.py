@@ -1,0 +1,134 @@
+"""The throttle's waits in other tools' timelines: torch.profiler ranges and NVTX ranges for Nsight Systems."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from .._options import check_bool
+from ._build import Part
+
+if TYPE_CHECKING:
+    from ..core.events import Event
+    from ..core.rule import Core
+    from ._build import Build
+
+WAIT_RANGE = "asyncthrottle.wait"  # the host blocks on a step before handing out the next one
+DRAIN_RANGE = "asyncthrottle.drain"  # the host blocks in drain() (the end of a pass)
+STEP_RANGE = "asyncthrottle.step"  # NVTX only: a step's body, from hand-out to record
+
+
+class ProfilerRanges(Part):
+    """While a ``torch.profiler`` session records, each wait is a ``record_function`` range.
+
+    A part of every throttle. Its hooks run only when the host is about to
+    block (never on a step that does not wait); with no profiler active they
+    cost a dictionary lookup and one C call (``torch._C._autograd._profiler_enabled``,
+    the profiler's own "is anything recording" flag) per wait. torch is never
+    imported here: when it is not loaded, no profiler can be active.
+
+    Args:
+        core: the throttle's core (tells whether ``drain()`` is waiting).
+    """
+
+    __slots__ = ("_core", "_open")
+
+    @classmethod
+    def build(cls, at: Build) -> ProfilerRanges:
+        return cls(at.core)
+
+    def __init__(self, core: Core) -> None:
+        self._core = core
+        self._open: Any = None  # the range entered for the wait in progress
+        core.subscribe(self)
+
+    def on_wait_begin(self, step: int) -> None:
+        torch = sys.modules.get("torch")
+        if torch is None or not _profiler_enabled(torch):
+            return
+        name = DRAIN_RANGE if self._core.draining else WAIT_RANGE
+        scope = torch.autograd.profiler.record_function(name, f"step {step}")
+        scope.__enter__()
+        self._open = scope
+
+    def on_wait(self, step: int, start: float, seconds: float) -> None:
+        scope, self._open = self._open, None
+        if scope is not None:  # also after an interrupted wait: the core calls on_wait in a finally
+            scope.__exit__(None, None, None)
+
+
+def _profiler_enabled(torch: Any) -> bool:
+    try:
+        return bool(torch._C._autograd._profiler_enabled())
+    except AttributeError:  # a torch without the private flag: the public module-level one
+        return bool(getattr(torch.autograd.profiler, "_is_profiler_enabled", False))
+
+
+def nvtx_module() -> Any:
+    """``torch.cuda.nvtx``, checked usable: NVTX ranges are for Nsight Systems on CUDA.
+
+    Raises:
+        ImportError: torch is missing.
+        RuntimeError: CUDA is not available (``nvtx=True`` would mark nothing).
+    """
+    try:
+        import torch
+    except ImportError:
+        raise ImportError("nvtx=True needs torch with CUDA: pip install 'asyncthrottle' (torch)") from None
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            "nvtx=True pushes NVTX ranges for Nsight Systems, which needs CUDA, but torch.cuda.is_available() "
+            "is False here; pass nvtx=False (torch.profiler sees the waits without it)"
+        )
+    return torch.cuda.nvtx
+
+
+class NvtxRanges(Part):
+    """NVTX ranges for Nsight Systems: ``asyncthrottle.wait``/``asyncthrottle.drain`` per wait, one per step.
+
+    A wait is a pushed range named exactly so (nested in whatever range the
+    host is in, and summed by name in Nsight's statistics); a
+    step is a start/end range ``asyncthrottle.step N`` from its hand-out to
+    its record, or until it is dropped (a failed ``step()``).
+
+    Args:
+        core: the throttle's core.
+        nvtx: the NVTX module (``torch.cuda.nvtx``; tests pass a fake).
+    """
+
+    __slots__ = ("_core", "_nvtx", "_step")
+    OPTIONS = ("nvtx",)
+
+    @staticmethod
+    def check(options: Mapping[str, Any]) -> None:
+        check_bool("nvtx", options["nvtx"])
+
+    @classmethod
+    def build(cls, at: Build) -> NvtxRanges | None:
+        return cls(at.core, nvtx_module()) if at.options["nvtx"] else None
+
+    def __init__(self, core: Core, nvtx: Any) -> None:
+        self._core, self._nvtx = core, nvtx
+        self._step: Any = None  # the open step range's handle
+        core.subscribe(self)
+
+    def on_handout(self, step: int, in_flight: int, now: float) -> None:
+        if self._step is not None:  # the previous step raised: it recorded nothing
+            self._nvtx.range_end(self._step)
+        self._step = self._nvtx.range_start(f"{STEP_RANGE} {step}")
+
+    def on_record(self, step: int, event: Event | None, now: float) -> None:
+        if self._step is not None:
+            self._nvtx.range_end(self._step)
+            self._step = None
+
+    def on_drop(self, step: int) -> None:
+        """The step ended without an event (``end_step(failed=True)``, a failed record): close its range."""
+        self.on_record(step, None, 0.0)
+
+    def on_wait_begin(self, step: int) -> None:
+        self._nvtx.range_push(DRAIN_RANGE if self._core.draining else WAIT_RANGE)
+
+    def on_wait(self, step: int, start: float, seconds: float) -> None:
+        self._nvtx.range_pop()

@@ -1,0 +1,82 @@
+"""A tqdm progress bar whose postfix tells what the device is doing; never blocks or syncs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..throttle import Throttle
+
+
+def make_bar(progress: Any, total: int | None) -> Any:
+    """A tqdm bar from ``progress=``: True, a dict of tqdm options, or a tqdm class."""
+    options: dict[str, Any] = {}
+    if isinstance(progress, dict):
+        options = dict(progress)
+        bar_class = options.pop("tqdm_class", None)
+    elif progress is True:
+        bar_class = None
+    elif callable(progress):
+        bar_class = progress
+    else:
+        raise TypeError(f"progress must be True, False, a dict of tqdm options or a tqdm class, got {progress!r}")
+    if bar_class is None:
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:
+            raise ImportError("progress=True needs tqdm: pip install tqdm (or 'asyncthrottle')") from None
+        bar_class = tqdm
+    options.setdefault("total", total)
+    return bar_class(**options)
+
+
+def postfix(throttle: Throttle) -> str:
+    """The bar's postfix: completed, in flight, host wait %, device idle %, latest values."""
+    s = throttle.stats
+    parts = [f"done={s.completed}", f"inflight={s.in_flight}", f"wait={s.wait_fraction:.0%}"]
+    if s.idle_fraction is not None:
+        parts.append(f"idle={s.idle_fraction:.0%}")
+    for name, value in throttle.latest.items():
+        number = _scalar(value)
+        if number is not None:
+            parts.append(f"{name}={number:.4g}")
+    return " ".join(parts)
+
+
+def _scalar(value: Any) -> float | None:
+    try:
+        return float(value.item() if hasattr(value, "item") else value)
+    except (TypeError, ValueError, RuntimeError, AttributeError):
+        return None  # not a scalar: not shown
+
+
+class Bar:
+    """Drives a tqdm bar from a pass: one update per hand-out, the postfix at tqdm's own cadence."""
+
+    __slots__ = ("_bar", "_throttle", "_timer")
+
+    def __init__(self, throttle: Throttle, bar: Any) -> None:
+        self._throttle, self._bar = throttle, bar
+        self._timer = getattr(bar, "_time", None)
+        throttle.subscribe(self)  # on_handout, until close()
+
+    @classmethod
+    def open(cls, throttle: Throttle, progress: Any, total: int | None) -> Bar | None:
+        """The bar for ``progress=``, or None when the bar is disabled (then it costs nothing)."""
+        bar = make_bar(progress, total)
+        if getattr(bar, "disable", False) is True:
+            bar.close()
+            return None
+        return cls(throttle, bar)
+
+    def on_handout(self, step: int, in_flight: int, now: float) -> None:
+        bar, timer = self._bar, self._timer
+        last = getattr(bar, "last_print_t", None)
+        if timer is None or last is None or timer() - last >= bar.mininterval:
+            bar.set_postfix_str(postfix(self._throttle), refresh=False)
+        bar.update(1)
+
+    def close(self) -> None:
+        self._throttle.unsubscribe(self)
+        self._bar.set_postfix_str(postfix(self._throttle), refresh=False)
+        self._bar.close()

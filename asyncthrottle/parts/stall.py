@@ -1,0 +1,225 @@
+"""The stall report: log once when the host has waited ``stall`` seconds for one step, never touching an event."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import sys
+import threading
+import time
+import traceback
+import weakref
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..core.events import Event
+from ..core.waits import WaitStrategy
+from ._build import Part
+
+if TYPE_CHECKING:
+    from ..core.rule import Core
+    from ..stats import Stats
+    from ._build import Build
+
+_log = logging.getLogger("asyncthrottle")
+
+STALL_FLOOR_S = 30.0  # stall="auto" never reports a wait shorter than this (a compile, a slow first step)
+STALL_STEPS = 50  # stall="auto": this many of the loop's median step times
+_WATCHDOG_PERIOD_S = 0.5  # how often the watchdog thread looks (a report comes at most this late)
+
+
+def check_stall(stall: object) -> float | str | None:
+    """``stall=``: ``"auto"``, a number of seconds > 0, or None (off)."""
+    if stall is None or stall == "auto":
+        return stall  # type: ignore[return-value]
+    if isinstance(stall, str):
+        hint = "write it stall='auto'" if stall.strip().lower() == "auto" else "pass 'auto', seconds or None"
+        raise ValueError(f"stall must be 'auto', a number of seconds > 0 or None, got {stall!r}: {hint}")
+    if isinstance(stall, bool) or not isinstance(stall, (int, float)):
+        raise TypeError(f"stall must be 'auto', a number of seconds > 0 or None, got {stall!r}")
+    if not stall > 0 or math.isinf(stall):  # also rejects NaN
+        raise ValueError(f"stall must be 'auto', a finite number of seconds > 0 or None (off), got {stall!r}")
+    return float(stall)
+
+
+def rank() -> int | None:
+    """This process's rank under an initialized ``torch.distributed`` (never imports torch), else None."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    return int(dist.get_rank())
+
+
+@dataclasses.dataclass(frozen=True)
+class StallStats:
+    """The field of :class:`~asyncthrottle.Stats` that the stall report supplies."""
+
+    stalls: int = 0
+
+
+class StallWatch(Part):
+    """A part of the throttle: reports a wait that lasts ``stall`` seconds, once, and lets it go on.
+
+    It reads the time each wait began and the core's counters; it never
+    queries, records or synchronizes an event, so it may run on any thread.
+    Where the wait checks a deadline anyway (``Hybrid``, ``Poll``, or ``Spin``
+    with a ``timeout``), :meth:`wrap` gives it the report's time as its
+    deadline: the wait ends there, the report is logged on the loop's
+    thread, and the same wait resumes where it was (``waited=``: its sleep
+    slices keep their length, the ``timeout`` counts from its start). Where
+    the wait holds the thread in the driver (``"spin"`` without a timeout,
+    ``"block"``, a custom strategy), a daemon watchdog thread looks every
+    half second while a wait runs (:meth:`look`).
+
+    ``stall=None`` ("auto") is :data:`STALL_STEPS` times the loop's median
+    step time (measured between the starts of waits, so it costs nothing on
+    steps that do not wait), at least :data:`STALL_FLOOR_S` seconds.
+
+    Args:
+        core: the throttle's core (read only).
+        stall: seconds, or None for "auto".
+        clock: the throttle's clock.
+    """
+
+    OPTIONS = ("stall",)
+    STATS = StallStats
+
+    @staticmethod
+    def check(options: Mapping[str, Any]) -> None:
+        check_stall(options["stall"])
+
+    @classmethod
+    def build(cls, at: Build) -> StallWatch | None:
+        """The watch, with the core's wait strategy wrapped; None when off or synchronous (nothing waits)."""
+        stall, core = check_stall(at.options["stall"]), at.core
+        if stall is None or core.synchronous:
+            return None
+        watch = cls(core, None if stall == "auto" else stall, at.clock)  # type: ignore[arg-type]
+        core.wait_strategy = watch.wrap(core.wait_strategy, core.timeout)
+        return watch
+
+    def fields(self) -> dict[str, Any]:
+        return {"stalls": self.reports}
+
+    @staticmethod
+    def summary_lines(stats: Stats) -> list[str]:
+        if not stats.stalls:
+            return []
+        return [f"  stalls: {stats.stalls} waits reported as stalled (logged on the 'asyncthrottle' logger)"]
+
+    def __init__(self, core: Core, stall: float | None, clock: Callable[[], float]) -> None:
+        self.core, self.stall, self.clock = core, stall, clock
+        self.reports = 0
+        self._waiting: tuple[int, float, float] | None = None  # (step, began, threshold) of the wait running
+        self._reported = -1  # the step reported last: one report per stall, even across retries
+        self._mark: tuple[int, float] | None = None  # (steps, time) at the last wait's start
+        self._step_s: deque[float] = deque(maxlen=16)
+        self._measured = 0
+        self._auto = STALL_FLOOR_S
+        self._watchdog: threading.Thread | bool = False  # True: start one at the first wait
+        core.subscribe(self)  # on_wait_begin, on_wait, on_pause
+
+    def threshold(self) -> float:
+        """Seconds a wait may take before it is reported."""
+        return self.stall if self.stall is not None else self._auto
+
+    def wrap(self, wait: WaitStrategy, timeout: float | None) -> WaitStrategy:
+        """The strategy to wait with: ``wait`` with the report's deadline, or ``wait`` as is and a watchdog."""
+        if getattr(wait, "resumes", False) or (timeout is not None and wait.honours_timeout):
+            return _Deadline(wait, self)  # it checks a deadline anyway, and takes ``waited=`` to resume
+        self._watchdog = True
+        return wait
+
+    def on_wait_begin(self, step: int) -> None:
+        now, steps, mark = self.clock(), self.core.steps, self._mark
+        if mark is not None and steps > mark[0]:
+            self._step_s.append((now - mark[1]) / (steps - mark[0]))
+            self._measured += 1
+            if self.stall is None and self._measured % 4 == 0:  # "auto": a new median every 4 measures
+                ordered = sorted(self._step_s)
+                self._auto = max(STALL_FLOOR_S, STALL_STEPS * ordered[len(ordered) // 2])
+        if self._watchdog is True:
+            self._watchdog = _start_watchdog(self)
+        self._mark = (steps, now)
+        self._waiting = (step, now, self.threshold())
+
+    def on_wait(self, step: int, start: float, seconds: float) -> None:
+        self._waiting = None
+
+    def on_pause(self, now: float) -> None:
+        self._mark = None  # the time between passes is no step's
+
+    def look(self) -> bool:
+        """Report the wait running now if it passed its threshold and was not reported. Any thread."""
+        waiting = self._waiting
+        if waiting is None:
+            return False
+        step, began, limit = waiting
+        waited = self.clock() - began
+        if waited < limit or step == self._reported:
+            return False
+        self._reported = step
+        self.reports += 1
+        _log.warning("%s", self.report(step, waited, limit))
+        return True
+
+    def report(self, step: int, waited: float, limit: float) -> str:
+        """The text of a report: who, which step, how long, what is in flight, and every thread's stack."""
+        core = self.core
+        completed, steps = core.completed, core.steps  # completed first: never ahead of steps
+        who = "" if (r := rank()) is None else f"rank {r}: "
+        what = "drain() " if core.draining else ""
+        lines = [
+            f"asyncthrottle: {who}stalled: {what}waited {waited:.1f} s for step {step} (stall={limit:.1f} s); "
+            f"{steps - completed} steps in flight (steps {completed}..{steps - 1}), {completed} seen complete; "
+            "still waiting. The host's threads:"
+        ]
+        names = {thread.ident: thread.name for thread in threading.enumerate()}
+        for ident, frame in sys._current_frames().items():
+            stack = [entry for entry in traceback.extract_stack(frame) if entry.filename != __file__]
+            lines.append(f"Thread {names.get(ident, '?')} ({ident}):")
+            lines.append("".join(traceback.format_list(stack)).rstrip())
+        return "\n".join(lines)
+
+
+class _Deadline:
+    """A wait strategy that stops at the report's time, reports, and waits on (the loop's thread)."""
+
+    def __init__(self, wait: WaitStrategy, watch: StallWatch) -> None:
+        self.wait, self.watch = wait, watch
+        self.blocking_events, self.honours_timeout = wait.blocking_events, wait.honours_timeout
+        self.resumes = True
+
+    def __call__(self, event: Event, timeout: float | None) -> bool:
+        watch, wait = self.watch, self.wait
+        waiting = watch._waiting
+        if waiting is None or waiting[0] == watch._reported:  # not the core's wait, or reported already
+            return wait(event, timeout)
+        _, began, limit = waiting
+        left = limit - (watch.clock() - began)
+        if timeout is not None and timeout <= left:  # the timeout comes first: nothing to report
+            return wait(event, timeout)
+        if wait(event, max(left, 0.0)):
+            return True
+        watch.look()  # the report, on the loop's thread; then the same wait resumes
+        return wait(event, timeout, waited=watch.clock() - began)
+
+
+def _start_watchdog(watch: StallWatch) -> threading.Thread:
+    """A daemon thread that calls ``watch.look()`` twice a second until the watch is garbage."""
+    ref = weakref.ref(watch)
+
+    def run() -> None:
+        while True:
+            time.sleep(_WATCHDOG_PERIOD_S)  # its own thread: never wakes the loop
+            alive = ref()
+            if alive is None:
+                return
+            alive.look()
+            del alive
+
+    thread = threading.Thread(target=run, name="asyncthrottle-stall-watchdog", daemon=True)
+    thread.start()
+    return thread

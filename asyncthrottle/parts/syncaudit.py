@@ -1,0 +1,148 @@
+"""The sync audit: counts CUDA's sync warnings on the loop's thread, per step, by the site that synced."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import warnings
+from collections import Counter
+from types import FrameType
+from typing import Any
+
+__all__ = ["SYNC_MESSAGE", "SyncAdvice", "SyncAudit", "site_of"]
+
+SYNC_MESSAGE = "called a synchronizing CUDA operation"  # what torch warns with under set_sync_debug_mode("warn")
+_HERE = os.path.abspath(__file__)
+_SKIPPED_FILES = {_HERE, os.path.abspath(warnings.__file__)}
+
+
+class SyncAdvice(UserWarning):
+    """A framework setting that makes every step sync (an integration warns once, with the fix)."""
+
+
+class SyncAudit:
+    """Counts the syncs CUDA's sync debug mode reports on one thread, and where they happen.
+
+    ``start()`` opens a step's window (from its hand-out until the throttle
+    next waits or drains), ``stop()`` closes it. While a window is open, every
+    sync warning raised on the thread that opened it is counted under its
+    site: the first stack frame outside torch, as ``file:line`` (the path
+    relative to its ``sys.path`` entry, e.g. ``transformers/trainer.py:1921``).
+    The first warning of each site is passed on to the previous warning
+    handler; repeats are only counted. Warnings from other threads (the mode
+    is process-global) are passed on and not counted.
+
+    Attributes:
+        steps: windows opened (steps audited).
+        syncs: syncs counted on the loop's thread.
+        sites: syncs counted per site.
+    """
+
+    def __init__(self) -> None:
+        self.steps = self.syncs = 0
+        self.sites: Counter[str] = Counter()
+        self._thread: int | None = None
+        self._open = False
+        self._shown: set[str] = set()
+        self._previous: Any = None
+        self._hook = self._show  # one bound method, so `is`/`==` finds it again
+        self._filter: Any = None
+        self._showing = False  # re-entered through a handler that wraps ours: pass straight on
+
+    @property
+    def syncs_per_step(self) -> float:
+        """Syncs counted per step audited (0.0 before the first step)."""
+        return self.syncs / self.steps if self.steps else 0.0
+
+    def top(self, n: int = 3) -> list[tuple[str, float]]:
+        """The ``n`` sites that sync most, with their syncs per step."""
+        steps = max(self.steps, 1)
+        return [(site, count / steps) for site, count in self.sites.most_common(n)]
+
+    def summary(self, n: int = 3) -> str:
+        """A few lines for ``Throttle.summary()``: syncs per step and the top sites."""
+        if not self.syncs:
+            return f"  syncs (detect_sync): none seen on the loop's thread in {self.steps} steps"
+        lines = [f"  syncs (detect_sync): {self.syncs_per_step:.1f}/step on the loop's thread over {self.steps} steps"]
+        lines += [f"    {rate:.1f} syncs/step \u2014 {site}" for site, rate in self.top(n)]
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain numbers for loggers: ``syncs_per_step`` and ``syncs_per_step/<site>`` for the top sites."""
+        flat: dict[str, Any] = {"syncs_per_step": self.syncs_per_step}
+        flat.update({f"syncs_per_step/{site}": rate for site, rate in self.top()})
+        return flat
+
+    # -- windows ---------------------------------------------------------------
+
+    def start(self, new_step: bool = True) -> None:
+        """A step was handed out on this thread (or a wait inside it ended): count its syncs from now on."""
+        if new_step:
+            self.steps += 1
+        self._thread = threading.get_ident()
+        self._open = True
+        self._install()
+
+    def stop(self) -> None:
+        """The step's window closes (the throttle is about to wait or drain)."""
+        self._open = False
+
+    def _install(self) -> None:
+        """Put the hook and an ``always`` filter in place (again, if a ``catch_warnings`` block removed them)."""
+        if warnings.showwarning != self._hook:
+            self._previous = warnings.showwarning
+            warnings.showwarning = self._hook
+        if self._filter is None or self._filter not in warnings.filters:
+            # Without it, Python shows a warning once per call site and the repeats are never seen.
+            warnings.filterwarnings("always", message=SYNC_MESSAGE, category=UserWarning)
+            self._filter = warnings.filters[0]
+
+    def _show(
+        self, message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None, line: Any = None
+    ) -> None:
+        original = warnings._showwarning_orig  # type: ignore[attr-defined]
+        if self._showing:
+            original(message, category, filename, lineno, file, line)
+            return
+        previous = self._previous or original
+        if self._open and threading.get_ident() == self._thread and _is_sync(message, category):
+            site = site_of(sys._getframe(1))
+            self.syncs += 1
+            self.sites[site] += 1
+            if site in self._shown:
+                return
+            self._shown.add(site)
+            message = category(f"{message} [asyncthrottle: site {site}]")
+        self._showing = True
+        try:
+            previous(message, category, filename, lineno, file, line)
+        finally:
+            self._showing = False
+
+
+def _is_sync(message: Any, category: type[Warning]) -> bool:
+    return issubclass(category, UserWarning) and str(message).startswith(SYNC_MESSAGE)
+
+
+def site_of(frame: FrameType | None) -> str:
+    """``file:line`` of the first frame outside torch, the warnings machinery and this module."""
+    torch = sys.modules.get("torch")
+    torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep if torch and torch.__file__ else None
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if path not in _SKIPPED_FILES and not (torch_dir and path.startswith(torch_dir)):
+            return f"{_short(path)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<unknown>"
+
+
+def _short(path: str) -> str:
+    """``path`` relative to the longest ``sys.path`` entry (or the working directory) that holds it."""
+    roots = [os.path.abspath(entry or os.curdir) for entry in sys.path] + [os.getcwd()]
+    best = ""
+    for root in roots:
+        root = root.rstrip(os.sep) + os.sep
+        if path.startswith(root) and len(root) > len(best):
+            best = root
+    return path[len(best):] if best else os.path.basename(path)

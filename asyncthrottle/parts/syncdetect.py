@@ -1,0 +1,104 @@
+"""Hidden-sync detection (``detect_sync=``): CUDA's sync debug mode, on from each hand-out until the next wait."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from .._options import check_choice
+from ._build import Part
+from .syncaudit import SyncAudit
+
+if TYPE_CHECKING:
+    from ._build import Build
+
+MODES = ("warn", "error", None)
+
+
+class SyncDetect(Part):
+    """Sets ``torch.cuda.set_sync_debug_mode(mode)`` for each step's window, restores it after.
+
+    A window opens when a step is handed out (``on_handout``) and closes once
+    the host has fetched the next batch (``on_fetch``), before the throttle
+    waits for room: the loop body *and* whatever the framework runs between
+    steps (logging, progress bars, collectives) are covered, the throttle's
+    own waits never are. A wait inside the window (``drain()`` or
+    ``Deferred.get()`` in a step) closes it for the wait and opens it again
+    after. A pass that ends (``on_pause``) or a dropped step closes it.
+    ``.item()``, ``print(tensor)`` or ``nonzero()`` in the window are then
+    reported by PyTorch; with ``"warn"`` they are also counted per step and
+    per site by :attr:`audit` (on the loop's thread only: the mode is
+    process-global).
+    """
+
+    __slots__ = ("_active", "_cuda", "_mode", "_previous", "_resume", "audit")
+    OPTIONS = ("detect_sync",)
+
+    @staticmethod
+    def check(options: Mapping[str, Any]) -> None:
+        check_choice("detect_sync", options["detect_sync"], MODES, fix="pass 'warn', 'error' or None")
+
+    @classmethod
+    def build(cls, at: Build) -> SyncDetect | None:
+        """The part, or None when off or without CUDA (said once, as a ``RuntimeWarning``)."""
+        mode = at.options["detect_sync"]
+        if mode is None:
+            return None
+        cuda = at.backend.sync_debug()
+        if cuda is None:
+            warnings.warn(
+                f"detect_sync={mode!r} needs CUDA (torch.cuda.set_sync_debug_mode); the device here is "
+                f"{at.backend.describe()} without CUDA, so hidden syncs are not detected",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            return None
+        part = cls(mode, cuda)
+        at.core.subscribe(part)
+        return part
+
+    def __init__(self, mode: str, cuda: Any) -> None:
+        self._mode, self._cuda = mode, cuda
+        self._previous: Any = 0
+        self._active = self._resume = False
+        self.audit = SyncAudit() if mode == "warn" else None
+
+    def on_handout(self, step: int, in_flight: int, now: float) -> None:
+        self._open(new_step=True)
+
+    def on_fetch(self, step: int, start: float, seconds: float) -> None:
+        self._close()
+
+    def on_wait_begin(self, step: int) -> None:
+        self._resume = self._active
+        self._close()
+
+    def on_wait(self, step: int, start: float, seconds: float) -> None:
+        if self._resume:
+            self._resume = False
+            self._open(new_step=False)
+
+    def on_drop(self, step: int) -> None:
+        self._close()
+
+    def on_pause(self, now: float) -> None:
+        self._resume = False
+        self._close()
+
+    def _open(self, *, new_step: bool) -> None:
+        if self._active:
+            return
+        self._active = True
+        self._previous = self._cuda.get_sync_debug_mode()
+        self._cuda.set_sync_debug_mode(self._mode)
+        if self.audit is not None:
+            self.audit.start(new_step=new_step)
+
+    def _close(self) -> None:
+        if not self._active:
+            return
+        self._active = False
+        if self.audit is not None:
+            self.audit.stop()
+        self._cuda.set_sync_debug_mode(self._previous)

@@ -1,0 +1,252 @@
+"""Device timing samples: bounded memory, read only from completed events."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from .._options import check_int
+from ..core.events import Event, EventFactory
+from ._build import Part
+
+if TYPE_CHECKING:
+    from ..core.rule import Core
+    from ..stats import Stats
+    from ._build import Build
+
+_log = logging.getLogger("asyncthrottle")
+
+
+class DeviceTimes:
+    """Sums of every sample, and the most recent ``window`` samples for percentiles.
+
+    Memory stays constant however many steps run.
+    """
+
+    def __init__(self, window: int = 1024) -> None:
+        self.samples = 0
+        self.busy_s = 0.0
+        self.idle_s = 0.0
+        self._recent: deque[float] = deque(maxlen=window)
+
+    def add(self, busy_s: float, idle_s: float) -> None:
+        self.samples += 1
+        self.busy_s += busy_s
+        self.idle_s += idle_s
+        self._recent.append(busy_s * 1000.0)
+
+    def fields(self, completed: int) -> dict[str, Any]:
+        """The device fields of :class:`~asyncthrottle.Stats`, totals extrapolated to ``completed`` steps."""
+        if not self.samples:
+            return {}
+        scale = max(completed, self.samples) / self.samples
+        recent = sorted(self._recent)
+        total = self.busy_s + self.idle_s
+        return {
+            "device_samples": self.samples,
+            "device_busy_s": self.busy_s * scale,
+            "device_idle_s": self.idle_s * scale,
+            "idle_fraction": self.idle_s / total if total > 0 else 0.0,
+            "device_ms_mean": sum(recent) / len(recent),
+            "device_ms_p50": _quantile(recent, 0.5),
+            "device_ms_p90": _quantile(recent, 0.9),
+        }
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    index = q * (len(ordered) - 1)
+    low = int(index)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (index - low)
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingStats:
+    """The fields of :class:`~asyncthrottle.Stats` that device timing supplies."""
+
+    device_samples: int = 0
+    device_busy_s: float | None = None
+    device_idle_s: float | None = None
+    idle_fraction: float | None = None
+    device_ms_mean: float | None = None
+    device_ms_p50: float | None = None
+    device_ms_p90: float | None = None
+
+
+class DeviceTiming(Part):
+    """Times every ``every``-th step on the device; a part of the throttle, read only from completed events.
+
+    Step ``n`` is sampled when ``n % every == 0``. Its device time needs a
+    timing event at the end of step ``n - 1`` and of step ``n``, and -- when
+    nothing was queued at its hand-out -- a start marker recorded then. A
+    sampled step's own event is the timing event (the core asks this part for
+    the events of those steps only: unsampled steps cost one comparison).
+    Samples are read one cycle later, at the next sampled step, and when a
+    pass ends or the throttle drains (:meth:`flush`). The first failing
+    ``elapsed_time`` (events without timing, such as a plain
+    ``torch.cuda.Event()``) turns timing off for good; the loop goes on.
+
+    Args:
+        core: the throttle's core.
+        timed: factory of events with ``elapsed_time``.
+        every: sample every ``every``-th step.
+        trusted: the events are known to have ``elapsed_time`` (a built-in
+            backend); otherwise no start marker is made before the first
+            timed event has shown it.
+    """
+
+    OPTIONS = ("sample_every",)
+    STATS = TimingStats
+
+    @staticmethod
+    def check(options: Mapping[str, Any]) -> None:
+        check_int("sample_every", options["sample_every"], minimum=1, rule="an int >= 1 (time every k-th step) or None",
+                  fix="e.g. sample_every=8, or None for no device timing")
+
+    @classmethod
+    def build(cls, at: Build) -> DeviceTiming | None:
+        every, timed = at.options["sample_every"], at.backend.timed
+        if every is None or timed is None:
+            return None
+        return cls(at.core, timed, every, trusted=at.backend.trusted)
+
+    def fields(self) -> dict[str, Any]:
+        return self.times.fields(self.core.completed)
+
+    @staticmethod
+    def summary_lines(stats: Stats) -> list[str]:
+        if stats.device_ms_mean is None:
+            return ["  device: not timed (synchronous backend, events without elapsed_time, or no samples yet)"]
+        return [
+            f"  device: {stats.device_ms_mean:.2f} ms/step (p50 {stats.device_ms_p50:.2f}, "
+            f"p90 {stats.device_ms_p90:.2f}; {stats.device_samples} steps timed), idle >= {stats.idle_fraction:.0%}"
+        ]
+
+    def __init__(self, core: Core, timed: EventFactory, every: int, *, trusted: bool = False) -> None:
+        self.core, self.timed, self.every, self.trusted = core, timed, every, trusted
+        self.times = DeviceTimes()
+        self.ends: deque[tuple[int, Any, Any]] = deque()  # (sampled step, end of the step before, its end)
+        self.starts: dict[int, Any] = {}  # step -> start marker recorded at its hand-out
+        self.enabled = True
+        self.listeners: list[Callable[[int, float, float], None]] = []
+        self._before: tuple[int, Any] | None = None  # (step, its timing event): the next sampled step's start
+        core.supply_from(self, 0)
+        core.subscribe(self)  # on_drop and on_pause
+
+    def supply_event(self, step: int) -> Event:
+        """The event of a step whose end is timed: a timing event (the core asks only at those steps).
+
+        It may turn timing off (a failed read in :meth:`flush`): the core then
+        ignores the scheduling below, and every later step gets a plain event.
+        """
+        event = self.timed()
+        if not self.trusted:
+            if not hasattr(event, "elapsed_time"):  # events that cannot be timed at all: no timing, quietly
+                self.disable(None)
+                return event
+            self.trusted = True
+        core, every = self.core, self.every
+        if step % every:  # the step before a sampled one: its end is the sampled step's start
+            core.supply_next(self, step + 1)
+            self._before = (step, event)
+            return event
+        if self.ends:
+            self.flush()  # the last cycle's sample, once complete
+        before = self._before
+        self.ends.append((step, before[1] if before is not None and before[0] == step - 1 else None, event))
+        if every == 1:  # every step is sampled: each end is also the next step's start
+            core.supply_next(self, step + 1)
+            self._before = (step, event)
+        else:
+            core.supply_next(self, step + every - 1)
+        return event
+
+    def on_drop(self, step: int) -> None:
+        """``step`` ended without an event (its record failed, or its body raised): forget its timing event."""
+        ends = self.ends
+        if ends and ends[-1][0] == step:
+            ends.pop()
+        if self._before is not None and self._before[0] == step:
+            self._before = None
+        if self.core.supplied_step > step and (step % self.every == 0 or (step + 1) % self.every == 0):
+            self.core.supply_next(self, step)  # the step that takes its number is timed instead
+
+    def on_pause(self, now: float) -> None:
+        """The loop left its pass: the next sample's start is not the end of the step before the pause.
+
+        Without this, the first sampled step after an evaluation between epochs
+        would count the whole pause as device idle (or as busy time).
+        """
+        self._before = None
+
+    def supplied_idle(self, step: int) -> None:
+        """A timed step is handed out with nothing queued: if it is sampled, mark its start (the device is idle)."""
+        if self.trusted and not step % self.every:
+            marker = self.timed()
+            getattr(marker, "record_idle", marker.record)()  # record_idle: see asyncthrottle.jax
+            self.starts[step] = marker
+
+    def add_listener(self, listener: Callable[[int, float, float], None]) -> None:
+        """Call ``listener(step, busy_s, idle_s)`` for each sample, read as soon as its step retires.
+
+        Without listeners samples are read lazily (a cycle later, or when a pass
+        ends); a listener such as the trace wants them when the host first sees
+        the step complete, so this also listens to retirements.
+        """
+        self.listeners.append(listener)
+        if self.enabled and self._on_retire not in self.core.on_retire:
+            self.core.on_retire.append(self._on_retire)
+
+    def _on_retire(self, step: int) -> None:
+        """Only while someone listens for samples (see :meth:`add_listener`)."""
+        ends = self.ends
+        if ends and ends[0][0] <= step:
+            self.flush()
+
+    def disable(self, reason: str | None) -> None:
+        """Turn device timing off for good (the events cannot be timed); ``reason`` is logged."""
+        if self.enabled and reason is not None:
+            _log.warning("asyncthrottle: device timing is off: %s", reason)
+        self.enabled = False
+        core = self.core
+        core.unsubscribe(self)  # also stops its supply of events; safe while the core asks this part
+        if self._on_retire in core.on_retire:
+            core.on_retire.remove(self._on_retire)
+        self.ends.clear()
+        self.starts.clear()
+
+    def flush(self) -> None:
+        """Read the timing of every sampled step seen complete so far. Queries only; never blocks.
+
+        Called on the loop's thread: at each sampled step (for the cycle before) and when a
+        pass ends or the throttle drains, so ``stats`` after a loop has every sample.
+        """
+        ends, completed = self.ends, self.core.completed
+        while ends and ends[0][0] < completed:
+            step, before, end = ends.popleft()
+            try:
+                self._read(step, before, end)
+            except Exception as exc:
+                self.disable(f"elapsed_time() failed on the backend's events ({exc})")
+                return
+
+    def _read(self, step: int, before: Any, end: Any) -> None:
+        """Sampled ``step`` retired, so ``end`` is complete; its start is a marker or ``before``."""
+        starts = self.starts
+        start = starts.pop(step, None)
+        if starts:  # markers of steps whose end was never timed
+            for old in [s for s in starts if s < step]:
+                del starts[old]
+        first = start if start is not None else before
+        if first is None or not first.query():  # queries only: never read an unfinished event
+            return
+        busy = max(first.elapsed_time(end) / 1000.0, 0.0)
+        idle = 0.0
+        if start is not None and before is not None and before.query():
+            idle = max(before.elapsed_time(start) / 1000.0, 0.0)
+        self.times.add(busy, idle)
+        for listener in self.listeners:
+            listener(step, busy, idle)

@@ -1,0 +1,189 @@
+"""The stall report: once per stalled wait, on time, naming the step; never a sync; the loop goes on."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import ClassVar
+
+import pytest
+
+import asyncthrottle as at
+from asyncthrottle.parts.stall import STALL_FLOOR_S, StallWatch, check_stall
+from asyncthrottle.testing import FakeDevice
+from helpers import inside  # noqa: E402
+from asyncthrottle.parts.stall import StallWatch  # noqa: E402
+
+STEP_S = 0.01
+
+
+def _run(dev: FakeDevice, thr: at.Throttle, steps: int, stuck: dict[int, float]) -> None:
+    for i in thr.wrap(range(steps)):
+        dev.launch(stuck.get(i, STEP_S))
+
+
+def _reports(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "stalled" in r.getMessage()]
+
+
+@pytest.mark.parametrize("wait", ["poll", "hybrid"])
+def test_a_stopped_device_is_reported_once_on_time_and_the_loop_goes_on(
+    wait: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(depth=2, wait=wait, stall=5.0)
+    with caplog.at_level(logging.WARNING, logger="asyncthrottle"):
+        _run(dev, thr, 20, {6: 100.0})  # step 6 takes 100 s: the device "stops" for that long
+    (report,) = _reports(caplog)
+    waited = float(report.split("waited ")[1].split(" s")[0])
+    assert 5.0 <= waited <= 6.0  # within stall + 1 s
+    assert "for step 6 " in report and "steps in flight (steps 6..7)" in report
+    assert "Thread MainThread" in report and "test_stall.py" in report  # the loop's own line is in the stack
+    assert "asyncthrottle/stall.py" not in report  # the report's own frames are left out
+    stats = thr.stats
+    assert (stats.stalls, stats.steps, stats.completed) == (1, 20, 20)  # unharmed once the device resumes
+    assert "stalls: 1 waits reported" in thr.summary()
+
+
+class _Queries:
+    """Counts the device queries made during each wait."""
+
+    def __init__(self, dev: FakeDevice) -> None:
+        self.dev, self.per_wait, self._before = dev, {}, 0
+
+    def on_wait_begin(self, step: int) -> None:
+        self._before = self.dev.queries
+
+    def on_wait(self, step: int, start: float, seconds: float) -> None:
+        self.per_wait[step] = self.dev.queries - self._before
+
+
+def test_the_report_adds_no_sync_and_one_wake_up_at_most() -> None:
+    seen = []
+    for stall in (None, 5.0):
+        dev = FakeDevice()
+        thr = dev.throttle(depth=2, wait="poll", stall=stall)
+        queries = _Queries(dev)
+        thr.subscribe(queries)
+        _run(dev, thr, 20, {6: 100.0})
+        seen.append((dev.records, dev.syncs, queries.per_wait[6]))
+    (records, syncs, off), (records_on, syncs_on, on) = seen
+    assert (records, syncs) == (records_on, syncs_on) and syncs == 0
+    assert off <= on <= off + 1  # the wait woke once more: at the report, which it resumed from
+
+
+def test_timeout_still_decides_and_a_retry_is_not_reported_again(caplog: pytest.LogCaptureFixture) -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(depth=1, wait="poll", stall=2.0, timeout=5.0)
+    view = iter(thr.wrap(range(4)))
+    with caplog.at_level(logging.WARNING, logger="asyncthrottle"):
+        next(view)
+        dev.launch(12.0)
+        with pytest.raises(at.ThrottleTimeout):
+            next(view)
+        assert 5.0 <= dev.clock() < 5.1 and len(_reports(caplog)) == 1
+        with pytest.raises(at.ThrottleTimeout):
+            next(view)  # the same stall, retried: no second report
+        next(view)  # the device caught up at 12 s
+    assert len(_reports(caplog)) == 1 and thr.stats.stalls == 1
+
+
+def test_a_timeout_shorter_than_stall_raises_without_a_report(caplog: pytest.LogCaptureFixture) -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(depth=1, wait="hybrid", stall=10.0, timeout=1.0)
+    with caplog.at_level(logging.WARNING, logger="asyncthrottle"), pytest.raises(at.ThrottleTimeout):
+        _run(dev, thr, 3, {0: 5.0})
+    assert not _reports(caplog)
+
+
+def test_auto_has_a_floor_and_grows_with_the_step_time(caplog: pytest.LogCaptureFixture) -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(depth=1, wait="poll")  # stall="auto" is the default
+    with caplog.at_level(logging.WARNING, logger="asyncthrottle"):
+        _run(dev, thr, 30, {20: STALL_FLOOR_S - 5})  # a slow step under the floor: no report
+        assert not _reports(caplog)
+        _run(dev, thr, 30, {20: STALL_FLOOR_S + 5})
+        assert len(_reports(caplog)) == 1
+    slow = FakeDevice()
+    thr = slow.throttle(depth=1, wait="poll")
+    with caplog.at_level(logging.WARNING, logger="asyncthrottle"):
+        _run(slow, thr, 30, {i: 1.0 for i in range(30)} | {25: 45.0})  # 1 s steps: auto = 50 s
+    assert thr.stats.stalls == 0 and inside(thr).part(StallWatch) is not None and inside(thr).part(StallWatch).threshold() == pytest.approx(50.0, rel=0.01)
+
+
+def test_none_turns_it_off_and_a_synchronous_backend_has_nothing_to_watch() -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(depth=1, wait="poll", stall=None)
+    _run(dev, thr, 5, {2: 1000.0})
+    assert thr.stats.stalls == 0 and inside(thr).part(StallWatch) is None
+    assert inside(at.Throttle(device="cpu", stall=1.0)).part(StallWatch) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "match"),
+    [(0, ValueError, "got 0"), (-1.0, ValueError, "> 0"), (float("nan"), ValueError, "nan"),
+     (float("inf"), ValueError, "finite"), (True, TypeError, "True"), ("Auto", ValueError, "stall='auto'"),
+     ("soon", ValueError, "'soon'"), ([1], TypeError, r"\[1\]")],
+)
+def test_bad_values_say_the_rule(value: object, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        check_stall(value)
+    with pytest.raises(error, match="stall must be"):
+        FakeDevice().throttle(stall=value)
+
+
+class _HeldEvent:
+    """An event whose synchronize() holds the thread until released, like a driver wait; logs callers."""
+
+    release: ClassVar[threading.Event] = threading.Event()
+    callers: ClassVar[set[int]] = set()
+
+    def record(self) -> None:
+        self.callers.add(threading.get_ident())
+
+    def query(self) -> bool:
+        self.callers.add(threading.get_ident())
+        return self.release.is_set()
+
+    def synchronize(self) -> None:
+        self.callers.add(threading.get_ident())
+        self.release.wait()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("wait", ["spin", "block"])
+def test_a_wait_held_in_the_driver_is_reported_by_a_watchdog_that_never_touches_the_event(
+    wait: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    _HeldEvent.release, _HeldEvent.callers = threading.Event(), set()
+    thr = at.Throttle(1, events=_HeldEvent, wait=wait, stall=0.3, sample_every=None)
+    timer = threading.Timer(1.6, _HeldEvent.release.set)
+    start = time.perf_counter()
+    timer.start()
+    with caplog.at_level(logging.WARNING, logger="asyncthrottle"):
+        for _ in thr.wrap(range(3)):
+            pass
+    timer.join()
+    (report,) = _reports(caplog)
+    assert "for step 0 " in report and "_HeldEvent" not in report.split("\n")[0]
+    assert "synchronize" in report  # the loop's thread is seen blocked in the event's synchronize()
+    reported_at = caplog.records[-1].created - (start + time.time() - time.perf_counter())
+    assert 0.3 <= reported_at <= 1.3 + 0.3  # stall + the watchdog's half-second period (+ slack for load)
+    assert _HeldEvent.callers == {threading.get_ident()}  # only the loop's thread touched the events
+    assert thr.stats.stalls == 1 and thr.stats.completed == 3
+
+
+def test_check_from_another_thread_reads_counters_only() -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(depth=2, wait="poll", stall=2.0)
+    watch = inside(thr).part(StallWatch)
+    assert isinstance(watch, StallWatch)
+    assert not watch.look()  # no wait running
+    watch.on_wait_begin(0)
+    dev.clock.advance(1.0)
+    assert not watch.look()
+    dev.clock.advance(1.5)
+    queries = dev.queries
+    assert watch.look() and not watch.look()  # once
+    assert dev.queries == queries

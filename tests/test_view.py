@@ -1,0 +1,166 @@
+"""The view as a drop-in for a DataLoader; deferred values as snapshots; backend details checked with fakes."""
+
+from __future__ import annotations
+
+import io
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from helpers import FakeTorchEvent
+
+import asyncthrottle as at
+from asyncthrottle.backends import torch as devices
+
+torch = pytest.importorskip("torch")
+np = pytest.importorskip("numpy")
+
+
+class _Numbers(torch.utils.data.IterableDataset):  # type: ignore[misc]
+    def __iter__(self) -> Any:
+        return iter(range(5))
+
+
+def test_unsized_sources_work_with_a_progress_bar() -> None:
+    loader = torch.utils.data.DataLoader(_Numbers(), batch_size=2)
+    out = io.StringIO()
+    view = at.throttle(loader, device="cpu", progress={"file": out, "mininterval": 0})
+    assert [b.tolist() for b in view] == [[0, 1], [2, 3], [4]]
+    assert "3it" in out.getvalue()  # no total
+
+
+def test_the_view_forwards_the_loaders_attributes_and_names_itself_in_errors() -> None:
+    dataset = torch.utils.data.TensorDataset(torch.arange(10.0))
+    loader = torch.utils.data.DataLoader(dataset, batch_size=4)
+    view = at.throttle(loader, depth=2, device="cpu")
+    assert view.dataset is dataset and view.batch_size == 4 and view.sampler is loader.sampler
+    assert view.depth == 2 and view.stats.steps == 0 and callable(view.defer)
+    with pytest.raises(AttributeError, match=r"Throttled view has no attribute 'datset'.*DataLoader"):
+        _ = view.datset
+
+
+def test_deferred_numpy_arrays_and_tensor_subclasses_are_snapshots() -> None:
+    class Tagged(torch.Tensor):  # a subclass defined outside torch.*
+        pass
+
+    thr = at.Throttle(2, device="cpu")
+    counter = np.zeros(1)
+    tagged = torch.zeros(1).as_subclass(Tagged)
+    seen: list[Any] = []
+    for _ in thr.wrap(range(3)):
+        counter += 1
+        tagged += 1
+        seen.append((thr.defer(counter), thr.defer(tagged)))
+    assert [float(a.get()[0]) for a, _ in seen] == [1.0, 2.0, 3.0]
+    assert [float(b.get()[0]) for _, b in seen] == [1.0, 2.0, 3.0]
+
+
+class _FakeCudaTensor:
+    """Stands in for a CUDA tensor: records how it was copied to the host."""
+
+    def __init__(self, copies: list[dict[str, Any]]) -> None:
+        self.device = SimpleNamespace(type="cuda", index=0)
+        self.copies = copies
+
+    def detach(self) -> _FakeCudaTensor:
+        return self
+
+    def to(self, device: str, non_blocking: bool = False) -> str:
+        self.copies.append({"device": device, "non_blocking": non_blocking})
+        return "host copy"
+
+
+class _Stream:
+    def __init__(self, name: str) -> None:
+        self.name, self.waited = name, []
+
+    def wait_stream(self, other: Any) -> None:
+        self.waited.append(other.name)
+
+
+def test_device_tensors_copy_without_blocking_only_where_an_event_orders_the_copy(
+    fake_cuda: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    copies: list[dict[str, Any]] = []
+    monkeypatch.setattr(torch, "Tensor", _FakeCudaTensor)  # isinstance checks see the fake as a tensor
+    main, side = _Stream("main"), _Stream("side")
+    current = [main]
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current[-1])
+    thr = at.Throttle(2, device="cuda", sample_every=None)
+    with thr.step():
+        current.append(side)  # as under `with torch.cuda.stream(side):`
+        thr.defer(_FakeCudaTensor(copies))
+        current.pop()
+    assert copies == [{"device": "cpu", "non_blocking": True}]
+    assert main.waited == ["side"]  # the step's event, recorded on main, comes after the copy on side
+    with thr.step():
+        thr.defer(_FakeCudaTensor(copies))  # on the recording stream itself: nothing to join
+    assert main.waited == ["side"] and len(copies) == 2
+    sync_thr = at.Throttle(2, device="cpu")  # synchronous: no event would order the copy
+    with sync_thr.step():
+        sync_thr.defer(_FakeCudaTensor(copies))
+    assert copies[-1] == {"device": "cpu", "non_blocking": False}
+
+
+def test_a_copy_on_a_side_stream_is_joined_before_the_steps_event(fake_cuda: SimpleNamespace) -> None:
+    main, side = _Stream("main"), _Stream("side")
+    event = devices.TorchEvent(FakeTorchEvent(), None, None, lambda: main)
+    event.wait_stream(side)
+    event.wait_stream(main)  # the same stream: nothing to join
+    event.record()
+    assert main.waited == ["side"]
+    event.record()
+    assert main.waited == ["side"]  # joined once, for the step that asked
+
+
+def test_mps_events_get_no_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    recorded: list[tuple[Any, ...]] = []
+
+    class MpsEvent:
+        def __init__(self, enable_timing: bool = False) -> None:
+            pass
+
+        def record(self) -> None:  # torch.mps.event.Event.record() takes no stream
+            recorded.append(())
+
+        def query(self) -> bool:
+            return True
+
+        def synchronize(self) -> None:
+            pass
+
+    monkeypatch.setattr(torch.mps.event, "Event", MpsEvent)
+    monkeypatch.setattr(devices, "_is_available", lambda torch, kind: kind == "mps")
+    thr = at.Throttle(2, device="mps:0", sample_every=None)
+    for _ in thr.wrap(range(2)):
+        pass
+    assert recorded == [(), ()]
+    with pytest.raises(ValueError, match="MPS, which has one stream"):
+        at.Throttle(2, device="mps:0", streams=["s"])
+
+
+def test_a_disabled_bar_costs_what_no_bar_costs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from asyncthrottle.parts import progress
+
+    calls = {"postfix": 0}
+    original = progress.postfix
+    monkeypatch.setattr(progress, "postfix", lambda thr: calls.update(postfix=calls["postfix"] + 1) or original(thr))
+    view = at.throttle(range(100), device="cpu", progress={"disable": True})
+    assert sum(view) == sum(range(100))
+    assert calls["postfix"] == 0  # no stats snapshot per step (nor at the end)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("streams", [False, True], ids=["current-stream", "streams="])
+def test_a_value_made_on_a_side_stream_arrives_complete_with_its_step(streams: bool) -> None:
+    side = torch.cuda.Stream()
+    options: dict[str, Any] = {"streams": [torch.cuda.current_stream(), side]} if streams else {"device": "cuda"}
+    thr = at.Throttle(1, **options)
+    got: list[float] = []
+    thr.on_complete(lambda step, values: got.append(float(values["x"])))
+    for i in thr.wrap(range(4)):
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(20_000_000)  # milliseconds of work on the side stream before the value
+            x = torch.full((), float(i) + 1.0, device="cuda")
+            thr.defer(x, name="x")  # copied on side: the step's event must come after the copy
+    assert got == [1.0, 2.0, 3.0, 4.0]

@@ -1,0 +1,152 @@
+"""The documentation: its ```python blocks run on the CPU, and every public name has a reference entry.
+
+A block runs unless the line above it says why not, ``<!-- skip: needs a GPU -->``; a
+``<!-- setup: NAME -->`` line names what it assumes (tests/docs_setup.py; ``loop`` by default).
+Each page's blocks run in order in one namespace, in a fresh process, as a reader pastes them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from docs_setup import SETUPS
+
+import asyncthrottle
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+README = ROOT / "README.md"
+PAGES = [*sorted(DOCS.glob("*.md")), README]
+# The README's two commands: the repository's contract (.ci/run runs the second as it is).
+MAIN_JOB = "python3 -m venv .venv && .venv/bin/pip install -e '.[examples]' && .venv/bin/python examples/mnist.py"
+TESTS = "python3 -m venv .venv && .venv/bin/pip install -e '.[test,examples,jax,plot]' && .venv/bin/python -m pytest"
+API_PAGES = sorted((DOCS / "api").glob("*.md"))
+# Modules users import by name, each rendered whole (its __all__) in the API reference.
+API_MODULES = [
+    "asyncthrottle.hooks", "asyncthrottle.jax", "asyncthrottle.lightning", "asyncthrottle.memory",
+    "asyncthrottle.plot", "asyncthrottle.prefetch", "asyncthrottle.procdevice", "asyncthrottle.ranks",
+    "asyncthrottle.stall", "asyncthrottle.syncaudit", "asyncthrottle.testing", "asyncthrottle.trace",
+    "asyncthrottle.transformers",
+]
+MAX_SKIPPED = 12  # keep the list of blocks that do not run honest and short
+_FENCE = re.compile(r"^( *)```python\n(.*?)^\1```", re.S | re.M)
+_MARK = re.compile(r"<!-- (skip|setup): *(.*?) *-->")
+_RUNNER = """
+import json, sys, traceback
+results = {}
+for page, todo in json.load(open(sys.argv[1])).items():
+    ns = {"__name__": "__main__"}  # one namespace per page, as a reader pastes its blocks in order
+    try:
+        for label, setup, code in todo:
+            exec(compile(setup, "tests/docs_setup.py[" + label + "]", "exec"), ns)
+            exec(compile(code, label, "exec"), ns)
+        results[page] = None
+    except BaseException:
+        results[page] = traceback.format_exc()
+json.dump(results, open(sys.argv[2], "w"))
+"""
+
+@dataclass
+class Block:
+    label: str  # page:line
+    code: str
+    setup: str
+    skip: str | None
+
+
+def blocks(page: Path) -> list[Block]:
+    """The page's ```python blocks, with the skip reason or setup named on the lines just above each."""
+    text = page.read_text()
+    found = []
+    for match in _FENCE.finditer(text):
+        line = text.count("\n", 0, match.start()) + 1
+        above = text[: match.start()].rstrip().rsplit("\n", 2)[-2:]
+        marks = {m.group(1): m.group(2) for m in map(_MARK.search, above) if m}
+        code = textwrap.dedent("\n".join(s[len(match.group(1)):] for s in match.group(2).split("\n")))
+        found.append(Block(f"{page.relative_to(ROOT)}:{line}", code, marks.get("setup", "loop"), marks.get("skip")))
+    return found
+
+
+def _runnable(page: Path) -> list[Block]:
+    return [b for b in blocks(page) if b.skip is None]
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str | None]:
+    """Every page's runnable blocks, run in one fresh process (one import of torch for all pages)."""
+    cwd = tmp_path_factory.mktemp("docs")
+    todo = {p.name: [(b.label, SETUPS[b.setup], b.code) for b in _runnable(p)] for p in PAGES if _runnable(p)}
+    (cwd / "blocks.json").write_text(json.dumps(todo))
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "JAX_PLATFORMS": "cpu", "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run([sys.executable, "-c", _RUNNER, "blocks.json", "results.json"], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=110)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results: dict[str, str | None] = json.loads((cwd / "results.json").read_text())
+    return results
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if _runnable(p)], ids=lambda p: p.name)
+def test_the_pages_python_blocks_run(page: Path, ran: dict[str, str | None]) -> None:
+    assert ran[page.name] is None, ran[page.name]
+
+
+def test_blocks_that_do_not_run_say_why_and_are_few() -> None:
+    skipped = [b for page in PAGES for b in blocks(page) if b.skip is not None]
+    assert all(b.skip for b in skipped), [b.label for b in skipped if not b.skip]
+    assert len(skipped) <= MAX_SKIPPED, [f"{b.label}: {b.skip}" for b in skipped]
+    unknown = [b.label for page in PAGES for b in blocks(page) if b.setup not in SETUPS]
+    assert not unknown, f"setups not in tests/docs_setup.py: {unknown}"
+
+
+def _directives() -> set[str]:
+    return {name for page in API_PAGES for name in re.findall(r"^::: ([\w.]+)", page.read_text(), re.M)}
+
+
+def _entries(name: str) -> set[str]:
+    """The paths a reference entry for ``asyncthrottle.<name>`` may use: its own, or where it is defined."""
+    obj = getattr(asyncthrottle, name)
+    return {f"asyncthrottle.{name}", f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', '')}"}
+
+
+def test_every_public_name_has_a_reference_entry() -> None:
+    missing = [name for name in asyncthrottle.__all__ if not _entries(name) & _directives()]
+    assert not missing + [name for name in API_MODULES if name not in _directives()]
+
+
+def test_every_module_the_docs_import_is_in_the_reference() -> None:
+    text = "\n".join(b.code for page in PAGES for b in blocks(page))
+    imported = set(re.findall(r"^\s*from (asyncthrottle\.[\w.]+) import", text, re.M))
+    assert imported <= _directives(), imported - _directives()
+
+
+def test_the_reference_renders_each_modules_all() -> None:
+    config = (ROOT / "mkdocs.yml").read_text()
+    assert re.search(r"^\s+filters: public$", config, re.M)  # griffe's "public" is __all__ where it exists
+    assert re.search(r"^\s+docstring_style: google$", config, re.M)
+
+
+def test_the_readme_is_short_and_links_to_every_page() -> None:
+    text = README.read_text()
+    assert len(text.splitlines()) <= 150
+    links = set(re.findall(r"\]\(([^)#\s]+)", text))
+    nav = re.findall(r":\s*([\w/.-]+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.M)
+    assert nav and not [page for page in nav if f"docs/{page}" not in links]
+    assert not [link for link in links if "://" not in link and not (ROOT / link).exists()]
+
+
+def test_the_readme_keeps_the_two_commands() -> None:
+    text = README.read_text()
+    assert MAIN_JOB in text and TESTS in text
+    assert "mkdocs build --strict" in text and "mkdocs build --strict" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_ci_runs_the_readmes_test_command_as_it_is() -> None:
+    assert TESTS in (ROOT / ".ci" / "run").read_text()
