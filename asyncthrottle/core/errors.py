@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-__all__ = ["ThrottleTimeout", "not_ended"]
-
 
 class ThrottleTimeout(TimeoutError):
     """A wait for a step ran longer than the throttle's ``timeout``.

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Event", "EventFactory", "MultiEvent"]
-
 
 @runtime_checkable
 class Event(Protocol):

@@ -8,8 +8,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .rule import Core
 
-__all__ = ["HostTimes"]
-
 
 class HostTimes:
     """Counts host time only inside passes; what the program does between them is not loop time.

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import threading
 
-__all__ = ["Ownership"]
-
 
 class Ownership:
     """A reentrant claim on a throttle by one thread; a second thread gets a ``RuntimeError``, not a race.

@@ -10,8 +10,6 @@ from typing import Protocol, runtime_checkable
 
 from .events import Event
 
-__all__ = ["Block", "Hybrid", "Poll", "Spin", "WaitStrategy", "resolve_wait"]
-
 
 @runtime_checkable
 class WaitStrategy(Protocol):

@@ -1,0 +1,121 @@
+"""Every public import path keeps working, and every old module path either warns or is a public home.
+
+Each check that depends on what was imported before runs in a fresh interpreter: the old paths and the
+light import are about a first import.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pickle
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import asyncthrottle
+from asyncthrottle._aliases import MOVED
+
+ROOT = Path(__file__).resolve().parents[1]
+PUBLIC = {
+    "asyncthrottle": [
+        "Block", "Deferred", "Event", "EventFactory", "Hybrid", "NonFiniteError",
+        "NonFiniteWarning", "Poll", "Spin", "Stats", "Subscriber", "SyncAdvice",
+        "Throttle", "ThrottleTimeout", "Throttled", "WaitStrategy", "throttle",
+    ],
+    "asyncthrottle.lightning": ["ThrottleCallback", "ThrottleProgressBar"],
+    "asyncthrottle.transformers": ["ThrottleCallback"],
+    "asyncthrottle.jax": ["barrier_on", "jax_events"],
+    "asyncthrottle.hooks": ["ThrottleHooks"],
+    "asyncthrottle.testing": ["FakeDevice", "FakeClock", "FakeEvent"],
+    "asyncthrottle.simulated": ["SimulatedDevice"],
+    "asyncthrottle.procdevice": ["ProcessDevice"],
+    "asyncthrottle.core": ["Core", "Subscriber"],
+    "asyncthrottle.memory": ["cuda_probe"],
+    "asyncthrottle.syncaudit": ["SyncAdvice"],
+    "asyncthrottle.plot": ["plot_trace"],
+    "asyncthrottle.bench": [],
+}
+# What `import asyncthrottle` must leave unimported.
+HEAVY = ("torch", "jax", "numpy", "tqdm", "lightning", "transformers", "matplotlib")
+# Flags of the command line, each of which must stay.
+FLAGS = {
+    "bench": ["--overhead", "--waits", "--autodepth", "--prefetch", "--backend", "--experiments", "--depths",
+              "--scale", "--repeat", "--wait", "--sim-cost", "--json", "--plot"],
+    "plot": ["--output", "--title", "trace"],
+}
+
+
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+
+
+@pytest.mark.parametrize("module", sorted(PUBLIC))
+def test_the_public_path_imports(module: str) -> None:
+    loaded = importlib.import_module(module)
+    missing = [name for name in PUBLIC[module] if not hasattr(loaded, name)]
+    assert not missing, f"{module} lacks {missing}"
+
+
+def test_the_top_level_exports_what_it_lists() -> None:
+    assert sorted(asyncthrottle.__all__) == asyncthrottle.__all__
+    assert not set(PUBLIC["asyncthrottle"]) - set(asyncthrottle.__all__)
+    assert not [name for name in asyncthrottle.__all__ if not hasattr(asyncthrottle, name)]
+    assert asyncthrottle.Subscriber is importlib.import_module("asyncthrottle.core").Subscriber
+    assert asyncthrottle.SyncAdvice is importlib.import_module("asyncthrottle.syncaudit").SyncAdvice
+
+
+def test_the_version_is_the_projects() -> None:
+    version = re.search(r'^version = "(.+)"$', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert version and asyncthrottle.__version__ == version.group(1)
+
+
+def test_the_lightning_callbacks_pickled_path_never_moves() -> None:
+    from asyncthrottle.lightning import ThrottleCallback
+
+    path = f"{ThrottleCallback.__module__}.{ThrottleCallback.__qualname__}"
+    assert path == "asyncthrottle.lightning.ThrottleCallback"
+    data = pickle.dumps(ThrottleCallback)
+    assert b"asyncthrottle.lightning" in data and pickle.loads(data) is ThrottleCallback
+
+
+@pytest.mark.parametrize("command", sorted(FLAGS))
+def test_the_command_line_keeps_its_flags(command: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "asyncthrottle", command, "--help"], capture_output=True,
+                          text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert not [flag for flag in FLAGS[command] if flag not in done.stdout]
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_an_old_module_path_gives_the_new_module(old: str) -> None:
+    new, deprecated = MOVED[old]
+    code = f"""
+import importlib, warnings
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    module = importlib.import_module("asyncthrottle.{old}")
+assert module is importlib.import_module("asyncthrottle.{new}"), module
+found = [w for w in caught if issubclass(w.category, DeprecationWarning) and "asyncthrottle.{old}" in str(w.message)]
+print(len(found), found[0].message if found else "")
+"""
+    done = _python(code)
+    assert done.returncode == 0, done.stderr[-2000:]
+    count, _, message = done.stdout.strip().partition(" ")
+    if deprecated:
+        assert count == "1" and f"asyncthrottle.{new}" in message, done.stdout
+    else:
+        assert count == "0", f"asyncthrottle.{old} is a public home and must not warn: {done.stdout}"
+
+
+def test_an_old_path_warns_at_the_importing_line() -> None:
+    done = _python("import warnings; warnings.simplefilter('error'); import asyncthrottle.passes")
+    assert done.returncode != 0 and "DeprecationWarning" in done.stderr and 'line 1' in done.stderr, done.stderr
+
+
+def test_import_stays_light() -> None:
+    done = _python(f"import asyncthrottle, sys; print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
