@@ -1,7 +1,9 @@
 """The GIL-free simulated device: ordering, device timestamps, throttling, clean-up, no orphans.
 
 These run in real time but never sleep: they wait on the device itself (synchronize)
-or on a process's exit (a pidfd becomes readable when the process ends).
+or on a process's exit (a pidfd becomes readable when the process ends). They assert
+nothing a busy machine can break: a launch clock stuck at the first launch makes the
+device's timestamps exact, one wait is enough, and an exit has a minute to happen.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import os
 import select
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 
 import pytest
 
@@ -30,8 +34,20 @@ def _exits_within(pid: int, seconds: float) -> bool:
         os.close(fd)
 
 
+def _frozen_clock() -> Callable[[], float]:
+    """A launch clock stuck at its first reading: the device never idles between ops, however late a busy host is."""
+    first: list[float] = []
+
+    def clock() -> float:
+        if not first:
+            first.append(time.perf_counter())
+        return first[0]
+
+    return clock
+
+
 def test_markers_complete_in_order_with_device_timestamps() -> None:
-    with ProcessDevice() as dev:
+    with ProcessDevice(clock=_frozen_clock()) as dev:
         first = dev.event()
         first.record()
         for _ in range(5):
@@ -41,20 +57,21 @@ def test_markers_complete_in_order_with_device_timestamps() -> None:
         assert dev.launched == 7
         last.synchronize()
         assert first.query() and last.query() and dev.queued == 0 and dev.executed == 7
-        assert 10.0 <= first.elapsed_time(last) < 10.5  # device time: ops end back to back
+        assert first.elapsed_time(last) == pytest.approx(10.0)  # device time: ops end back to back
         assert dev.busy_s == pytest.approx(10e-3)
 
 
 def test_an_unrecorded_event_is_complete_and_elapsed_time_needs_completion() -> None:
     with ProcessDevice() as dev:
         assert dev.event().query()
-        dev.launch(0.5)
+        dev.launch(60.0)
         a, b = dev.event(), dev.event()
         a.record()
         b.record()
         assert not b.query()
         with pytest.raises(RuntimeError, match="recorded and completed"):
             a.elapsed_time(b)
+        dev.close(wait=False)
 
 
 def test_overwritten_timestamps_are_reported() -> None:
@@ -82,15 +99,16 @@ def test_a_throttle_bounds_the_queue_on_the_device() -> None:
 def test_default_telemetry_reads_the_device_timeline_through_hybrid_waits() -> None:
     from asyncthrottle.core.waits import Hybrid
 
-    with ProcessDevice() as dev:
-        wait = Hybrid()
+    with ProcessDevice(clock=_frozen_clock()) as dev:
+        wait = Hybrid(min_samples=1)
         thr = Throttle(2, events=dev.event, wait=wait)  # default sample_every=8: steps 8, ..., 32
         for _ in thr.wrap(range(40)):
             dev.launch(1e-3)
         stats = thr.stats
     assert stats.device_samples == 4 and stats.max_in_flight == 2  # step 0: events= are timed once seen timeable
-    assert stats.device_ms_p50 == pytest.approx(1.0, abs=0.01)  # the device's own timestamps: ops back to back
-    assert stats.waits >= 30 and wait.predict() is not None and wait.predict() > 0
+    assert stats.device_ms_p50 == pytest.approx(1.0)  # the device's own timestamps: ops back to back
+    # how many of the 38 hand-outs find their step unfinished depends on the host's scheduling, not on the rule
+    assert stats.waits >= 1 and wait.predict() is not None and wait.predict() > 0
 
 
 def test_close_runs_the_queue_then_ends_the_process() -> None:
@@ -108,7 +126,7 @@ def test_an_exception_kills_the_process_without_running_the_queue() -> None:
         dev.launch(60.0)
         pid = dev.pid
         raise KeyboardInterrupt
-    assert _exits_within(pid, 5.0)
+    assert _exits_within(pid, 60.0)
     assert not dev.alive
 
 
@@ -134,4 +152,4 @@ def test_no_orphan_when_the_host_is_killed(busy: bool) -> None:
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env,
                           check=False)
     assert proc.returncode == -9, proc.stderr
-    assert _exits_within(int(proc.stdout.split()[0]), 5.0)  # it polls its parent every 0.2 s
+    assert _exits_within(int(proc.stdout.split()[0]), 60.0)  # it polls its parent every 0.2 s
