@@ -5,18 +5,22 @@ from .core import Subscriber
 from .core.errors import ThrottleTimeout
 from .core.events import Event, EventFactory
 from .core.waits import Block, Hybrid, Poll, Spin, WaitStrategy
+from .parts.nonfinite import NonFiniteError, NonFiniteWarning
 from .parts.syncaudit import SyncAdvice
 from .stats import Stats
 from .throttle import Throttle, throttle
-from .values import Deferred
+from .values import Deferred, DonatedValueError
 from .view import Throttled
 
 __all__ = [
     "Block",
     "Deferred",
+    "DonatedValueError",
     "Event",
     "EventFactory",
     "Hybrid",
+    "NonFiniteError",
+    "NonFiniteWarning",
     "Poll",
     "Spin",
     "Stats",

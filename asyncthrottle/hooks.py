@@ -52,6 +52,7 @@ class ThrottleHooks:
         self.throttle = Throttle(depth, **throttle_options)
         self._open = False  # begin() ran and end()/fail() not yet
         self._began = 0.0  # when the open step was handed out (the throttle's clock)
+        self._phase: Any = None  # the open step's open section (a framework phase), or None
         self._advised: set[str] = set()
 
     @property
@@ -74,6 +75,7 @@ class ThrottleHooks:
         if not self._open:
             return
         try:
+            self.end_phase()
             if loss is not None:
                 self.throttle.defer(loss, name="loss")  # a non-blocking copy, ordered before the step's event
         finally:
@@ -82,6 +84,7 @@ class ThrottleHooks:
 
     def fail(self) -> None:
         """The open step raised: record nothing, drop its values, block on nothing."""
+        self._phase = None  # the dropped step forgets its sections
         if self._open:
             self._open = False
             self.throttle.end_step(failed=True)
@@ -108,6 +111,24 @@ class ThrottleHooks:
         """
         self.throttle.drain()
 
+    def phase(self, name: str, *, collective: bool = False) -> None:
+        """Leave the open phase (if any) and enter section ``name`` of the open step (none open: nothing).
+
+        The framework's phases (forward, backward, optimizer) as
+        :meth:`~asyncthrottle.Throttle.section` s; ``end()`` leaves the last one.
+        """
+        self.end_phase()
+        if self._open:
+            section = self.throttle.section(name, collective=collective)
+            section.__enter__()
+            self._phase = section
+
+    def end_phase(self) -> None:
+        """Leave the open phase, if any."""
+        section, self._phase = self._phase, None
+        if section is not None:
+            section.__exit__(None, None, None)
+
     def advise(self, key: str, message: str) -> None:
         """Warn once per callback about a framework setting that syncs every step."""
         if key not in self._advised:
@@ -128,6 +149,7 @@ class ThrottleHooks:
         state = self.__dict__.copy()
         throttle: Throttle = state.pop("throttle")
         state["_open"] = False
+        state["_phase"] = None
         for name in self._TRANSIENT:
             state[name] = None
         state["_on_complete"] = [cb for cb in throttle._values.callbacks if _pickles(cb)]

@@ -15,6 +15,7 @@ try:
 except ImportError:
     raise ImportError("asyncthrottle.lightning needs Lightning: pip install 'asyncthrottle[lightning]'") from None
 
+from . import _lightning_sigterm as sigterm
 from .hooks import ThrottleHooks
 from .parts.progress import postfix
 from .throttle import Throttle
@@ -39,6 +40,9 @@ class ThrottleCallback(ThrottleHooks, Callback):
     returned) is deferred as ``"loss"`` without a sync: read it in
     ``callback.throttle.on_complete`` or ``callback.throttle.latest``. Under
     ``accumulate_grad_batches=k`` it is Lightning's loss, divided by ``k``.
+    A NaN/Inf loss is reported from that host copy, without a sync
+    (``nonfinite=``, default ``"warn"``; ``"raise"`` stops ``fit`` from the
+    next batch hook, within ``depth`` steps).
     The callback drains before validation, at the end of each training epoch,
     before a checkpoint is saved (``save_weights_only=True`` too: it drains
     when the module's ``state_dict()`` is taken on the loop's thread) and at
@@ -60,8 +64,23 @@ class ThrottleCallback(ThrottleHooks, Callback):
         >>> cb.throttle.depth, cb.throttle.stats.steps
         (2, 0)
 
+    Each step's phases are :meth:`~asyncthrottle.Throttle.section` s:
+    ``forward`` (batch start to ``on_before_backward``), ``backward`` (to
+    ``on_after_backward``; ``collective`` under multi-process training, as it
+    holds DDP's all-reduce) and ``optimizer`` (``on_before_optimizer_step``
+    to the batch's end): ``stats.sections``, and under ``ranks_every`` the
+    rank scores name a DDP straggler from them.
+
     Args:
         depth: steps allowed in flight (an int >= 1, or None to only track).
+        sigterm_every: under multi-process training, Lightning 2.5.2 to 2.6.x
+            broadcasts a SIGTERM flag and ``.item()`` s it every training
+            batch (one sync per step). An int ``n >= 2`` exchanges it every
+            ``n`` batches instead (``all_reduce``, one ``.item()``): a
+            SIGTERM on any rank stops every rank at the same batch, up to
+            ``n`` batches later (a SIGTERM in the last ``< n`` batches lets
+            ``fit`` finish). None (default): Lightning's own, and a warning.
+            Other Lightning versions: a warning, Lightning's own.
         **throttle_options: keyword options of :class:`~asyncthrottle.Throttle`
             (``device``, ``events``, ``wait``, ``clock``, ``detect_sync``, ...).
 
@@ -71,10 +90,15 @@ class ThrottleCallback(ThrottleHooks, Callback):
     """
 
     throttle: Throttle
-    _TRANSIENT = ("_state_hook",)
+    _TRANSIENT = ("_state_hook", "_undo_sigterm")
 
-    def __init__(self, depth: int | None = 2, **throttle_options: Any) -> None:
+    def __init__(self, depth: int | None = 2, *, sigterm_every: int | None = None, **throttle_options: Any) -> None:
+        if sigterm_every is not None and (type(sigterm_every) is not int or sigterm_every < 1):
+            raise ValueError(f"sigterm_every must be an int >= 1 (exchange Lightning's DDP SIGTERM flag every that "
+                             f"many batches) or None, got {sigterm_every!r}; e.g. sigterm_every=50")
         super().__init__(depth, **throttle_options)
+        self._sigterm_every = sigterm_every
+        self._undo_sigterm: Any = None
         self._results_checked = False
         self._state_hook: Any = None  # the module's state_dict pre-hook: a drain before any checkpoint
         self._thread: int | None = None
@@ -89,17 +113,36 @@ class ThrottleCallback(ThrottleHooks, Callback):
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._remove_state_hook()
+        self._restore_sigterm()
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.abandon(self._began)  # after a fit() that raised (on_exception ended its pass, unless it never ran)
         self._thread = threading.get_ident()
         self._results_checked = False
-        for key, message in lightning_advice(trainer):
+        self._restore_sigterm()
+        every = getattr(self, "_sigterm_every", None)
+        if every is not None and sigterm.every_step(trainer):  # after Lightning's signal handlers, before a batch
+            try:
+                self._undo_sigterm = sigterm.install(trainer, every)
+            except RuntimeError as exc:
+                self.advise("sigterm_every", f"sigterm_every={every} left Lightning's per-step SIGTERM broadcast "
+                            f"as it is: {exc}")
+        for key, message in lightning_advice(trainer, sigterm_every=every if self._undo_sigterm else None):
             self.advise(key, message)
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
         self.begin()
+        self.phase("forward")
+
+    def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Any) -> None:
+        self.phase("backward", collective=getattr(trainer, "world_size", 1) > 1)  # DDP: it holds the all-reduce
+
+    def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.end_phase()
+
+    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
+        self.phase("optimizer")
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
@@ -130,9 +173,16 @@ class ThrottleCallback(ThrottleHooks, Callback):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._drop_skipped()
         self.drain()
+        self._restore_sigterm()
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         self.abandon()  # never blocks: the device may be what failed
+        self._restore_sigterm()
+
+    def _restore_sigterm(self) -> None:
+        undo, self._undo_sigterm = getattr(self, "_undo_sigterm", None), None
+        if undo is not None:
+            undo()
 
     def _drop_skipped(self) -> None:
         """A step still open after the epoch's batches: ``on_train_batch_start`` returned -1, no training_step ran."""
@@ -207,7 +257,7 @@ def _logger_step(trainer: Any) -> int | None:
         return trainer.global_step if trainer.global_step % trainer.log_every_n_steps == 0 else None
 
 
-def lightning_advice(trainer: Any) -> list[tuple[str, str]]:
+def lightning_advice(trainer: Any, *, sigterm_every: int | None = None) -> list[tuple[str, str]]:
     """The trainer's settings that sync every training step, each with how to avoid it.
 
     Checked from the trainer alone, so it works on any machine: a
@@ -223,11 +273,15 @@ def lightning_advice(trainer: Any) -> list[tuple[str, str]]:
         advice.append(("throughput_monitor", "Lightning's ThroughputMonitor calls torch.cuda.synchronize() every "
                        "batch, a host-device sync per step that makes the throttle moot: remove it and read "
                        "callback.throttle.stats.steps_per_s (logged as asyncthrottle/steps_per_s) instead"))
-    if getattr(trainer, "world_size", 1) > 1 and _version(_LIGHTNING_VERSION) >= _SIGTERM_BROADCAST:
+    if (sigterm_every is None and getattr(trainer, "world_size", 1) > 1
+            and _version(_LIGHTNING_VERSION) >= _SIGTERM_BROADCAST):
         advice.append(("sigterm_broadcast", f"Lightning {_LIGHTNING_VERSION} broadcasts a SIGTERM flag across ranks "
                        "and calls .item() on it every training step under multi-process training "
-                       "(_TrainingEpochLoop._broadcast_sigterm_tensor): one sync per step that no setting turns "
-                       "off; see asyncthrottle's docs/frameworks.md (Lightning) for the workaround and its cost"))
+                       "(_TrainingEpochLoop._broadcast_sigterm_tensor): a tensor made on the device, a broadcast "
+                       "and a blocking .item() on every rank, every batch -- one host-device sync per step, so the "
+                       "throttle has nothing to bound (in effect depth 1). ThrottleCallback(..., sigterm_every=N) "
+                       "exchanges it every N batches instead (a SIGTERM then stops every rank up to N batches "
+                       "later); see asyncthrottle's docs/frameworks.md (Lightning)"))
     return advice
 
 

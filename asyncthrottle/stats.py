@@ -105,8 +105,11 @@ class Stats(PartStats, _LoopStats):
         rank_scores: with ``ranks_every=`` under ``torch.distributed``: per
             rank, the fastest rank's recent median step time over that
             rank's (1.0: the fastest; NaN: no samples yet), from the last
-            gather read; None before one.
+            gather read; None before one. With sections, the sum of each
+            step's sections that are not ``collective`` replaces the step time.
         slowest_rank: the rank with the lowest score (None before a gather).
+        sections: with ``Throttle.section(name)``: each name's recent median
+            device time in ms per step (None before a timed section completes).
         max_memory, memory_peak: the ``max_memory`` budget and the most bytes
             its probe reported at a hand-out (None without a budget).
         memory_waits: times the budget made the host wait.
@@ -116,6 +119,9 @@ class Stats(PartStats, _LoopStats):
         pinned_bytes: pinned host bytes held by ``to=``'s staging ring (at
             most ``depth + 2`` buffers of the largest batch; 0 without ``to=``
             or off CUDA).
+        nonfinite: steps whose deferred values held a NaN or an Inf (see
+            ``Throttle(nonfinite=)``; 0 with ``nonfinite=None``).
+        nonfinite_first: the first such step (None before one).
 
     Host times count only inside passes: from a wrapped loop's first
     ``next()`` to its end (or ``break``), and for ``step()``/``mark()`` loops

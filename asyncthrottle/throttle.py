@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 import weakref
 from collections.abc import Callable, Iterable
@@ -20,6 +21,7 @@ from .parts import PARTS
 from .parts._build import Build
 from .parts.autodepth import DepthController
 from .parts.prefetch import Prefetch
+from .parts.sections import Section, Sections
 from .parts.syncaudit import SyncAudit
 from .parts.syncdetect import SyncDetect
 from .parts.timing import DeviceTiming
@@ -32,6 +34,21 @@ if TYPE_CHECKING:
     from .view import Pass
 
 T = TypeVar("T")
+
+
+
+def _never() -> bool:
+    return False
+
+
+def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return fn(*args, **kwargs)
+
+
+# What a torch.compile'd step may call (defer, latest, in_flight, stats) runs eagerly there, as a graph break, or
+# Dynamo guards on the step counters and compiles again every step. Set by _see_torch(): torch is not imported here.
+_compiling: Callable[[], bool] = _never  # torch.compiler.is_compiling
+_eagerly: Callable[..., Any] = _call  # _call under torch.compiler.disable
 
 
 class _StepContext:
@@ -135,6 +152,14 @@ class Throttle:
             used it completed (``stats.pinned_bytes``), and the step waits on
             its batch's copy alone; no syncs. On the CPU it is ``.to(to)``.
             It must be the throttle's device. See :mod:`asyncthrottle.prefetch`.
+        nonfinite: ``"warn"`` (default), ``"raise"`` or None (off): look at
+            every floating-point leaf of every deferred value on the host
+            when its step completes; a NaN or Inf warns once
+            (:class:`~asyncthrottle.NonFiniteWarning`) and counts in
+            ``stats.nonfinite``, or raises
+            :class:`~asyncthrottle.NonFiniteError` from the throttle call
+            that delivered it (within ``depth`` steps). No sync, no device
+            work. See docs/deferred.md.
 
     Threads: one loop runs in one thread; ``stats``, ``latest``,
     ``in_flight`` and ``Deferred.ready()``/``get()`` are safe from any thread.
@@ -169,11 +194,13 @@ class Throttle:
         max_memory: int | None = None,
         memory: Callable[[], int] | None = None,
         to: Any = None,
+        nonfinite: str | None = "warn",
     ) -> None:
         options = dict(
             depth=depth, device=device, events=events, wait=wait, timeout=timeout, stall=stall, drain=drain,
             streams=streams, sample_every=sample_every, ranks_every=ranks_every, detect_sync=detect_sync,
             trace=trace, nvtx=nvtx, clock=clock, max_depth=max_depth, max_memory=max_memory, memory=memory, to=to,
+            nonfinite=nonfinite,
         )
         self._timeout = check_core(options)
         for part in PARTS:  # every check on every backend, before anything is built
@@ -184,10 +211,12 @@ class Throttle:
         self._drain_at_end = drain
         backend = resolve_backend(device, events, streams, blocking=strategy.blocking_events,
                                   timing=sample_every is not None)
+        if _compiling is _never:
+            _see_torch()
         self._clock = clock
         self._core = Core(depth if isinstance(depth, int) else None, backend.events, strategy, self._timeout, clock)
         self._values = Completions(self._core, self._wait_for_value)
-        at = Build(self._core, backend, options, clock)
+        at = Build(self._core, backend, options, clock, self._values)
         for part in PARTS:
             built = part.build(at)
             if built is not None:
@@ -199,6 +228,11 @@ class Throttle:
         self._pass: weakref.ref[Pass[Any]] | None = None  # the wrapped pass running now (a break drops it)
         self._in_step = False  # begin_step() was called and end_step() not yet
         self._host = HostTimes(clock, self._core)
+        sections = at.part(Sections)
+        if sections is not None:
+            sections.in_step = self._step_open
+        self._sections = sections
+        self._made_sections: dict[Any, Section] = {}  # reusable: one per name (and collective)
 
     # -- reading: safe from any thread, never blocks ------------------------
 
@@ -215,17 +249,23 @@ class Throttle:
     @property
     def latest(self) -> dict[str, Any]:
         """The most recent completed value of each deferred name. Never blocks."""
+        if _compiling():  # under torch.compile: run eagerly, as a graph break (see _see_torch)
+            return _eagerly(getattr, self, "latest")  # type: ignore[no-any-return]
         return dict(self._values.latest)
 
     @property
     def in_flight(self) -> int:
         """Recorded steps whose events do not report completion. Queries, never blocks."""
+        if _compiling():  # under torch.compile: run eagerly, as a graph break (see _see_torch)
+            return _eagerly(getattr, self, "in_flight")  # type: ignore[no-any-return]
         pending = tuple(self._core.pending)  # a copy: safe to read from any thread
         return sum(1 for event in pending if not event.query())
 
     @property
     def stats(self) -> Stats:
         """A snapshot of the counters and telemetry; never blocks or syncs."""
+        if _compiling():  # under torch.compile: run eagerly, as a graph break (see _see_torch)
+            return _eagerly(getattr, self, "stats")  # type: ignore[no-any-return]
         core = self._core
         completed, steps = core.completed, core.steps  # completed first: never ahead of steps
         synchronous = core.synchronous
@@ -342,6 +382,46 @@ class Throttle:
         finally:
             self._ownership.release()
 
+    def section(self, name: str, *, collective: bool = False) -> Section:
+        """``with throttle.section(name):`` -- time a named phase of the current step on the device, without a sync.
+
+        On an asynchronous device the sampled steps (``sample_every``) record
+        a timing event as the section is entered and one as it is left, read
+        once the step completes; on a synchronous backend the host clock
+        times every step. ``stats.sections`` maps each name to its recent
+        median device time in ms, and the summary shows a line per section.
+        A name used several times in one step counts the sum. Under
+        ``ranks_every``, rank scores compare the sections' sum -- the rank's
+        own work -- instead of the step time (see docs/frameworks.md, DDP).
+
+        Args:
+            name: the phase, e.g. ``"forward"``.
+            collective: the section holds a collective (DDP's backward and its
+                all-reduce), so its time includes waiting for other ranks:
+                rank scores leave it out of the rank's own work.
+
+        Raises:
+            RuntimeError: entered outside a step (a wrapped loop's body,
+                ``step()``, or between ``begin_step()`` and ``end_step()``),
+                entered again while open, or still open when the step is
+                recorded (raised by the record).
+        """
+        made = self._made_sections.get(name if not collective else (name, True))
+        if made is None:
+            if not isinstance(name, str) or not name:
+                raise TypeError(f"section name must be a non-empty str, e.g. section('forward'), got {name!r}")
+            made = Section(self._sections, name, collective)
+            self._made_sections[name if not collective else (name, True)] = made
+        return made
+
+    def _step_open(self) -> bool:
+        """A step is being run: between ``begin_step()`` and ``end_step()``, or in a wrapped loop's body."""
+        if self._in_step:
+            return True
+        ref = self._pass
+        running = ref() if ref is not None else None
+        return running is not None and running._open
+
     def mark(self) -> None:
         """End the current step: record its event, then wait until the next step may start.
 
@@ -399,14 +479,18 @@ class Throttle:
 
     # -- deferred values -----------------------------------------------------
 
-    def defer(self, value: Any, name: str | None = None) -> Deferred:
+    def defer(self, value: Any, name: str | None = None, *, copy: bool = False) -> Deferred:
         """Snapshot ``value`` from the current step and send it to the host without a sync.
 
         ``value`` is a tensor, a numpy or JAX array, or a nested dict/list/tuple
         of them; the snapshot is taken now (later in-place updates do not
-        change it). Device tensors are copied non-blocking into pinned memory,
-        ordered before the step's event, so the copy is complete when the step
-        is (on a synchronous throttle a device tensor's copy blocks).
+        change it). CUDA tensors are copied non-blocking into a ring of reused
+        pinned buffers, ordered before the step's event, so the copy is
+        complete when the step is (on a synchronous throttle a device tensor's
+        copy blocks). A JAX array is held as it is (no device copy) and read
+        once its step completes; an array donated to a jitted call before that
+        is lost: ``get()`` and the delivery raise
+        :class:`~asyncthrottle.values.DonatedValueError`.
 
         Args:
             value: the step's value, e.g. the loss.
@@ -414,8 +498,13 @@ class Throttle:
                 (default ``"value"``, or ``"value_<k>"`` for the k-th unnamed
                 one). A name deferred k > 1 times in one step maps to the list
                 of its k values, in order.
+            copy: copy JAX arrays on the device now (one dispatched copy,
+                about 40 us on the CPU), so that a later step may donate
+                them. Tensors and numpy arrays are always copied.
         """
-        return self._values.defer(value, name)
+        if _compiling():  # under torch.compile: run eagerly, as a graph break (see _see_torch)
+            return _eagerly(self.defer, value, name, copy=copy)  # type: ignore[no-any-return]
+        return self._values.defer(value, name, copy)
 
     def on_complete(self, callback: OnComplete) -> OnComplete:
         """Call ``callback(step, values)`` for every step, in order, once it is seen complete.
@@ -508,6 +597,19 @@ class Throttle:
                 f"{what} was called inside a wrapped loop over this Throttle; the wrapper already "
                 "records and waits for each step -- use one or the other"
             )
+
+
+def _see_torch() -> None:
+    """Once torch is imported: the calls a compiled step may make run eagerly under ``torch.compile``.
+
+    Outside a compile it costs one ``torch.compiler.is_compiling()`` a call (0.1 us).
+    """
+    global _compiling, _eagerly
+    compiler = getattr(sys.modules.get("torch"), "compiler", None)
+    if compiler is None or not hasattr(compiler, "disable") or not hasattr(compiler, "is_compiling"):
+        return  # no torch (yet), or one without torch.compiler: nothing compiles these calls
+    _eagerly = compiler.disable(_call)
+    _compiling = compiler.is_compiling
 
 
 def throttle(

@@ -35,7 +35,9 @@ class ThrottleCallback(ThrottleHooks, TrainerCallback):  # type: ignore[misc]
     ``num_items_in_batch``, since each micro-batch's loss is then already
     normalized over the whole accumulated batch (see :func:`step_loss`).
     Models that return a tuple, or no loss (a ``compute_loss_func``, label
-    smoothing), deliver none. The callback drains before an evaluation or a
+    smoothing), deliver none. A NaN/Inf step loss is reported (``nonfinite=``,
+    default ``"warn"``; ``"raise"`` stops training from the next step hook)
+    without a sync, so ``logging_nan_inf_filter=False`` loses nothing. The callback drains before an evaluation or a
     save it is told of (``control.should_evaluate`` / ``should_save``), at
     the end of each epoch, on evaluate, on save and at the end of training;
     an ``evaluate()`` or save from inside a step (a callback placed before
@@ -61,11 +63,13 @@ class ThrottleCallback(ThrottleHooks, TrainerCallback):  # type: ignore[misc]
     """
 
     throttle: Throttle
-    _TRANSIENT = ("_handle", "_losses")
+    _TRANSIENT = ("_handle", "_losses", "_pre_handle")
 
     def __init__(self, depth: int | None = 2, **throttle_options: Any) -> None:
         super().__init__(depth, **throttle_options)
         self._handle: Any = None  # the forward hook on the model
+        self._pre_handle: Any = None  # its forward pre-hook: the "forward" section's start
+        self._collective = False  # several processes: backward holds DDP's all-reduce
         self._losses: list[Any] = []  # this step's micro-batch losses, on the device
         self._normalized = False  # the Trainer passed num_items_in_batch: each loss is over the whole step
         self._processes = 1  # the Trainer multiplies such losses by this (average_tokens_across_devices)
@@ -80,18 +84,28 @@ class ThrottleCallback(ThrottleHooks, TrainerCallback):  # type: ignore[misc]
         self._losses = []
         self._thread = threading.get_ident()
         self._processes = _loss_scale(args)
-        for key, message in transformers_advice(args):
+        for key, message in transformers_advice(args, nonfinite=self._options.get("nonfinite", "warn")):
             self.advise(key, message)
         if self._handle is not None:
             self._handle.remove()
-        self._handle = None
+        if self._pre_handle is not None:
+            self._pre_handle.remove()
+        self._handle = self._pre_handle = None
+        self._collective = getattr(args, "world_size", 1) > 1
         if isinstance(model, torch.nn.Module):
             self._handle = model.register_forward_hook(self._capture, with_kwargs=True)
+            self._pre_handle = model.register_forward_pre_hook(self._forward_begins)
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._losses = []
         self._normalized = False
         self.begin()
+
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.phase("optimizer")
+
+    def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.end_phase()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         losses, self._losses = self._losses, []
@@ -113,11 +127,20 @@ class ThrottleCallback(ThrottleHooks, TrainerCallback):  # type: ignore[misc]
         if self._handle is not None:
             self._handle.remove()
             self._handle = None
+        if self._pre_handle is not None:
+            self._pre_handle.remove()
+            self._pre_handle = None
+
+    def _forward_begins(self, module: Any, args: Any) -> None:
+        """The model's forward pre-hook: a training micro-batch's forward is a section."""
+        if self.step_open and module.training and threading.get_ident() == self._thread:
+            self.phase("forward")
 
     def _capture(self, module: Any, args: Any, kwargs: dict[str, Any], output: Any) -> None:
         """The model's forward hook: keep the micro-batch's loss tensor (detached; no sync)."""
         if not (self.step_open and module.training and threading.get_ident() == self._thread):
             return
+        self.phase("backward", collective=self._collective)  # what follows a micro-batch's forward
         loss = output.get("loss") if isinstance(output, Mapping) else None
         if isinstance(loss, torch.Tensor):
             self._losses.append(loss.detach())
@@ -158,11 +181,13 @@ def _loss_scale(args: Any) -> int:
     return 1
 
 
-def transformers_advice(args: Any) -> list[tuple[str, str]]:
+def transformers_advice(args: Any, *, nonfinite: str | None = "warn") -> list[tuple[str, str]]:
     """The ``TrainingArguments`` that sync every step, each with how to avoid it.
 
     ``logging_nan_inf_filter=True`` (the default) evaluates
-    ``torch.isnan(loss) or torch.isinf(loss)`` on the host every micro-batch;
+    ``torch.isnan(loss) or torch.isinf(loss)`` on the host every micro-batch
+    (with it off, the callback's check, its option ``nonfinite`` here, still
+    reports a NaN/Inf step loss, without a sync);
     ``include_num_input_tokens_seen`` gathers a token count and ``.item()``-s
     it every micro-batch; on an accelerator with pinned memory, accelerate
     copies each micro-batch's tensors to the device blocking unless
@@ -171,10 +196,15 @@ def transformers_advice(args: Any) -> list[tuple[str, str]]:
     """
     advice = _copy_advice(args)
     if getattr(args, "logging_nan_inf_filter", False):
-        advice.append(("nan_inf_filter", "TrainingArguments(logging_nan_inf_filter=True), the default, runs "
-                       "`torch.isnan(loss) or torch.isinf(loss)` on the host every micro-batch: two host-device "
-                       "syncs per micro-batch that make the throttle moot. Pass logging_nan_inf_filter=False (a "
-                       "NaN/Inf loss then shows in the logged loss instead of being skipped)"))
+        report = ("the callback still reports a NaN/Inf step loss (asyncthrottle.NonFiniteWarning, "
+                  "stats.nonfinite; nonfinite='raise' stops training) from the loss it already brings to the host, "
+                  "without that sync" if nonfinite is not None else
+                  "a NaN/Inf loss then shows in the logged loss instead of being skipped; the callback's "
+                  "nonfinite='warn' (its default, off here) would report it without a sync")
+        advice.append(("nan_inf_filter", "TrainingArguments(logging_nan_inf_filter=True), the default, syncs the "
+                       "host with the device once per micro-batch to run `torch.isnan(loss) or torch.isinf(loss)` "
+                       "(two bool() calls on device tensors), which makes the throttle moot. Pass "
+                       f"logging_nan_inf_filter=False: {report}"))
     tokens = getattr(args, "include_num_input_tokens_seen", "no")
     if tokens not in ("no", False, None):
         advice.append(("tokens_seen", f"TrainingArguments(include_num_input_tokens_seen={tokens!r}) gathers the token "

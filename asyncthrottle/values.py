@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import sys
-from collections import deque
+from collections import UserDict, deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -14,91 +15,171 @@ if TYPE_CHECKING:
     from .core.rule import Core
 
 OnComplete = Callable[[int, dict[str, Any]], None]
+UNBOUNDED_STEPS = 4  # steps of ring slots kept when depth=None bounds nothing
 
 
 def _map(value: Any, leaf: Callable[[Any], Any]) -> Any:
     """``value`` with ``leaf`` applied to every leaf of its mappings, lists, tuples, namedtuples and dataclasses.
 
-    A mapping keeps its type where the type can be built from a dict
-    (``OrderedDict``, transformers' ``BatchEncoding``); others become a dict.
+    Containers are rebuilt without running their ``__init__``: a dict
+    subclass or a ``UserDict`` (transformers' ``BatchEncoding``) is a shallow
+    copy holding the new items, so it keeps its other attributes (a
+    ``BatchEncoding``'s encodings, a ``defaultdict``'s factory); a dataclass
+    is a shallow copy whose fields are set directly, so ``__post_init__`` does
+    not run again (frozen ones and ``InitVar`` fields too). Any other mapping
+    keeps its type where the type can be built from a dict; else it becomes a dict.
     """
     if isinstance(value, Mapping):
         mapped = {key: _map(item, leaf) for key, item in value.items()}
         if type(value) is dict:
             return mapped
-        rebuild: Any = type(value)
-        try:
-            return rebuild(mapped)
-        except Exception:  # e.g. a defaultdict, whose first argument is its factory
-            return mapped
+        return _rebuild_mapping(value, mapped)
     if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
         return type(value)(*(_map(item, leaf) for item in value))
     if isinstance(value, (list, tuple)):
         return type(value)(_map(item, leaf) for item in value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):  # an instance, not the class
-        fields = {f.name: _map(getattr(value, f.name), leaf) for f in dataclasses.fields(value) if f.init}
-        return dataclasses.replace(value, **fields)
+        rebuilt = copy.copy(value)
+        for field in dataclasses.fields(value):
+            object.__setattr__(rebuilt, field.name, _map(getattr(value, field.name), leaf))  # frozen ones too
+        return rebuilt
     return leaf(value)
 
 
+def _rebuild_mapping(value: Mapping[Any, Any], mapped: dict[Any, Any]) -> Any:
+    """A mapping of ``value``'s type holding ``mapped``, keeping ``value``'s other state where it can."""
+    try:
+        if isinstance(value, UserDict):
+            out: Any = copy.copy(value)
+            out.data = mapped
+            return out
+        if isinstance(value, dict):
+            out = copy.copy(value)
+            dict.clear(out)
+            dict.update(out, mapped)
+            return out
+        return type(value)(mapped)  # type: ignore[call-arg]
+    except Exception:  # a type that cannot be copied or built from a dict
+        return mapped
+
+
 class Snapshot:
-    """Copies the leaves of one value; remembers the CUDA streams the copies were enqueued on.
+    """Takes the snapshot of one value's leaves, as :meth:`Completions.defer` does.
+
+    A JAX array is held as it is (it is immutable; only a donation can take it),
+    or copied on the device with ``copy=True``; off the CPU its host copy is
+    started. A CUDA tensor is copied non-blocking into a slot of the pinned
+    ring, on the current stream (whose key, not a Python ``Stream``, is kept).
 
     Args:
         synchronous: the throttle runs synchronously (no event orders the
             copies), so a copy from a device blocks until it is done.
+        copy: copy JAX arrays on the device (they survive a later donation).
+        owner: gives the pinned ring and the stream keys, on the first CUDA tensor.
     """
 
-    __slots__ = ("streams", "synchronous")
+    __slots__ = ("copy", "held", "owner", "ringed", "synchronous")
 
-    def __init__(self, synchronous: bool) -> None:
-        self.synchronous = synchronous
-        self.streams: list[Any] = []
+    def __init__(self, synchronous: bool, copy: bool = False, owner: Completions | None = None) -> None:
+        self.synchronous, self.copy, self.owner = synchronous, copy, owner
+        self.held: list[Any] = []  # JAX arrays held as they are: a donation can delete them
+        self.ringed = False  # a leaf is a view into the pinned ring, copied out when its step retires
 
     def __call__(self, value: Any) -> Any:
         torch = sys.modules.get("torch")  # a tensor exists only if torch was imported
         if torch is not None and isinstance(value, torch.Tensor):
             return self._tensor(torch, value.detach())
         if hasattr(value, "copy_to_host_async"):  # a JAX array
-            return _jax_copy(value)
+            return self._jax(value)
         numpy = sys.modules.get("numpy")
         if numpy is not None and isinstance(value, numpy.ndarray):
             return value.copy()  # a snapshot: the caller may update the array in place
         return value
+
+    def _jax(self, array: Any) -> Any:
+        if self.copy and hasattr(array, "copy"):
+            array = array.copy()  # dispatched, never blocks; nobody else holds it, so nobody donates it
+        else:
+            self.held.append(array)
+        if _jax_off_cpu():
+            array.copy_to_host_async()  # starts the device-to-host copy; on the CPU it would buy nothing
+        return array
 
     def _tensor(self, torch: Any, tensor: Any) -> Any:
         if tensor.device.type == "cpu":
             return tensor.clone()  # a snapshot: the caller may update the tensor in place
         if self.synchronous:
             return tensor.to("cpu")  # host-device sync: nothing orders a non-blocking copy on this throttle
-        if tensor.device.type == "cuda":
-            self.streams.append(torch.cuda.current_stream(tensor.device))  # joined before the step's event
-        # Non-blocking device-to-host copy into pinned memory, enqueued before the step's event.
+        if tensor.device.type == "cuda" and self.owner is not None:
+            host = self.owner._ring_copy(tensor)
+            if host is not None:
+                self.ringed = True
+                return host
+        # Non-blocking device-to-host copy (torch pins it), enqueued before the step's event.
         return tensor.to("cpu", non_blocking=True)
 
 
-def _jax_copy(array: Any) -> Any:
-    """A device copy of ``array`` on its way to the host: the step may donate the original."""
-    copy = array.copy() if hasattr(array, "copy") else array  # dispatched, never blocks
-    copy.copy_to_host_async()
-    return copy
+_OFF_CPU: list[bool] = []  # [whether JAX's default backend is not the CPU], once asked
+
+
+def _jax_off_cpu() -> bool:
+    """Whether JAX runs off the CPU here (a GPU or TPU is its default backend); asked once per process."""
+    if not _OFF_CPU:
+        _OFF_CPU.append(sys.modules["jax"].default_backend() != "cpu")
+    return _OFF_CPU[0]
 
 
 def snapshot(value: Any, synchronous: bool = False) -> tuple[Any, list[Any]]:
     """Start copying ``value`` (tensors, arrays, nested dicts/lists/tuples) to the host.
 
-    Returns the copy and the CUDA streams its copies were enqueued on.
+    Returns the snapshot and the JAX arrays it holds as they are.
     """
     copier = Snapshot(synchronous)
-    return _map(value, copier), copier.streams
+    return _map(value, copier), copier.held
 
 
 def _host_leaf(value: Any) -> Any:
+    """A leaf of a completed step's snapshot, on the host: JAX arrays become numpy arrays."""
     if hasattr(value, "copy_to_host_async"):
         import numpy as np
 
-        return np.asarray(value)  # the step is complete: this does not wait
+        # The step is complete: neither waits. On the CPU, np.asarray would be a view that
+        # silently keeps the user's later donation of the array from happening: take a copy.
+        return np.array(value) if not _jax_off_cpu() else np.asarray(value)
     return value
+
+
+def _unring_leaf(value: Any) -> Any:
+    """A leaf of a snapshot with ring views: tensors are copied out of the ring (its slot is reused)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        return value.clone()
+    return _host_leaf(value)
+
+
+class DonatedValueError(RuntimeError):
+    """A deferred JAX array was donated to a jitted call before its step completed: its value is lost.
+
+    Raised by ``Deferred.get()`` and by the throttle call that delivers the
+    step (the hand-out, ``drain()`` or wait that retires it), after the step's
+    other values went to ``latest`` and the callbacks.
+
+    Attributes:
+        step: the step the value was deferred in.
+        name: the value's name.
+        seen_at: the step at whose end the deletion was first seen (None: at delivery).
+    """
+
+    def __init__(self, step: int, name: str, seen_at: int | None) -> None:
+        self.step, self.name, self.seen_at = step, name, seen_at
+        seen = f"seen at the end of step {seen_at}" if seen_at is not None else "seen when the step was delivered"
+        super().__init__(
+            f"the value {name!r} deferred in step {step} was donated before step {step} completed ({seen}): "
+            "a jitted call with donate_argnums/donate_argnames took its buffer, and JAX keeps no host copy of a "
+            "donated array, so the value is lost; defer an array that no later call donates (the step's loss "
+            f"output rather than its donated state), or defer a device copy: thr.defer(value, name={name!r}, "
+            "copy=True)"
+        )
 
 
 class Deferred:
@@ -116,16 +197,38 @@ class Deferred:
         unnamed: ``defer()`` chose the name (``"value"``, ``"value_1"``, ...).
     """
 
-    __slots__ = ("_done", "_dropped", "_event", "_host", "_wait", "name", "step", "unnamed")
+    __slots__ = ("_done", "_dropped", "_event", "_held", "_host", "_lost", "_ringed", "_settled", "_wait", "name",
+                 "step", "unnamed")
 
     def __init__(
-        self, step: int, name: str, host: Any, wait: Callable[[Deferred], None], *, unnamed: bool = False
+        self, step: int, name: str, host: Any, wait: Callable[[Deferred], None], *, unnamed: bool = False,
+        held: list[Any] | None = None, ringed: bool = False,
     ) -> None:
         self.step, self.name, self.unnamed = step, name, unnamed
         self._host, self._wait = host, wait
         self._event: Event | None = None  # the step's event, once recorded
         self._done = False  # the step was seen complete
         self._dropped = False  # the step ended without an event: the value never arrives
+        self._held = held  # JAX arrays held as they are, until the value is on the host
+        self._ringed = ringed  # leaves are views into the pinned ring, until the value is on the host
+        self._settled = False  # _host holds the value on the host
+        self._lost: DonatedValueError | None = None  # a held array was donated before its step completed
+
+    def _donated(self, seen_at: int | None) -> bool:
+        """Whether a held array was deleted (donated); the first time, remembers where it was seen. 0.05 us each."""
+        if self._lost is None:
+            held = self._held
+            if not held or not any(array.is_deleted() for array in held):
+                return False
+            self._lost = DonatedValueError(self.step, self.name, seen_at)
+        return True
+
+    def _settle(self) -> Any:
+        """The value on the host, made once the step is complete (the device arrays and ring slot are let go)."""
+        if not self._settled:
+            self._host = _map(self._host, _unring_leaf if self._ringed else _host_leaf)
+            self._settled, self._held = True, None
+        return self._host
 
     def _recorded(self, event: Event | None) -> None:
         self._event = event
@@ -145,6 +248,8 @@ class Deferred:
             RuntimeError: the step ended without an event (its body raised, or
                 its event could not be recorded), so the value never arrives;
                 or the step has not ended yet.
+            DonatedValueError: a JAX array of the value was donated before
+                its step completed (see ``Throttle.defer``'s ``copy``).
         """
         if self._dropped:
             raise RuntimeError(
@@ -153,7 +258,9 @@ class Deferred:
             )
         if not self.ready():
             self._wait(self)
-        return _map(self._host, _host_leaf)
+        if self._donated(None):
+            raise self._lost  # type: ignore[misc]
+        return self._settle()
 
     def item(self) -> float:
         """The value as a Python number (one-element tensors and arrays)."""
@@ -188,13 +295,19 @@ class Completions:
     def __init__(self, core: Core, wait: Callable[[Deferred], None]) -> None:
         self.core, self._wait = core, wait
         self.open: list[Deferred] = []  # the current step's values, until it is recorded
-        self.streams: list[Any] = []  # CUDA streams the current step's copies were enqueued on
+        self.stream_keys: list[Any] = []  # keys of the CUDA streams the current step's copies were enqueued on
+        self.holding: deque[Deferred] = deque()  # unretired values holding JAX arrays, in step order
+        self.ring: Any = None  # the PinnedRing of CUDA snapshots, made at the first CUDA tensor
+        self.model: Any = None  # its CudaSnapshots (pinned buffers, stream keys)
+        self._ring_leaves = 0  # ring copies in the current step
+        self._ring_per_step = 1  # the most ring copies one step made
         self.recorded: deque[tuple[int, list[Deferred]]] = deque()  # recorded steps' values, until retired
         self.latest: dict[str, Any] = {}
         self.callbacks: list[OnComplete] = []
+        self.listeners: list[OnComplete] = []  # the parts' (see :meth:`listen`)
         self._subscribed = False
 
-    def defer(self, value: Any, name: str | None) -> Deferred:
+    def defer(self, value: Any, name: str | None, copy: bool = False) -> Deferred:
         if name is not None and not isinstance(name, str):
             raise TypeError(f"defer() name must be a str or None, got {name!r}")
         self._subscribe()
@@ -212,17 +325,53 @@ class Completions:
                 f"defer(name={name!r}): an unnamed value of this step already has the default name {name!r}; "
                 "name that value too, or pick another name"
             )
-        host, streams = snapshot(value, synchronous=self.core.synchronous)
-        self.streams.extend(stream for stream in streams if stream not in self.streams)
-        deferred = Deferred(self.core.steps, name, host, self._wait, unnamed=unnamed)
+        if copy is not False and copy is not True:
+            raise TypeError(f"defer() copy must be True or False, got {copy!r}")
+        copier = Snapshot(self.core.synchronous, copy, self)
+        host = _map(value, copier)
+        deferred = Deferred(self.core.steps, name, host, self._wait, unnamed=unnamed, held=copier.held or None,
+                            ringed=copier.ringed)
         open_.append(deferred)
         return deferred
+
+    def _ring_copy(self, tensor: Any) -> Any:
+        """Enqueue ``tensor``'s copy into a ring slot on the current stream; None: torch pins it (no free slot)."""
+        ring, model = self.ring, self.model
+        if ring is None:
+            from .backends.snapshots import CudaSnapshots
+            from .parts.prefetch import PinnedRing  # here: prefetch imports this module
+
+            self.model = model = CudaSnapshots()
+            self.ring = ring = PinnedRing(model, self._ring_limit)  # type: ignore[arg-type]  # pin and event only
+        key = model.stream_key(tensor.device.index)
+        keys = self.stream_keys
+        if key not in keys:
+            keys.append(key)
+        self._ring_leaves += 1
+        nbytes = tensor.numel() * tensor.element_size()
+        buffer = ring.take(self.core.steps, nbytes).buffer
+        if buffer is None:
+            return None
+        host = buffer[:nbytes].view(tensor.dtype).view(tensor.shape)
+        model.copy(host, tensor)
+        return host
+
+    def _ring_limit(self) -> int:
+        depth = self.core.depth
+        return ((UNBOUNDED_STEPS if depth is None else depth) + 2) * self._ring_per_step
 
     def add(self, callback: OnComplete) -> None:
         if not callable(callback):
             raise TypeError(f"on_complete needs a callable(step, values), got {callback!r}")
         self._subscribe()
         self.callbacks.append(callback)
+
+    def listen(self, listener: OnComplete) -> None:
+        """A part hears ``listener(step, values)`` for every step, before the ``on_complete`` callbacks.
+
+        It does not subscribe to the core: a throttle that defers nothing has nothing to tell it.
+        """
+        self.listeners.append(listener)
 
     def remove(self, callback: OnComplete) -> None:
         try:
@@ -234,36 +383,60 @@ class Completions:
         """The current step ended without an event: its values will never arrive (``get()`` says so)."""
         for deferred in self.open:
             deferred._dropped = True
-        self.open, self.streams = [], []
+        self.open, self.stream_keys, self._ring_leaves = [], [], 0
 
     # -- the core's notifications -----------------------------------------------
 
     def before_record(self, step: int, event: Event) -> None:
-        """Order the step's event after the copies enqueued on other CUDA streams."""
-        join = getattr(event, "wait_stream", None) if self.streams else None
-        if join is not None:
-            for stream in self.streams:
-                join(stream)
+        """Order the step's event after the copies enqueued on other CUDA streams (no ``Stream`` made otherwise)."""
+        keys = self.stream_keys
+        if not keys:
+            return
+        self.stream_keys = []
+        join = getattr(event, "wait_stream", None)
+        if join is None:
+            return
+        model = self.model
+        on_current = getattr(event, "records_on_current", False)
+        for key in keys:
+            if not (on_current and key == model.stream_key(key[1])):  # the stream the event records on
+                join(model.stream(key))
 
     def on_record(self, step: int, event: Event | None, now: float) -> None:
-        values, self.open, self.streams = self.open, [], []
+        values, self.open, self.stream_keys = self.open, [], []
+        holding = self.holding
         for deferred in values:
             deferred._recorded(event)
+            if deferred._held:
+                holding.append(deferred)
         self.recorded.append((step, values))
+        if self._ring_leaves:
+            self._ring_per_step = max(self._ring_per_step, self._ring_leaves)
+            self._ring_leaves = 0
+        for deferred in holding:  # a donation in this step's body is seen here: 0.05 us an array
+            deferred._donated(step)
 
     def on_retire(self, step: int) -> None:
         """``step`` is complete: its values go to ``latest`` and the callbacks. Never blocks."""
         recorded = self.recorded
         deferreds = recorded.popleft()[1] if recorded and recorded[0][0] == step else ()
+        holding = self.holding
+        while holding and holding[0].step <= step:
+            holding.popleft()
         gathered: dict[str, list[Any]] = {}
+        error: Exception | None = None
         for deferred in deferreds:
             deferred._done = True
             deferred._event = None  # a value kept by the user does not keep its step's event from reuse
-            gathered.setdefault(deferred.name, []).append(deferred.get())  # the step is complete: no wait
+            if deferred._donated(None):
+                error = error or deferred._lost  # raised once the step's other values are delivered
+                continue
+            gathered.setdefault(deferred.name, []).append(deferred._settle())  # the step is complete: no wait
+        if self.ring is not None:
+            self.ring.retire(step)  # after the settles: their values were copied out of the slots
         values = {name: found[0] if len(found) == 1 else found for name, found in gathered.items()}
         self.latest.update(values)
-        error: Exception | None = None
-        for callback in tuple(self.callbacks):  # a copy: a callback may remove itself or another
+        for callback in (*self.listeners, *self.callbacks):  # a copy: a callback may remove itself or another
             try:
                 callback(step, values)
             except Exception as exc:  # every callback sees every step; the first error is raised after

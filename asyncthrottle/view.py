@@ -11,11 +11,13 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 _EMPTY: Any = object()  # no batch held
+_OWN = ("throttle", "source", "progress")  # the view's own attributes; every other one is the source's
 
 # The throttle's public API, forwarded by name; everything else comes from the source.
 _FORWARDED = (
     "begin_step", "defer", "depth", "drain", "end_step", "export_trace", "in_flight", "latest", "mark",
-    "on_complete", "remove_on_complete", "stats", "step", "subscribe", "summary", "synchronous", "unsubscribe",
+    "on_complete", "remove_on_complete", "section", "stats", "step", "subscribe", "summary", "synchronous",
+    "unsubscribe",
 )
 
 
@@ -27,7 +29,10 @@ class Throttled(Generic[T]):
     throttle's public API (``stats``, ``defer``, ``drain``, ``latest``,
     ``summary``, ...) is forwarded explicitly; every other attribute comes
     from the source, so ``view.dataset``, ``view.sampler`` and
-    ``view.batch_size`` work as on a ``DataLoader``. ``progress`` adds a tqdm bar.
+    ``view.batch_size`` work as on a ``DataLoader``. Setting or deleting an
+    attribute does so on the source too (timm's ``loader.mixup_enabled =
+    False`` reaches the loader); the throttle's API is read-only here.
+    ``progress`` adds a tqdm bar.
     """
 
     def __init__(self, throttle: Throttle, source: Iterable[T], *, progress: Any = False) -> None:
@@ -35,9 +40,9 @@ class Throttled(Generic[T]):
             raise TypeError(f"throttle() needs an iterable such as a DataLoader, got {type(source).__name__}")
         if not (progress in (False, None, True) or isinstance(progress, dict) or callable(progress)):
             raise TypeError(f"progress must be True, False, a dict of tqdm options or a tqdm class, got {progress!r}")
-        self.throttle = throttle
-        self.source = source
-        self.progress = progress
+        object.__setattr__(self, "throttle", throttle)
+        object.__setattr__(self, "source", source)
+        object.__setattr__(self, "progress", progress)
 
     def __iter__(self) -> Iterator[T]:
         bar = None
@@ -61,7 +66,7 @@ class Throttled(Generic[T]):
             return True
 
     def __getattr__(self, name: str) -> Any:
-        if name in ("throttle", "source", "progress"):  # not set yet (e.g. during unpickling)
+        if name in _OWN:  # not set yet (e.g. during unpickling)
             raise AttributeError(name)
         try:
             return getattr(self.source, name)
@@ -70,6 +75,25 @@ class Throttled(Generic[T]):
                 f"{type(self).__name__} view has no attribute {name!r}: neither its Throttle's public API "
                 f"({', '.join(_FORWARDED)}) nor the wrapped {type(self.source).__name__} has it"
             ) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _OWN or (name.startswith("__") and name.endswith("__")):
+            object.__setattr__(self, name, value)
+        elif name in _FORWARDED:
+            raise AttributeError(
+                f"cannot set {name!r} on a throttled view: it is the Throttle's, read-only here; "
+                f"use view.throttle.{name} where the Throttle allows it"
+            )
+        else:
+            setattr(self.source, name, value)  # the view holds no state of the source's
+
+    def __delattr__(self, name: str) -> None:
+        if name in _OWN or (name.startswith("__") and name.endswith("__")):
+            object.__delattr__(self, name)
+        elif name in _FORWARDED:
+            raise AttributeError(f"cannot delete {name!r} from a throttled view: it is the Throttle's")
+        else:
+            delattr(self.source, name)
 
     def __repr__(self) -> str:
         return f"throttle({type(self.source).__name__}, depth={self.throttle.depth})"

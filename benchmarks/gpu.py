@@ -231,17 +231,22 @@ STEPS: list[Step] = [
     Step("examples/mnist.py --width 32 --batch-size 256 (device-bound) by depth", 75, mnist_wide),  # ~12 s a run
     Step("max_memory with the default CUDA probe, depth 8, 64 MiB pinned per step (#11)", 45,  # 39 s
          command_section([PYTHON, "-c", _MAX_MEMORY], tail=40)),
-    Step("Lightning and transformers examples: the sync audit (#9)", 70, frameworks),  # 10-15 s a run
+    Step("Lightning and transformers examples: the sync audit (#9)", 60, frameworks),  # 10-15 s a run
     Step("The stall report: examples/ddp_mnist.py --hang on one rank (#19)", 15,
          # not yet run: ~8 s of imports, the 2 s hang at step 20, then the rest; the report is a WARNING log
          command_section([PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
                           "examples/ddp_mnist.py", "--data", "synthetic", "--epochs", "1", "--max-steps", "60",
                           "--no-progress", "--hang", "0:20:2", "--stall", "0.5"], tail=40)),
-    Step("Timelines of the MNIST example (#12)", 30, timelines),
+    Step("Timelines of the MNIST example (#12)", 20, timelines),  # not yet timed: 2 runs of 200 steps, 2 plots
     Step("to= against apex-style and non_blocking copies, 8 MiB batches (bench --prefetch, #18)", 30,
          # ~22 s (not yet run): 1000 steps of 2 ms per run, four modes, twice; the targets print as `target:`
          command_section([PYTHON, "-m", "asyncthrottle", "bench", "--prefetch", "--backend", "cuda",
                           "--steps", "1000", "--repeat", "2", "--device-ms", "2"], tail=20)),
+    Step("The loss every step: defer vs .item() vs MaxText's pattern (bench --values --backend cuda, #26)", 20,
+         # not yet run: 5 modes x 2 sizes x 3 rounds at half the step counts; the budget was taken from
+         # the two rows above (their runs fit in 60 s)
+         command_section([PYTHON, "-m", "asyncthrottle", "bench", "--values", "--backend", "cuda", "--rounds", "3",
+                          "--scale", "0.5"], tail=20)),
     Step("Trace overhead (bench --overhead --trace)", 20,
          command_section([PYTHON, "-m", "asyncthrottle", "bench", "--overhead", "--trace", "10000", "--runs", "3"])),
 ]

@@ -4,7 +4,7 @@
     torchrun --nproc_per_node=8 examples/ddp_mnist.py --depth 2    # 8 GPUs: NCCL, one GPU per rank
     torchrun --nnodes=2 --node_rank=0 --nproc_per_node=8 \\
         --rdzv_backend=c10d --rdzv_endpoint=HOST:29500 --rdzv_id=mnist examples/ddp_mnist.py
-    torchrun --nproc_per_node=2 examples/ddp_mnist.py --straggle 1:1.5 --accumulate 4   # name the slow rank
+    torchrun --nproc_per_node=2 examples/ddp_mnist.py --straggle 1:2    # name the slow rank (plain DDP)
     torchrun --nproc_per_node=2 examples/ddp_mnist.py --hang 1:30:5     # GPUs: every rank reports the stall
 
 NCCL on GPUs, gloo on CPUs. A throttle is per process and needs nothing from
@@ -162,20 +162,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         steps = len(loader) if max_steps is None else min(max_steps, len(loader))
         progress = False if args.no_progress or rank != 0 else {"total": steps, "desc": f"epoch {epoch}"}
         for i, (x, y) in enumerate(thr.wrap(itertools.islice(loader, steps), progress=progress)):
-            began = time.perf_counter()
             x, y = x.to(device, non_blocking=pin), y.to(device, non_blocking=pin)
             sync = (i + 1) % args.accumulate == 0
             with contextlib.nullcontext() if sync else model.no_sync():
-                loss = nn.functional.cross_entropy(model(x), y)
-                loss.backward()  # DDP all-reduces gradients here: enqueued, and covered by this step's event
+                with thr.section("forward"):  # this rank's own work: what rank scores compare
+                    began = time.perf_counter()
+                    loss = nn.functional.cross_entropy(model(x), y)
+                    if slow:  # the straggler: its own work takes FACTOR times as long
+                        time.sleep((args.straggle[1] - 1) * (time.perf_counter() - began))
+                # DDP all-reduces gradients here (enqueued, covered by this step's event): a barrier, so this
+                # section holds the wait for the slowest rank -- collective=True leaves it out of the scores
+                with thr.section("backward", collective=sync):
+                    loss.backward()
             if sync:
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+                with thr.section("optimizer"):
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
             thr.defer(loss.detach(), name="loss")
             if busy is not None and hang_at == (epoch - 1) * steps + i:  # this rank's device hangs
                 busy(args.hang[2])  # enqueued: the host goes on until the throttle has to wait
-            if slow and not sync:  # the straggler: its own work takes FACTOR times as long
-                time.sleep((args.straggle[1] - 1) * (time.perf_counter() - began))
         if rank == 0:  # the others wait for it at their next gradient all-reduce
             correct, total = evaluate(model.module, DataLoader(data.test, batch_size=1000), device, args.depth)
             log(f"epoch {epoch}: {steps} steps per rank in {time.perf_counter() - start:.1f} s, "

@@ -21,7 +21,7 @@ from asyncthrottle._aliases import MOVED
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC = {
     "asyncthrottle": [
-        "Block", "Deferred", "Event", "EventFactory", "Hybrid", "NonFiniteError",
+        "Block", "Deferred", "DonatedValueError", "Event", "EventFactory", "Hybrid", "NonFiniteError",
         "NonFiniteWarning", "Poll", "Spin", "Stats", "Subscriber", "SyncAdvice",
         "Throttle", "ThrottleTimeout", "Throttled", "WaitStrategy", "throttle",
     ],

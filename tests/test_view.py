@@ -39,6 +39,43 @@ def test_the_view_forwards_the_loaders_attributes_and_names_itself_in_errors() -
         _ = view.datset
 
 
+class _Loader:
+    def __init__(self) -> None:
+        self.mixup_enabled = True
+
+    def __iter__(self) -> Any:
+        return iter(range(3))
+
+
+def test_setting_an_attribute_on_the_view_sets_it_on_the_source() -> None:
+    source = _Loader()
+    view = at.throttle(source, depth=2, device="cpu")
+    view.mixup_enabled = False
+    assert source.mixup_enabled is False and view.mixup_enabled is False  # read back from the source
+    view.epoch = 3
+    assert source.epoch == 3  # type: ignore[attr-defined]
+    del view.epoch
+    assert not hasattr(source, "epoch")
+    with pytest.raises(AttributeError, match=r"cannot set 'depth' on a throttled view.*view.throttle.depth"):
+        view.depth = 3
+    assert view.depth == 2 and not hasattr(source, "depth")
+    assert list(view) == [0, 1, 2]
+
+
+def test_turning_mixup_off_on_a_throttled_timm_prefetch_loader_turns_it_off() -> None:
+    loader_mod = pytest.importorskip("timm.data.loader")
+    mixup_mod = pytest.importorskip("timm.data.mixup")
+    dataset = torch.utils.data.TensorDataset(torch.zeros(4, 3, 8, 8), torch.zeros(4, dtype=torch.long))
+    base = torch.utils.data.DataLoader(dataset, batch_size=2)
+    mixup = mixup_mod.FastCollateMixup(mixup_alpha=0.8, num_classes=2)
+    base.collate_fn = mixup
+    prefetcher = loader_mod.PrefetchLoader(base, device=torch.device("cpu"), re_prob=0.0)
+    prefetcher.mixup_enabled = True  # as timm's create_loader leaves it when mixup is on
+    view = at.throttle(prefetcher, depth=2, device="cpu")
+    view.mixup_enabled = False  # timm's train_one_epoch at mixup_off_epoch
+    assert mixup.mixup_enabled is False and prefetcher.mixup_enabled is False and view.mixup_enabled is False
+
+
 def test_deferred_numpy_arrays_and_tensor_subclasses_are_snapshots() -> None:
     class Tagged(torch.Tensor):  # a subclass defined outside torch.*
         pass
@@ -61,6 +98,13 @@ class _FakeCudaTensor:
     def __init__(self, copies: list[dict[str, Any]]) -> None:
         self.device = SimpleNamespace(type="cuda", index=0)
         self.copies = copies
+        self.dtype, self.shape = torch.float32, ()
+
+    def numel(self) -> int:
+        return 1
+
+    def element_size(self) -> int:
+        return 4
 
     def detach(self) -> _FakeCudaTensor:
         return self
@@ -86,6 +130,17 @@ def test_device_tensors_copy_without_blocking_only_where_an_event_orders_the_cop
     main, side = _Stream("main"), _Stream("side")
     current = [main]
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current[-1])
+    from asyncthrottle.backends import snapshots
+
+    class Model:  # the ring's copy model: copies into a pinned slot on the current stream, known by its key
+        def __init__(self) -> None:
+            self.pin = lambda nbytes: torch.empty(nbytes, dtype=torch.uint8)
+            self.event = lambda: None
+            self.stream_key = lambda index: (current[-1].name, index, 1)
+            self.stream = lambda key: {"main": main, "side": side}[key[0]]
+            self.copy = lambda host, tensor: copies.append({"device": "cpu", "non_blocking": True})
+
+    monkeypatch.setattr(snapshots, "CudaSnapshots", Model)
     thr = at.Throttle(2, device="cuda", sample_every=None)
     with thr.step():
         current.append(side)  # as under `with torch.cuda.stream(side):`

@@ -24,12 +24,21 @@ class Backend:
         events: the factory of step events; None on a synchronous backend (the CPU).
         timed: a factory of events with ``elapsed_time`` (None: no device timing).
         trusted: ``timed``'s events are known to have ``elapsed_time`` (a built-in backend).
+        streams: the ``streams=`` option as given: the streams the events are recorded on (None: the current one).
     """
 
     def __init__(
-        self, kind: str, device: Any, events: EventFactory | None, timed: EventFactory | None, *, trusted: bool
+        self,
+        kind: str,
+        device: Any,
+        events: EventFactory | None,
+        timed: EventFactory | None,
+        *,
+        trusted: bool,
+        streams: Any = None,
     ) -> None:
         self.kind, self.device, self.events, self.timed, self.trusted = kind, device, events, timed, trusted
+        self.streams = streams
 
     @property
     def synchronous(self) -> bool:
@@ -56,7 +65,8 @@ class Backend:
         """Where ``to=`` sends batches: ``(target torch.device, copy model or None)``.
 
         A copy model (CUDA, asynchronous) stages copies through pinned buffers on a
-        copy stream; None means a plain ``.to(target)`` (``non_blocking`` off the CPU).
+        copy stream, ordered before every stream the events are recorded on
+        (``streams=``); None means a plain ``.to(target)`` (``non_blocking`` off the CPU).
 
         Raises:
             TypeError, ValueError: ``to`` is not a device, or not this throttle's.
@@ -64,7 +74,7 @@ class Backend:
         """
         from . import torch as torch_backend
 
-        return torch_backend.mover(to, self.kind, self.device, synchronous=self.synchronous)
+        return torch_backend.mover(to, self.kind, self.device, synchronous=self.synchronous, streams=self.streams)
 
     def sync_debug(self) -> Any:
         """``torch.cuda`` when CUDA's sync debug mode can watch this backend's steps, else None.
@@ -106,5 +116,5 @@ def resolve_backend(
     timed = None
     if timing and new_event is not None:
         timed = torch_backend.resolve_events(device, streams=streams, blocking=blocking, timing=True)
-    return Backend(kind, device, new_event, timed, trusted=True)
+    return Backend(kind, device, new_event, timed, trusted=True, streams=streams)
 

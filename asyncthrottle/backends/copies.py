@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
-
-__all__ = ["CopyModel", "CudaCopy"]
 
 
 class CopyModel(Protocol):
@@ -30,26 +29,31 @@ class CopyModel(Protocol):
         """Enqueue the non-blocking copy of pinned ``host`` on the copy stream; return the device tensor."""
 
     def join(self, event: Any) -> None:
-        """Record ``event`` after the batch's copies; the compute stream waits on it (and nothing else)."""
+        """Record ``event`` after the batch's copies; the compute streams wait on it (and nothing else)."""
 
 
 class CudaCopy:
     """The copy model on CUDA: one copy stream (made at the first batch), pinned buffers, events.
 
-    Device tensors are allocated on the copy stream and ``record_stream``-ed to
-    the compute stream: the caching allocator reuses a block only after the
-    compute stream's work queued before it was freed is done.
+    The compute streams are the throttle's ``streams=``, or else the stream
+    current when the batch is fetched (where the next step runs). Each of them
+    waits on the batch's copy event, and device tensors are allocated on the
+    copy stream and ``record_stream``-ed to each: the caching allocator reuses
+    a block only after the work every compute stream queued before it was
+    freed is done.
 
     Args:
         device: the CUDA ``torch.device`` the batches go to.
+        streams: the streams the throttle records on (``streams=``), or None: the current stream.
     """
 
-    def __init__(self, device: Any) -> None:
+    def __init__(self, device: Any, streams: Sequence[Any] | None = None) -> None:
         import torch
 
         self._torch, self.device = torch, device
         self._stream: Any = None
-        self._compute: Any = None
+        self._streams = tuple(streams) if streams else None
+        self._compute: tuple[Any, ...] = ()
 
     def pin(self, nbytes: int) -> Any:
         return self._torch.empty(nbytes, dtype=self._torch.uint8, pin_memory=True)
@@ -67,14 +71,16 @@ class CudaCopy:
         cuda = self._torch.cuda
         if self._stream is None:
             self._stream = cuda.Stream(self.device)  # once: making a stream costs microseconds
-        self._compute = cuda.current_stream(self.device)  # where the next step runs
+        self._compute = self._streams or (cuda.current_stream(self.device),)  # where the next step runs
         return cuda.stream(self._stream)  # type: ignore[no-any-return]
 
     def copy(self, host: Any) -> Any:
         device = host.to(self.device, non_blocking=True)  # pinned source: never blocks the host
-        device.record_stream(self._compute)
+        for stream in self._compute:
+            device.record_stream(stream)
         return device
 
     def join(self, event: Any) -> None:
         event.record(self._stream)
-        self._compute.wait_event(event)  # enqueues a wait on the device; never blocks the host
+        for stream in self._compute:
+            stream.wait_event(event)  # enqueues a wait on the device; never blocks the host

@@ -10,10 +10,8 @@ from typing import Any
 
 from ..core.events import EventFactory
 
-__all__ = ["JaxEvent", "TimedJaxEvent", "barrier_on", "jax_events"]
-
 _HINT = "asyncthrottle's JAX backend needs jax: pip install 'asyncthrottle[jax]'"
-_pending = threading.local()  # markers from barrier_on(), taken by this thread's next record()
+_pending = threading.local()  # markers from barrier_on() by device set, taken by this thread's next record()
 
 
 def _jax() -> Any:
@@ -53,7 +51,9 @@ def barrier_on(*arrays: Any) -> None:
     outputs (any pytrees of ``jax.Array``); it dispatches, at once, a tiny
     program that reads one element of each array, so the step's event
     completes only when they are computed. Donating the arrays afterwards is
-    safe. Never blocks.
+    safe. Never blocks. Called where no event is recorded after it (a warm-up
+    or evaluation loop), it keeps one marker per set of devices, each reading
+    the one before, so the markers never pile up.
 
     Example:
         >>> for batch in thr.wrap(loader):                  # doctest: +SKIP
@@ -66,15 +66,17 @@ def barrier_on(*arrays: Any) -> None:
     for leaf in jax.tree_util.tree_leaves(arrays):
         if isinstance(leaf, jax.Array):
             groups.setdefault(frozenset(leaf.sharding.device_set), []).append(leaf)
-    markers = getattr(_pending, "markers", [])
-    markers.extend(touch(leaves) for leaves in groups.values())  # one program per set of devices
+    markers: dict[frozenset[Any], Any] = getattr(_pending, "markers", {})
+    for devices, leaves in groups.items():  # one program per set of devices
+        before = markers.get(devices)
+        markers[devices] = touch(leaves if before is None else [*leaves, before])  # covers the ones before it
     _pending.markers = markers
 
 
 def _take_pending() -> list[Any]:
-    markers: list[Any] = getattr(_pending, "markers", [])
-    _pending.markers = []
-    return markers
+    markers: dict[frozenset[Any], Any] = getattr(_pending, "markers", {})
+    _pending.markers = {}
+    return list(markers.values())
 
 
 class JaxEvent:

@@ -29,8 +29,6 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["BYTES_TRUSTED_FROM", "bytes_trusted", "flatten", "log_untrusted", "pinned_in_use"]
-
 _log = logging.getLogger("asyncthrottle")
 _said = False  # log_untrusted() has spoken
 

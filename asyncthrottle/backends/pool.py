@@ -9,8 +9,6 @@ from typing import Any
 
 from ..core.events import Event
 
-__all__ = ["EventPool"]
-
 _UNKNOWN = 1 << 62  # what _count answers where the interpreter keeps no reference counts
 _count: Callable[[Any], int] = getattr(sys, "getrefcount", lambda obj: _UNKNOWN)  # CPython's
 

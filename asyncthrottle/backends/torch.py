@@ -9,8 +9,6 @@ from typing import Any
 from ..core.events import EventFactory, MultiEvent
 from .pool import EventPool
 
-__all__ = ["cuda_module", "detect_device", "device_kind", "mover", "resolve_events"]
-
 _NAMED = ("cuda", "xpu", "mps")
 
 
@@ -103,6 +101,11 @@ class TorchEvent:
         self._after: list[Any] = []
         self.query = event.query
         self.synchronize = event.synchronize  # host-device sync when called: the caller chose to block
+
+    @property
+    def records_on_current(self) -> bool:
+        """Whether it records on the current stream of its device (not on a fixed stream)."""
+        return self._stream is None or callable(self._stream)
 
     def wait_stream(self, stream: Any) -> None:
         """Order this event after the work enqueued on ``stream`` so far (joined when it is next recorded).
@@ -249,8 +252,11 @@ def cuda_module() -> Any:
     return torch.cuda if torch.cuda.is_available() else None
 
 
-def mover(to: Any, kind: str, device: Any, *, synchronous: bool) -> tuple[Any, Any]:
-    """``to=`` on a throttle of backend ``kind``: ``(target torch.device, CudaCopy or None)``; see ``Backend.mover``."""
+def mover(to: Any, kind: str, device: Any, *, synchronous: bool, streams: Any = None) -> tuple[Any, Any]:
+    """``to=`` on a throttle of backend ``kind``: ``(target torch.device, CudaCopy or None)``; see ``Backend.mover``.
+
+    ``streams`` are the throttle's ``streams=``: each batch's copy is ordered before every one of them.
+    """
     torch = _torch()
     target = _parse_device(to, "to")
     if kind not in ("events", target.type):
@@ -259,7 +265,8 @@ def mover(to: Any, kind: str, device: Any, *, synchronous: bool) -> tuple[Any, A
             "the throttle's events must cover the steps that read the batches: pass the same device to both"
         )
     if target.type != "cpu" and not _is_available(torch, target.type):
-        why = f"torch.{target.type}.is_available() is False" if hasattr(torch, target.type) else "torch has no such backend"
+        known = hasattr(torch, target.type)
+        why = f"torch.{target.type}.is_available() is False" if known else "torch has no such backend"
         raise RuntimeError(
             f"to={to!r} was requested but {target.type} is not available here ({why}); "
             "pass to=None to leave batches where the source puts them, or to='cpu'"
@@ -276,4 +283,4 @@ def mover(to: Any, kind: str, device: Any, *, synchronous: bool) -> tuple[Any, A
             )
     from .copies import CudaCopy
 
-    return target, CudaCopy(target)
+    return target, CudaCopy(target, streams=streams)

@@ -24,6 +24,7 @@ examples:
   python -m asyncthrottle bench --waits               # each wait strategy, 50 us to 10 ms steps
   python -m asyncthrottle bench --autodepth           # depth='auto' vs fixed depths (simulated device)
   python -m asyncthrottle bench --prefetch --backend cuda  # to= vs apex-style and non_blocking copies
+  python -m asyncthrottle bench --values              # defer(loss) vs float(loss) vs MaxText's throttler
 """
 
 
@@ -88,6 +89,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--waits", action="store_true", help="run the wait-strategy sweep (other flags go to it)")
     p.add_argument("--autodepth", action="store_true", help="run depth='auto' vs fixed depths (other flags go to it)")
     p.add_argument("--prefetch", action="store_true", help="run to= vs the usual copies (other flags go to it)")
+    p.add_argument("--values", action="store_true",
+                   help="run deferred values vs float(loss) and MaxText's throttler (other flags go to it)")
     p.add_argument("--backend", choices=BACKENDS, default="auto", help="auto: cuda, else jax, else simulated")
     p.add_argument("--experiments", type=_experiments, default=[e.key for e in EXPERIMENTS], help="e.g. add,matmul")
     p.add_argument("--depths", type=_int_list, default=[1, 2, 4], help="throttled depths (default 1,2,4)")
@@ -122,6 +125,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .prefetch import main as prefetch_main
 
         return prefetch_main([a for a in args_list if a != "--prefetch"])
+    if "--values" in args_list:
+        from .values import main as values_main
+
+        return values_main([a for a in args_list if a != "--values"])
     args = _parser().parse_args(args_list)
     try:
         backend = pick_backend(args.backend, sim_costs=dict(args.sim_cost))

@@ -37,7 +37,7 @@ from typing import Any
 from ..core.events import EventFactory
 from ..testing.procdevice import ProcessDevice
 from ..throttle import Throttle
-from .reference import Reference
+from .reference import Reference, generator_throttle
 
 __all__ = ["main", "measure_beside", "measure_interrupt", "measure_overhead", "measure_trace", "measure_waits"]
 
@@ -99,8 +99,14 @@ def _medians(per_run: dict[str, list[float]]) -> dict[str, Any]:
     return result
 
 
-def _rounds(loops: dict[str, Callable[[], Iterable[Any]]], steps: int, runs: int, best_of: int) -> dict[str, Any]:
-    """Per-step thread CPU us of each loop over the bare one: median and range of ``runs`` rotating rounds."""
+def _rounds(
+    loops: dict[str, Callable[[], Iterable[Any]]], steps: int, runs: int, best_of: int, ratio_to: str | None = None
+) -> dict[str, Any]:
+    """Per-step thread CPU us of each loop over the bare one: median and range of ``runs`` rotating rounds.
+
+    With ``ratio_to``, also each loop's overhead over that loop's in the same round (``<name>_x``: the
+    median of the per-round ratios, and ``<name>_range_x``).
+    """
     names = list(loops)
     per_run: dict[str, list[float]] = {name: [] for name in names if name != "bare"}
     bare_us: list[float] = []
@@ -110,8 +116,15 @@ def _rounds(loops: dict[str, Callable[[], Iterable[Any]]], steps: int, runs: int
         bare_us.append(seconds["bare"] / steps * 1e6)
         for name in per_run:
             per_run[name].append((seconds[name] - seconds["bare"]) / steps * 1e6)
+    ratios: dict[str, Any] = {}
+    if ratio_to is not None:
+        for name, values in per_run.items():
+            per_round = [v / r for v, r in zip(values, per_run[ratio_to]) if r > 0]
+            if per_round and name != ratio_to:
+                ratios[f"{name}_x"] = statistics.median(per_round)
+                ratios[f"{name}_range_x"] = (min(per_round), max(per_round))
     return {"steps": steps, "runs": runs, "best_of": best_of, "bare_us": statistics.median(bare_us),
-            **_medians(per_run)}
+            **_medians(per_run), **ratios}
 
 
 def measure_overhead(
@@ -133,7 +146,8 @@ def measure_overhead(
     for name, case in _OVERHEAD_CASES.items():
         loops[name] = partial(_throttled, data, {**case(), **extra})
     loops["reference"] = lambda: Reference(data, _NoopEvent, 2)  # the hand-written loop, same events, depth 2
-    return _rounds(loops, steps, runs, best_of)
+    loops["generator"] = lambda: generator_throttle(data, _NoopEvent, 2)
+    return _rounds(loops, steps, runs, best_of, ratio_to="generator")
 
 
 def measure_beside(
@@ -313,10 +327,19 @@ def _print(result: dict[str, Any]) -> None:
         ("noop_events", "Python no-op events", ""),
         ("timed_events", "timeable no-op events", "(target <= 1: default telemetry, device timing on)"),
         ("timed_events_no_sampling", "  same, sample_every=None", "(device timing off)"),
-        ("reference", "15-line reference loop", "(no-op events, depth 2: the bar)"),
+        ("reference", "15-line reference loop", "(no-op events, depth 2: the bar on CUDA)"),
+        ("generator", "10-line generator", "(a new no-op event per step, depth 2: the bar on the CPU)"),
     ):
         low, high = o[f"{name}_range_us"]
         print(f"  {label:<25} {o[name + '_us']:+.3f} us/step [{low:+.3f}..{high:+.3f}]  {target}")
+    print("the same, over the 10-line generator in each round (median [range] of the per-round ratios):")
+    for name, label, target in (
+        ("noop_events", "Python no-op events", "(target <= 3: no device timing)"),
+        ("timed_events_no_sampling", "timeable, sample_every=None", "(target <= 3)"),
+        ("timed_events", "timeable no-op events", "(target <= 4: default telemetry)"),
+    ):
+        low, high = o[f"{name}_range_x"]
+        print(f"  {label:<27} {o[name + '_x']:5.2f}x [{low:.2f}..{high:.2f}]  {target}")
     print("wait strategies on the simulated device (real time, GIL-free child process):")
     print(f"  {'depth':>5} {'wait':>6} {'steps/s':>9} {'vs spin':>8} {'host CPU':>9} {'max in flight':>14}")
     for r in result["waits"]:

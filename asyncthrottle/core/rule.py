@@ -117,6 +117,13 @@ class Core:
         clock: host clock in seconds.
     """
 
+    __slots__ = (
+        "_telling", "_untold", "before_record", "clock", "completed", "depth", "draining", "dry", "histogram",
+        "holds", "last_dry", "limit", "max_in_flight", "new_event", "on_drop", "on_dry", "on_fetch",
+        "on_handout", "on_idle", "on_pause", "on_record", "on_retire", "on_wait", "on_wait_begin", "pending",
+        "starved", "steps", "supplied_step", "supplier", "timeout", "top", "wait_s", "wait_strategy", "waits",
+    )
+
     def __init__(
         self,
         depth: int | None,
@@ -251,16 +258,19 @@ class Core:
     def admit(self) -> int:
         """Before a step: wait until at most depth - 1 steps are in flight. Returns how many are."""
         pending = self.pending
-        if self.new_event is not None:
+        if self.new_event is None:
+            queued = 0
+        else:
             limit = self.limit
-            if limit is not None:
+            if limit is not None and len(pending) > limit:
                 while len(pending) > limit:
                     self.wait_for(self.completed)
                     self.retire()
-            holds = self.holds
-            while holds and pending and any(hold() for hold in holds):
-                self.wait_for(self.completed)
-                self.retire()
+            if self.holds:
+                holds = self.holds
+                while pending and any(hold() for hold in holds):
+                    self.wait_for(self.completed)
+                    self.retire()
             if pending and pending[0].query():  # retire finished steps without blocking
                 if self.on_retire:
                     retire = self.retire
@@ -269,22 +279,23 @@ class Core:
                         retire()
                 else:  # nobody to tell: the retirements are two operations each
                     pending.popleft()
-                    self.completed += 1
+                    done = self.completed + 1
                     while pending and pending[0].query():
                         pending.popleft()
-                        self.completed += 1
+                        done += 1
+                    self.completed = done
             queued = len(pending)
-            top = self.top
-            self.histogram[queued if queued < top else top] += 1
-            if not queued:
+            if queued:
+                top = self.top
+                self.histogram[queued if queued < top else top] += 1
+            else:
+                self.histogram[0] += 1
                 self.starved += 1
                 if self.steps == self.supplied_step:
                     self.supplier.supplied_idle(self.steps)
                 if self.on_idle:
                     for hook in tuple(self.on_idle):
                         hook(self.steps)
-        else:
-            queued = 0
         if self.on_handout:
             now = self.clock()
             for hook in tuple(self.on_handout):

@@ -11,9 +11,11 @@ import dataclasses
 
 from .autodepth import AutoDepthStats, DepthController
 from .memory import MemoryBudget, MemoryStats
+from .nonfinite import NonFiniteStats, NonFiniteWatch
 from .prefetch import Prefetch, PrefetchStats
 from .profiling import NvtxRanges, ProfilerRanges
 from .ranks import RankScores, RankStats
+from .sections import Sections, SectionStats
 from .stall import StallStats, StallWatch
 from .syncdetect import SyncDetect
 from .timing import DeviceTiming, TimingStats
@@ -22,11 +24,12 @@ from .trace import Trace
 # Built in this order (a part may use the parts before it: ``Build.part``), told of each notification
 # in this order, and shown in this order by ``Stats.summary()``.
 PARTS = (
-    DeviceTiming, MemoryBudget, DepthController, StallWatch, RankScores, Prefetch, ProfilerRanges, NvtxRanges,
-    Trace, SyncDetect,
+    DeviceTiming, Sections, MemoryBudget, DepthController, StallWatch, RankScores, Prefetch, ProfilerRanges,
+    NvtxRanges, Trace, SyncDetect, NonFiniteWatch,
 )
 
 
 @dataclasses.dataclass(frozen=True)
-class PartStats(PrefetchStats, MemoryStats, RankStats, StallStats, AutoDepthStats, TimingStats):
+class PartStats(NonFiniteStats, PrefetchStats, MemoryStats, RankStats, SectionStats, StallStats, AutoDepthStats,
+                TimingStats):
     """The parts' fields of :class:`~asyncthrottle.Stats` (a dataclass lists the last base's fields first)."""

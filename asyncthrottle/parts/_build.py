@@ -9,6 +9,7 @@ if TYPE_CHECKING:
     from ..backends import Backend
     from ..core.rule import Core
     from ..stats import Stats
+    from ..values import Completions
 
 P = TypeVar("P")
 
@@ -21,10 +22,12 @@ class Build:
         backend: the resolved device.
         options: every option of the throttle, already checked.
         clock: the throttle's host clock.
+        values: the throttle's deferred values (``values.listen`` hears each step's values on the host).
     """
 
-    def __init__(self, core: Core, backend: Backend, options: Mapping[str, Any], clock: Callable[[], float]) -> None:
-        self.core, self.backend, self.options, self.clock = core, backend, options, clock
+    def __init__(self, core: Core, backend: Backend, options: Mapping[str, Any], clock: Callable[[], float],
+                 values: Completions | None = None) -> None:
+        self.core, self.backend, self.options, self.clock, self.values = core, backend, options, clock, values
         self.built: dict[type, Any] = {}
 
     def part(self, kind: type[P]) -> P | None:

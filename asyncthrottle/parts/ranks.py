@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import sys
 from collections import deque
@@ -10,13 +11,17 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._options import check_int
-from .timing import DeviceTiming
 from ._build import Part
+from .sections import Sections
+from .timing import DeviceTiming
 
 if TYPE_CHECKING:
     from ..core.rule import Core
     from ..stats import Stats
     from ._build import Build
+
+_log = logging.getLogger("asyncthrottle")
+_KEY = "asyncthrottle/ranks_every/step/"  # + rank: the last step whose gather the rank started (default store)
 
 
 def check_ranks_every(ranks_every: object) -> int | None:
@@ -54,16 +59,26 @@ class RankScores(Part):
 
     Step times come from the device timing samples (:class:`DeviceTiming`)
     when the device is timed, else from the host clock between records (on
-    the CPU, a synchronous backend, that is the step). The median covers
+    the CPU, a synchronous backend, that is the step). When the loop has
+    sections (:meth:`~asyncthrottle.Throttle.section`), the sum of each timed
+    step's sections that are not ``collective`` -- the rank's own work --
+    replaces the step time: in plain DDP every step ends in an all-reduce, a
+    barrier, so every rank's step time is the slowest rank's and step times
+    cannot name it. The median covers
     about the last ``every`` steps. At the record of every ``every``-th step
     -- the same steps on every rank, so the collectives match -- the median
     is all-gathered with ``async_op=True`` on a gloo group of its own (CPU
-    tensors: no device, no stream, no sync), made at the first gather (a
-    collective: every rank must run the throttle). The result is read once
-    ``work.is_completed()`` says so, polled at the following records and when
-    a pass ends; nothing waits for it. Off while ``torch.distributed`` is not
-    initialized (checked at each gather step, so a process group made after
-    the throttle counts).
+    tensors: no device, no stream, no sync). The group is made at the first
+    record (a collective: every rank must run the throttle) with the default
+    process group's timeout; a rank that never joins it is logged once and
+    the scores stay unknown. Results are read once ``work.is_completed()``
+    says so, polled at the following records. At the end of a pass the
+    gathers still in flight are waited for -- CPU tensors, at most the
+    group's timeout: a rank whose data ended early (so it stopped calling
+    the throttle) is logged once, naming the rank and the step waited for,
+    and the scores stay unknown (NaN) from then on. Off while
+    ``torch.distributed`` is not initialized (checked at each gather step, so
+    a process group made after the throttle counts).
 
     Args:
         core: the throttle's core.
@@ -84,7 +99,7 @@ class RankScores(Part):
         every = at.options["ranks_every"]
         if every is None:
             return None
-        return cls(at.core, every, at.part(DeviceTiming), at.options["sample_every"] or 1)
+        return cls(at.core, every, at.part(DeviceTiming), at.options["sample_every"] or 1, at.part(Sections))
 
     def fields(self) -> dict[str, Any]:
         return {"rank_scores": self.scores, "slowest_rank": self.slowest}
@@ -100,24 +115,35 @@ class RankScores(Part):
         return [f"  ranks: slowest is rank {slowest} (score {scores[slowest]:.2f}: the fastest rank's median step "
                 f"time over its own); scores by rank {listed}"]
 
-    def __init__(self, core: Core, every: int, timing: DeviceTiming | None, sample_every: int) -> None:
+    def __init__(self, core: Core, every: int, timing: DeviceTiming | None, sample_every: int,
+                 sections: Sections | None = None) -> None:
         self.core, self.every, self.timing = core, every, timing
         per = sample_every if timing is not None else 1
         self.samples: deque[float] = deque(maxlen=max(3, every // per))  # recent step times, seconds
+        per = 1 if core.synchronous else sample_every
+        self.own: deque[float] = deque(maxlen=max(3, every // per))  # recent sums of sections, seconds
         self.scores: tuple[float, ...] | None = None
         self.slowest: int | None = None
         self.gathers = 0  # gathers read
         self._gather_at = every - 1  # the step at whose record the next gather starts
         self._next = self._gather_at  # the next record that has anything to do
-        self._works: deque[tuple[Any, list[Any]]] = deque()  # gathers in flight, oldest first
-        self._group: Any = None
+        self._works: deque[tuple[Any, list[Any], int]] = deque()  # gathers in flight (work, rows, step), oldest first
+        self._group: Any = None  # the gather's group; False once gathering stopped (a rank never came)
+        self._timeout: Any = None  # the group's timeout (the default process group's)
         self._last: float | None = None  # the last record's time (host samples)
         if timing is not None:
             timing.add_listener(self._on_sample)
+        if sections is not None:
+            sections.add_listener(self._on_sections)
+        self._next = 0  # the first record makes the group
         core.subscribe(self)  # on_record, on_pause
 
     def _on_sample(self, step: int, busy_s: float, idle_s: float) -> None:
         self.samples.append(busy_s)
+
+    def _on_sections(self, step: int, own_s: float, by_name: dict[str, float]) -> None:
+        if own_s > 0:
+            self.own.append(own_s)
 
     def on_record(self, step: int, event: object, now: float) -> None:
         timing = self.timing
@@ -126,38 +152,126 @@ class RankScores(Part):
             if last is not None:
                 self.samples.append(now - last)
         if step >= self._next:
+            if self._group is None and step < self._gather_at:
+                self._make_group(step)
             self._poll()
             if step >= self._gather_at:
                 self._gather_at += self.every
-                self._launch()
+                self._launch(step)
             self._next = step + 1 if self._works else self._gather_at
 
     def on_pause(self, now: float) -> None:
         self._last = None  # the time between passes is no step's
-        self._poll()
+        works = self._works
+        while works:  # CPU tensors on the gather's own group: bounded by its timeout, never the device
+            work, _, step = works[0]
+            try:
+                work.wait()
+            except Exception as exc:
+                self._stop(step, exc)
+                return
+            self._poll()
+            if works and works[0][0] is work:  # done, yet not completed: never read it again
+                works.popleft()
 
     def median(self) -> float:
-        """This rank's recent median step time in seconds (NaN before any sample)."""
-        ordered = sorted(self.samples)
+        """This rank's recent median step time (or own work, with sections) in seconds; NaN before any sample."""
+        ordered = sorted(self.own or self.samples)
         return ordered[len(ordered) // 2] if ordered else math.nan
 
     def _poll(self) -> None:
         """Read every finished gather, oldest first; queries only (``is_completed``), never waits."""
         works = self._works
         while works and works[0][0].is_completed():
-            _, rows = works.popleft()  # rows start as NaN: a gather that failed (a peer left) reads NaN
+            work, rows, step = works[0]
+            try:
+                work.wait()  # completed: returns at once, or raises what failed it
+            except Exception as exc:
+                self._stop(step, exc)
+                return
+            works.popleft()
             self.scores, self.slowest = scores([float(row[0]) for row in rows])  # CPU tensors: no sync
             self.gathers += 1
 
-    def _launch(self) -> None:
+    def _dist(self) -> Any:
         dist = sys.modules.get("torch.distributed")
         if dist is None or not dist.is_available() or not dist.is_initialized():
+            return None
+        return dist
+
+    def _make_group(self, step: int) -> bool:
+        """Make the gather's gloo group (a collective) with the default group's timeout; False if it failed."""
+        if self._group is not None:
+            return self._group is not False
+        dist = self._dist()
+        if dist is None:
+            return False
+        import torch
+
+        try:
+            self._timeout = dist.group.WORLD._get_backend(torch.device("cpu")).options._timeout
+        except Exception:  # another torch's internals (or no CPU backend): torch's default for gloo
+            self._timeout = dist.distributed_c10d._get_default_timeout("gloo")
+        self._mark(dist, -1)
+        try:
+            self._group = dist.new_group(backend="gloo", timeout=self._timeout)
+        except Exception as exc:
+            self._stop(step, exc, making=True)
+            return False
+        return True
+
+    def _launch(self, step: int) -> None:
+        dist = self._dist()
+        if dist is None or not self._make_group(step):
             return
         import torch
 
-        if self._group is None:  # a collective, once: every rank makes it at the same step
-            self._group = dist.new_group(backend="gloo")
+        self._mark(dist, step)
         mine = torch.tensor([self.median()], dtype=torch.float64)
         rows = [torch.full_like(mine, math.nan) for _ in range(dist.get_world_size(self._group))]
         work = dist.all_gather(rows, mine, group=self._group, async_op=True)  # never waited for
-        self._works.append((work, rows))
+        self._works.append((work, rows, step))
+
+    def _mark(self, dist: Any, step: int) -> None:
+        """Tell the other ranks (the default store) the last step whose gather this rank started."""
+        try:
+            dist.distributed_c10d._get_default_store().set(_KEY + str(dist.get_rank()), str(step))
+        except Exception:  # no store to tell (another torch): a stopped rank is then not named
+            pass
+
+    def _behind(self, dist: Any, step: int) -> list[str]:
+        """The ranks whose last gather is before ``step`` (or that never started one), as told by the store."""
+        try:
+            store = dist.distributed_c10d._get_default_store()
+            behind = []
+            me = dist.get_rank()
+            for rank in range(dist.get_world_size()):
+                key = _KEY + str(rank)
+                if rank == me:
+                    continue
+                if not store.check([key]):
+                    behind.append(f"{rank} (it never ran a throttle with ranks_every)")
+                    continue
+                last = int(store.get(key))
+                if last < step:
+                    behind.append(f"{rank} (" + (f"its last gather: step {last})" if last >= 0 else "no gather yet)"))
+            return behind
+        except Exception:
+            return []
+
+    def _stop(self, step: int, exc: BaseException | None, *, making: bool = False) -> None:
+        """A gather (or the group) failed: a rank stopped calling the throttle. Log once; scores unknown from now."""
+        dist = self._dist()
+        world = dist.get_world_size() if dist is not None else len(self.scores or ())
+        rank = dist.get_rank() if dist is not None else -1
+        behind = [] if dist is None else self._behind(dist, step)
+        waited = "some other rank" if not behind else "rank " + ", rank ".join(behind)
+        what = "making the gather's gloo group" if making else f"the gather of step {step}"
+        _log.warning(
+            "asyncthrottle: ranks_every: rank %d waited for %s at step %d (%s) for up to the process group's "
+            "timeout (%s) and gave up: a rank whose data ended early, or that never runs a throttle with "
+            "ranks_every=%d, stops the gathers (every rank must run the same steps); rank scores are unknown "
+            "from now on. (%s)", rank, waited, step, what, self._timeout, self.every, exc)
+        self._group = False
+        self._works.clear()
+        self.scores, self.slowest = tuple(math.nan for _ in range(world)), None

@@ -5,11 +5,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 import sys
 import threading
-import time
 import traceback
-import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -70,8 +69,10 @@ class StallWatch(Part):
     thread, and the same wait resumes where it was (``waited=``: its sleep
     slices keep their length, the ``timeout`` counts from its start). Where
     the wait holds the thread in the driver (``"spin"`` without a timeout,
-    ``"block"``, a custom strategy), a daemon watchdog thread looks every
-    half second while a wait runs (:meth:`look`).
+    ``"block"``, a custom strategy), the process's one daemon watchdog
+    thread looks every half second while a wait runs (:meth:`look`); it
+    holds the watch only during its waits, so a dropped throttle leaves no
+    thread behind.
 
     ``stall=None`` ("auto") is :data:`STALL_STEPS` times the loop's median
     step time (measured between the starts of waits, so it costs nothing on
@@ -118,7 +119,7 @@ class StallWatch(Part):
         self._step_s: deque[float] = deque(maxlen=16)
         self._measured = 0
         self._auto = STALL_FLOOR_S
-        self._watchdog: threading.Thread | bool = False  # True: start one at the first wait
+        self._watchdog = False  # the waits hold the thread in the driver: the watchdog thread looks
         core.subscribe(self)  # on_wait_begin, on_wait, on_pause
 
     def threshold(self) -> float:
@@ -140,13 +141,15 @@ class StallWatch(Part):
             if self.stall is None and self._measured % 4 == 0:  # "auto": a new median every 4 measures
                 ordered = sorted(self._step_s)
                 self._auto = max(STALL_FLOOR_S, STALL_STEPS * ordered[len(ordered) // 2])
-        if self._watchdog is True:
-            self._watchdog = _start_watchdog(self)
         self._mark = (steps, now)
         self._waiting = (step, now, self.threshold())
+        if self._watchdog:
+            _WATCHDOG.begin(self)
 
     def on_wait(self, step: int, start: float, seconds: float) -> None:
         self._waiting = None
+        if self._watchdog:
+            _WATCHDOG.end(self)
 
     def on_pause(self, now: float) -> None:
         self._mark = None  # the time between passes is no step's
@@ -177,10 +180,15 @@ class StallWatch(Part):
             "still waiting. The host's threads:"
         ]
         names = {thread.ident: thread.name for thread in threading.enumerate()}
-        for ident, frame in sys._current_frames().items():
-            stack = [entry for entry in traceback.extract_stack(frame) if entry.filename != __file__]
-            lines.append(f"Thread {names.get(ident, '?')} ({ident}):")
-            lines.append("".join(traceback.format_list(stack)).rstrip())
+        frames = sys._current_frames()
+        try:
+            for ident in list(frames):
+                stack = [entry for entry in traceback.extract_stack(frames[ident]) if entry.filename != __file__]
+                lines.append(f"Thread {names.get(ident, '?')} ({ident}):")
+                lines.append("".join(traceback.format_list(stack)).rstrip())
+        finally:
+            # This frame is among them: keeping it is a cycle that keeps the loop's pass and locals alive.
+            frames.clear()
         return "\n".join(lines)
 
 
@@ -192,7 +200,7 @@ class _Deadline:
         self.blocking_events, self.honours_timeout = wait.blocking_events, wait.honours_timeout
         self.resumes = True
 
-    def __call__(self, event: Event, timeout: float | None) -> bool:
+    def __call__(self, event: Event, timeout: float | None, waited: float = 0.0) -> bool:
         watch, wait = self.watch, self.wait
         waiting = watch._waiting
         if waiting is None or waiting[0] == watch._reported:  # not the core's wait, or reported already
@@ -207,19 +215,55 @@ class _Deadline:
         return wait(event, timeout, waited=watch.clock() - began)
 
 
-def _start_watchdog(watch: StallWatch) -> threading.Thread:
-    """A daemon thread that calls ``watch.look()`` twice a second until the watch is garbage."""
-    ref = weakref.ref(watch)
+class _Watchdog:
+    """The process's one watchdog thread: it looks at the watches whose waits run now, every half second.
 
-    def run() -> None:
+    A watch is held only from the start of a wait to its end; while no wait
+    runs the thread sleeps on a condition, so it never keeps a throttle alive
+    and a dropped throttle leaves no thread of its own behind. It is started
+    at the first wait and wakes the loop's thread never.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._watches: set[StallWatch] = set()
+        self._thread: threading.Thread | None = None
+        self._parked = False  # the thread sleeps until a wait begins
+
+    def begin(self, watch: StallWatch) -> None:
+        with self._cond:
+            self._watches.add(watch)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="asyncthrottle-stall-watchdog", daemon=True)
+                self._thread.start()
+            elif self._parked:
+                self._parked = False
+                self._cond.notify()
+
+    def end(self, watch: StallWatch) -> None:
+        with self._cond:
+            self._watches.discard(watch)
+
+    def _run(self) -> None:
+        cond = self._cond
         while True:
-            time.sleep(_WATCHDOG_PERIOD_S)  # its own thread: never wakes the loop
-            alive = ref()
-            if alive is None:
-                return
-            alive.look()
-            del alive
+            with cond:
+                while not self._watches:
+                    self._parked = True
+                    cond.wait()
+                cond.wait(_WATCHDOG_PERIOD_S)  # its own thread: never wakes the loop
+                watches = list(self._watches)
+            while watches:  # popped: no reference stays while the thread sleeps
+                watches.pop().look()
 
-    thread = threading.Thread(target=run, name="asyncthrottle-stall-watchdog", daemon=True)
-    thread.start()
-    return thread
+
+_WATCHDOG = _Watchdog()
+
+
+def _forked() -> None:
+    global _WATCHDOG
+    _WATCHDOG = _Watchdog()  # the parent's thread and lock did not come along
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)

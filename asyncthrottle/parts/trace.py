@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._options import check_int
 from ._build import Part
+from .sections import Sections
 from .timing import DeviceTiming
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ class Trace(Part):
     """
 
     __slots__ = ("_clock", "_core", "_device", "_extra", "_fetch_s", "_fetch_start", "_h_in", "_h_step", "_h_time",
-                 "_ring", "capacity")
+                 "_ring", "_sections", "capacity")
 
     OPTIONS = ("trace",)
 
@@ -90,6 +91,9 @@ class Trace(Part):
         timing = at.part(DeviceTiming)
         if timing is not None:
             timing.add_listener(trace.on_device_time)
+        sections = at.part(Sections)
+        if sections is not None:
+            sections.add_listener(trace.on_sections)
         return trace
 
     def __init__(self, core: Core, steps: int, clock: Callable[[], float]) -> None:
@@ -108,6 +112,7 @@ class Trace(Part):
         self._extra: list[_Span] = []  # its other spans
         self._h_step, self._h_time, self._h_in = -1, 0.0, 0  # the last hand-out: step, host time, in flight
         self._device: deque[tuple[int, float, float, float]] = deque(maxlen=steps)  # (step, seen, busy, idle)
+        self._sections: deque[tuple[int, float, tuple[tuple[str, float], ...]]] = deque(maxlen=steps)
         core.subscribe(self)
 
     # -- hooks (the loop's thread; cheap: a few stores, one tuple per step) ---
@@ -136,6 +141,10 @@ class Trace(Part):
     def on_device_time(self, step: int, busy_s: float, idle_s: float) -> None:
         """A sampled step's device time was read (its events are complete); placed at the host's now."""
         self._device.append((step, self._clock(), busy_s, idle_s))
+
+    def on_sections(self, step: int, own_s: float, by_name: dict[str, float]) -> None:
+        """A timed step's sections were read: device spans, one after the other, ending at the host's now."""
+        self._sections.append((step, self._clock(), tuple(by_name.items())))
 
     # -- reading: any thread -------------------------------------------------
 
@@ -189,6 +198,14 @@ class Trace(Part):
         for step, seen, busy, idle in device:
             spans.append((DEVICE_SPAN, _DEVICE_TID, seen - busy, busy,
                           {"step": step, "device_ms": busy * 1e3, "idle_before_ms": idle * 1e3}))
+        for step, seen, named in list(self._sections):
+            if first_step is None or step < first_step:
+                continue
+            start = seen - sum(seconds for _, seconds in named)
+            for name, seconds in named:
+                spans.append((name, _DEVICE_TID, start, seconds, {"step": step, "section": name,
+                                                                  "device_ms": seconds * 1e3}))
+                start += seconds
         origin = min([s[2] for s in spans] + [c[0] for c in counters], default=0.0)
         events: list[dict[str, Any]] = [
             {"name": "process_name", "ph": "M", "pid": _PID, "args": {"name": "asyncthrottle"}},

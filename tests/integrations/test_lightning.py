@@ -423,3 +423,12 @@ def test_checkpoints_are_saved_with_nothing_in_flight(tmp_path: Path) -> None:
         Tiny(dev), _loader())
     assert probe.in_flight_at_save and probe.in_flight_at_save == [0] * len(probe.in_flight_at_save)
     assert cb.throttle.stats.steps == BATCHES
+
+
+def test_the_callback_times_forward_backward_and_optimizer_as_sections(tmp_path: Path) -> None:
+    dev = FakeDevice()
+    cb = _callback(dev, sample_every=1)
+    _trainer([cb], tmp_path).fit(Tiny(dev), _loader(), _loader(2))
+    sections = cb.throttle.stats.sections
+    assert sections is not None and list(sections) == ["forward", "backward", "optimizer"]
+    assert all(ms >= 0 for ms in sections.values()) and not cb.step_open and dev.syncs <= 3 * EPOCHS + 1

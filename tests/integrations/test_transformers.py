@@ -231,3 +231,12 @@ def test_the_transformers_example_learns_and_logs_every_step() -> None:
     losses = [value for _, value in result["losses"]]
     assert sum(losses[-5:]) < 0.8 * sum(losses[:5]) and result["eval_loss"] < losses[0]
     assert any(line.startswith("asyncthrottle: 30 steps") for line in lines)
+
+
+def test_the_callback_times_each_micro_batch_forward_backward_and_the_optimizer(tmp_path: Path) -> None:
+    dev = FakeDevice()
+    cb = _callback(dev, sample_every=1)
+    _train(cb, dev, tmp_path)
+    sections = cb.throttle.stats.sections
+    assert sections is not None and set(sections) == {"forward", "backward", "optimizer"}
+    assert cb._pre_handle is None  # the pre-hook is gone after training

@@ -14,13 +14,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from helpers import inside  # noqa: E402
+
 import asyncthrottle as at  # noqa: E402
 from asyncthrottle.backends import copies  # noqa: E402
 from asyncthrottle.parts import prefetch  # noqa: E402
-from asyncthrottle.values import _map  # noqa: E402
-from asyncthrottle.testing import FakeDevice  # noqa: E402
-from helpers import inside  # noqa: E402
 from asyncthrottle.parts.prefetch import Prefetch  # noqa: E402
+from asyncthrottle.testing import FakeDevice  # noqa: E402
+from asyncthrottle.values import _map  # noqa: E402
 
 Pair = namedtuple("Pair", ["x", "y"])
 
@@ -90,7 +91,7 @@ class FakeCopy:
 @pytest.fixture
 def model(fake_cuda: SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> FakeCopy:
     fake = FakeCopy()
-    monkeypatch.setattr(copies, "CudaCopy", lambda device: fake)
+    monkeypatch.setattr(copies, "CudaCopy", lambda device, streams=None: fake)
     return fake
 
 
@@ -248,7 +249,7 @@ def test_the_step_waits_on_its_batchs_copy_event_only(fake_cuda: SimpleNamespace
     monkeypatch.setattr(copy, "pin", lambda n: torch.zeros(n, dtype=torch.uint8))
     monkeypatch.setattr(copy, "is_pinned", lambda t: False)
     monkeypatch.setattr(torch.Tensor, "to", lambda self, *a, **k: DeviceTensor(self) if k["non_blocking"] else 1 / 0)
-    monkeypatch.setattr(copies, "CudaCopy", lambda device: copy)
+    monkeypatch.setattr(copies, "CudaCopy", lambda device, streams=None: copy)
     dev = FakeDevice()
     out = list(dev.throttle(2, to="cuda").wrap(batches(3)))
     assert len(made) == 1  # the copy stream is made once
@@ -331,6 +332,51 @@ def test_depth_auto_lets_the_ring_follow_the_depth(model: FakeCopy) -> None:
     assert len(model.pins) == 6 and model.pin_copies == 0
 
 
+def test_with_streams_the_copy_is_ordered_before_every_stream_the_throttle_records_on(
+    fake_cuda: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log: list[tuple[str, str]] = []
+
+    class Stream:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def wait_event(self, event: Any) -> None:
+            log.append(("wait_event", self.name))
+
+        def wait_stream(self, other: Any) -> None:
+            log.append(("wait_stream", self.name))
+
+    class DeviceTensor:
+        def record_stream(self, stream: Stream) -> None:
+            log.append(("record_stream", stream.name))
+
+    current = [Stream("default")]
+
+    @contextmanager
+    def on(stream: Stream) -> Iterator[None]:
+        current.append(stream)
+        try:
+            yield
+        finally:
+            current.pop()
+
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current[-1])
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: Stream("copy"))
+    monkeypatch.setattr(torch.cuda, "stream", on)
+    monkeypatch.setattr(torch.Tensor, "is_pinned", lambda self: True)  # copied directly: no staging ring
+    monkeypatch.setattr(torch.Tensor, "to", lambda self, *a, **k: DeviceTensor())
+    side, other = Stream("side"), Stream("other")
+    thr = at.Throttle(2, device="cuda", streams=[side, other], to="cuda", sample_every=None, stall=None)
+    for batch in thr.wrap([torch.zeros(2), torch.zeros(2)]):
+        assert isinstance(batch, DeviceTensor)
+        with on(side):  # the step runs on the streams the throttle records on
+            pass
+    waits = [name for what, name in log if what == "wait_event"]
+    assert waits == ["side", "other"] * 2  # each batch's copy event, on every stream; never the default one
+    assert [name for what, name in log if what == "record_stream"] == ["side", "other"] * 2
+
+
 def test_to_cpu_hands_out_equal_batches() -> None:
     source = [(torch.arange(3.0) + i, {"y": Pair(torch.tensor(i), "k")}) for i in range(4)]
     out = list(at.throttle(source, depth=2, device="cpu", to="cpu"))
@@ -359,8 +405,15 @@ def test_bad_to_says_what_to_pass(fake_cuda: SimpleNamespace, monkeypatch: pytes
     with pytest.raises(ValueError, match=r"to='cuda:1' is cuda:1 but the throttle records on device='cuda'"):
         at.Throttle(2, device="cuda", to="cuda:1", sample_every=None)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(RuntimeError, match=r"to='cuda' was requested but cuda is not available here \(torch.cuda.is_available\(\) is False\)"):
+    unavailable = r"to='cuda' was requested but cuda is not available here \(torch.cuda.is_available\(\) is False\)"
+    with pytest.raises(RuntimeError, match=unavailable):
         FakeDevice().throttle(2, to="cuda")
+
+
+def test_to_a_device_type_with_no_backend_says_so_even_with_custom_events() -> None:
+    for to in ("meta", "lazy"):
+        with pytest.raises(RuntimeError, match=rf"to='{to}' was requested but {to} is not available here"):
+            FakeDevice().throttle(2, to=to)  # events=: any device type passes the same-device check
 
 
 # -- bench --prefetch: the CPU smoke run, and the apex-style prefetcher it compares against --------
@@ -432,6 +485,21 @@ def test_on_a_gpu_batches_arrive_equal_with_no_sync_and_the_ring_stays_bounded()
     assert max(pinned) <= 4 * (2**22 + 64) and len(set(pinned[10:])) == 1  # (depth + 2) x batch, flat
 
 
+@pytest.mark.cuda
+def test_on_a_gpu_with_streams_the_batches_a_side_stream_reads_are_the_sources() -> None:
+    side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    source = [(torch.full((2**22,), float(i)), torch.tensor([i])) for i in range(4)]  # 16 MiB each: slow copies
+    thr = at.Throttle(2, device="cuda", streams=[side], to="cuda", sample_every=None)
+    sums = []
+    for x, y in thr.wrap(source * 10):
+        with torch.cuda.stream(side):  # type: ignore[no-untyped-call]
+            sums.append(x.sum() + y.sum())  # at once: only the copy's event keeps it from reading too early
+    torch.cuda.current_stream().wait_stream(side)  # type: ignore[no-untyped-call]
+    got = torch.stack(sums).cpu()  # host-device sync: after the loop, to compare
+    want = torch.tensor([float(i % 4) * 2**22 + i % 4 for i in range(40)])
+    assert torch.equal(got, want)
+
+
 def test_a_mapping_that_is_not_a_dict_keeps_its_type_and_its_tensors_move() -> None:
     import collections
 
@@ -444,7 +512,42 @@ def test_a_mapping_that_is_not_a_dict_keeps_its_type_and_its_tensors_move() -> N
     moved = _map(batch, lambda leaf: leaf * 10)
     assert type(moved) is Encoding and moved.data == {"input_ids": [10, 20], "mask": (30,)}
     counts = collections.defaultdict(int, {"a": 1})
-    assert _map(counts, lambda leaf: leaf + 1) == {"a": 2}  # cannot be rebuilt from a dict: a plain dict
+    moved_counts = _map(counts, lambda leaf: leaf + 1)
+    assert moved_counts == {"a": 2} and moved_counts.default_factory is int  # a copy: it keeps its factory
+
+
+@dataclasses.dataclass
+class _Normalised:
+    """A batch class that normalises its images when it is built."""
+
+    images: Any
+    scale: dataclasses.InitVar[float]  # no default: dataclasses.replace() cannot rebuild it
+    normalisations: int = dataclasses.field(init=False, default=0)
+
+    def __post_init__(self, scale: float) -> None:
+        self.images = self.images / scale
+        self.normalisations += 1
+
+
+def test_to_does_not_build_a_dataclass_batch_again() -> None:
+    batch = _Normalised(torch.tensor([255.0, 510.0]), scale=255.0)
+    (out,) = list(at.throttle([batch], depth=2, device="cpu", to="cpu"))
+    assert isinstance(out, _Normalised) and out.normalisations == 1 and out.images.tolist() == [1.0, 2.0]
+
+
+def test_to_keeps_the_encodings_of_a_fast_tokenizers_batch_encoding() -> None:
+    tokenizers = pytest.importorskip("tokenizers")
+    transformers = pytest.importorskip("transformers")
+    vocab = {"[UNK]": 0, "[PAD]": 1, "hello": 2, "world": 3, "again": 4}
+    model = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
+    model.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=model, unk_token="[UNK]", pad_token="[PAD]")
+    encoding = tokenizer(["hello world", "hello again world"], padding=True, return_tensors="pt")
+    assert encoding.word_ids(1) == [0, 1, 2] and encoding.to("cpu").encodings is not None  # what .to() keeps
+    (out,) = list(at.throttle([encoding], depth=2, device="cpu", to="cpu"))
+    assert isinstance(out, transformers.BatchEncoding) and out.encodings is not None
+    assert out.n_sequences == encoding.n_sequences and out.word_ids(0) == [0, 1, None] and out.word_ids(1) == [0, 1, 2]
+    assert torch.equal(out["input_ids"], encoding["input_ids"])
 
 
 def test_a_frameworks_callback_refuses_to_rather_than_ignore_it() -> None:

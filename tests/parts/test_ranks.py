@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import inside
 
+import asyncthrottle as at
 from asyncthrottle.parts.ranks import RankScores, check_ranks_every, scores
 from asyncthrottle.testing import FakeDevice
-from helpers import inside  # noqa: E402
-from asyncthrottle.parts.ranks import RankScores  # noqa: E402
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
@@ -125,3 +125,73 @@ def test_one_rank_in_process_reads_its_gather_without_waiting(tmp_path: Path) ->
         assert thr.stats.as_dict()["rank_score_0"] == 1.0
     finally:
         dist.destroy_process_group()
+
+
+STOP_LIMIT_S = 30  # spawning (~5 s) + the group's timeout (4 s) + slack: beyond it the ranks hang
+
+
+@pytest.mark.timeout(2 * STOP_LIMIT_S)
+@pytest.mark.parametrize("mode", ["early", "never"])
+def test_a_rank_that_stops_calling_the_throttle_hangs_no_other(mode: str, tmp_path: Path) -> None:
+    """Rank 1's data ends after 5 steps (or it never runs a throttle): rank 0 logs once, goes on, scores unknown."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    worker = Path(__file__).with_name("_ranks_stop_worker.py")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2]) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, str(worker), str(tmp_path), str(_free_port()), mode], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, text=True)
+    try:
+        out, _ = proc.communicate(timeout=STOP_LIMIT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the spawned ranks too
+        out, _ = proc.communicate()
+        pytest.fail(f"hung: killed after {STOP_LIMIT_S} s; finished: {sorted(os.listdir(tmp_path))}\n{out[-3000:]}")
+    assert proc.returncode == 0, out[-3000:]
+    rank0 = json.loads(Path(tmp_path, "rank0.json").read_text())
+    assert rank0["steps"] == 20
+    assert rank0["rank_scores"] is None or "nan" in str(rank0["rank_scores"]).lower()  # unknown, not made up
+    (log,) = rank0["logs"]  # once
+    assert "rank 0 waited for rank 1 " in log and "timeout (0:00:04)" in log, log
+    assert ("at step 9 (the gather of step 9)" if mode == "early" else "at step 0 (making") in log, log
+
+
+def _ddp_worker(rank: int, world: int, port: int, out: str) -> None:
+    """A DDP-like loop on the host clock: the all-reduce in backward makes every rank's step the slowest's."""
+    from asyncthrottle.testing import FakeClock
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    factor = (2.0 if world == 2 else 3.0) if rank == world - 1 else 1.0
+    seen = {}
+    for sections in (False, True):
+        clock = FakeClock()
+        thr = at.Throttle(2, device="cpu", clock=clock, ranks_every=10)
+        for _ in thr.wrap(range(40)):
+            dist.barrier()  # lockstep, as DDP's all-reduce makes it
+            if sections:
+                with thr.section("forward"):
+                    clock.advance(0.004 * factor)
+                with thr.section("backward", collective=True):  # waits for the slowest rank's forward
+                    clock.advance(0.004 * (3.0 - factor) + 0.008)
+            else:
+                clock.advance(0.004 * factor + 0.004 * (3.0 - factor) + 0.008)
+        seen["sections" if sections else "steps"] = [thr.stats.rank_scores, thr.stats.slowest_rank]
+    Path(out, f"{rank}.json").write_text(json.dumps(seen))
+    dist.destroy_process_group()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("world", [2, 4])
+def test_sections_name_the_straggler_that_step_times_cannot(world: int, tmp_path: Path) -> None:
+    mp.spawn(_ddp_worker, args=(world, _free_port(), str(tmp_path)), nprocs=world, join=True)
+    slow = world - 1
+    for rank in range(world):
+        seen = json.loads(Path(tmp_path, f"{rank}.json").read_text())
+        step_scores, _ = seen["steps"]
+        assert step_scores == pytest.approx([1.0] * world)  # equal step times: the culprit hides
+        section_scores, slowest = seen["sections"]
+        assert slowest == slow
+        assert section_scores[slow] == pytest.approx(0.5 if world == 2 else 1 / 3)
+        assert all(s == pytest.approx(1.0) for r, s in enumerate(section_scores) if r != slow)

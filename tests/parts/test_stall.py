@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
+import weakref
 from typing import ClassVar
 
 import pytest
+from helpers import inside
 
 import asyncthrottle as at
 from asyncthrottle.parts.stall import STALL_FLOOR_S, StallWatch, check_stall
 from asyncthrottle.testing import FakeDevice
-from helpers import inside  # noqa: E402
-from asyncthrottle.parts.stall import StallWatch  # noqa: E402
 
 STEP_S = 0.01
 
@@ -109,7 +110,8 @@ def test_auto_has_a_floor_and_grows_with_the_step_time(caplog: pytest.LogCapture
     thr = slow.throttle(depth=1, wait="poll")
     with caplog.at_level(logging.WARNING, logger="asyncthrottle"):
         _run(slow, thr, 30, {i: 1.0 for i in range(30)} | {25: 45.0})  # 1 s steps: auto = 50 s
-    assert thr.stats.stalls == 0 and inside(thr).part(StallWatch) is not None and inside(thr).part(StallWatch).threshold() == pytest.approx(50.0, rel=0.01)
+    watch = inside(thr).part(StallWatch)
+    assert thr.stats.stalls == 0 and watch is not None and watch.threshold() == pytest.approx(50.0, rel=0.01)
 
 
 def test_none_turns_it_off_and_a_synchronous_backend_has_nothing_to_watch() -> None:
@@ -187,3 +189,64 @@ def test_check_from_another_thread_reads_counters_only() -> None:
     queries = dev.queries
     assert watch.look() and not watch.look()  # once
     assert dev.queries == queries
+
+
+class _Payload:
+    """Stands in for a tensor the loop body holds."""
+
+
+def _loop_with_a_stall_then_break(dev: FakeDevice, thr: at.Throttle) -> weakref.ref[_Payload]:
+    kept = None
+    for i, _ in enumerate(thr.wrap(range(10))):
+        kept = _Payload()
+        dev.launch(5.0)  # 5 s of device work per step; stall=1 s: the depth-1 wait is reported
+        if i == 4:
+            break
+    return weakref.ref(kept)
+
+
+@pytest.mark.parametrize("wait", ["poll", "hybrid"])
+def test_a_report_on_the_loops_thread_does_not_pin_the_loop(wait: str, caplog: pytest.LogCaptureFixture) -> None:
+    gc.collect()
+    gc.disable()  # only reference counts free the pass: a cycle would keep it
+    try:
+        dev = FakeDevice()
+        thr = dev.throttle(1, wait=wait, stall=1.0)
+        with caplog.at_level(logging.WARNING, logger="asyncthrottle"):
+            ref = _loop_with_a_stall_then_break(dev, thr)
+        assert thr.stats.stalls >= 1 and _reports(caplog)  # the report ran on the loop's thread
+        assert thr.stats.steps == 5  # the break recorded its step: the pass was let go
+        thr.begin_step()  # no "inside a wrapped loop": the pass is gone
+        thr.end_step()
+        assert ref() is None  # the loop's locals went with its frame
+    finally:
+        gc.enable()
+        gc.collect()
+
+
+def _watchdogs() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "asyncthrottle-stall-watchdog" and t.is_alive()}
+
+
+@pytest.mark.parametrize("wait", ["spin", "block"])
+def test_dropped_throttles_leave_no_watchdog_thread_behind(wait: str) -> None:
+    gc.collect()
+    gc.disable()  # a throttle is a cycle: only the cyclic GC frees it, so a thread per watch would stay
+    try:
+        watches = []
+        for _ in range(20):
+            dev = FakeDevice()
+            thr = dev.throttle(1, wait=wait)  # stall="auto": a wait held in the driver needs the watchdog
+            for _ in thr.wrap(range(3)):
+                dev.launch(0.010)  # depth 1: every step waits
+            watch = inside(thr).part(StallWatch)
+            assert watch is not None and watch._watchdog
+            watches.append(weakref.ref(watch))
+            del dev, thr, watch
+        assert len(_watchdogs()) <= 1  # one thread for the process, however many throttles were made
+        gc.enable()
+        gc.collect()
+        assert all(ref() is None for ref in watches)  # the thread holds no watch between waits
+    finally:
+        gc.enable()
+        gc.collect()

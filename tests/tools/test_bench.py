@@ -284,3 +284,12 @@ def test_waits_bad_values_name_the_value(capsys: pytest.CaptureFixture[str]) -> 
     with pytest.raises(SystemExit):
         cli.main(["--waits", "--strategies", "nap"])
     assert "got strategies=['nap']" in capsys.readouterr().err
+
+
+def test_values_mode_runs_every_mode_at_tiny_scale(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("jax")
+    assert cli.main(["--values", "--backend", "jax", "--rounds", "1", "--scale", "0.01"]) == 0
+    out = capsys.readouterr().out
+    for mode in ("defer", "defer-block", "float", "maxtext", "plain"):
+        assert f"  {mode} " in out
+    assert "tiny step" in out and "device-bound step" in out

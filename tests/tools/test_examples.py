@@ -27,6 +27,7 @@ def _env() -> dict[str, str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # a hang guard: a busy 2-core machine takes minutes, not seconds
 def test_mnist_learns_on_synthetic_data() -> None:
     lines: list[str] = []
     result = mnist.train(mnist.parse_args([*FAST, "--max-steps", "40", "--epochs", "2", "--seed", "1"]),
@@ -92,11 +93,12 @@ def test_depth_none_and_devices() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # a hang guard: a busy 2-core machine takes minutes, not seconds
 def test_mnist_script_runs_with_a_progress_bar(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, str(EXAMPLES / "mnist.py"), "--data", "synthetic", "--max-steps", "15", "--epochs", "1",
          "--depth", "1"],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=_env(), check=False,
+        capture_output=True, text=True, timeout=600, cwd=tmp_path, env=_env(), check=False,
     )
     assert proc.returncode == 0, proc.stderr
     assert "epoch 1: 15 steps" in proc.stdout and "test accuracy" in proc.stdout
@@ -105,11 +107,12 @@ def test_mnist_script_runs_with_a_progress_bar(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # a hang guard: a busy 2-core machine takes minutes, not seconds
 def test_ddp_two_processes_gloo(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
          str(EXAMPLES / "ddp_mnist.py"), *FAST, "--max-steps", "12", "--epochs", "1"],
-        capture_output=True, text=True, timeout=180, cwd=tmp_path, env=_env(), check=False,
+        capture_output=True, text=True, timeout=600, cwd=tmp_path, env=_env(), check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
@@ -117,6 +120,19 @@ def test_ddp_two_processes_gloo(tmp_path: Path) -> None:
     assert "rank 0: 12 steps" in out and "rank 1: 12 steps" in out
     assert "asyncthrottle across 2 ranks (depth=2): 24 steps, 24 seen complete" in out
     assert "test accuracy" in out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_ddp_straggle_names_the_slow_rank_in_plain_ddp(tmp_path: Path) -> None:
+    """No --accumulate: every step all-reduces, yet the sections' own work names rank 1 on both ranks."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+         str(EXAMPLES / "ddp_mnist.py"), *FAST, "--max-steps", "60", "--epochs", "1", "--straggle", "1:2"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path, env=_env(), check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "rank 0: slowest rank 1 " in proc.stdout and "rank 1: slowest rank 1 " in proc.stdout, proc.stdout
 
 
 def test_ddp_refuses_to_run_without_torchrun(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -138,6 +154,7 @@ def test_width_widens_the_model_and_is_checked(capsys: pytest.CaptureFixture[str
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # a hang guard: a busy 2-core machine takes minutes, not seconds
 def test_a_large_batch_run_has_enough_synthetic_data() -> None:
     lines: list[str] = []
     args = mnist.parse_args([*FAST, "--width", "1", "--batch-size", "4096", "--max-steps", "5", "--epochs", "1"])

@@ -21,12 +21,16 @@ def test_overhead_reports_every_configuration_as_a_median_with_its_range(monkeyp
     monkeypatch.setattr(overhead, "Throttle", throttle)
     result = overhead.measure_overhead(steps=2000, runs=3, best_of=1, telemetry={"trace": 0})
     throttled = ("null", "noop_events", "timed_events", "timed_events_no_sampling")
-    cases = (*throttled, "reference")  # the 15-line loop beside them, in the same rounds
+    cases = (*throttled, "reference", "generator")  # the 15-line and 10-line loops beside them, same rounds
     fields = {f"{case}{suffix}" for case in cases for suffix in ("_us", "_range_us")}
-    assert set(result) == {"steps", "runs", "best_of", "bare_us"} | fields
+    ratios = {f"{case}{suffix}" for case in (*throttled, "reference") for suffix in ("_x", "_range_x")}
+    assert set(result) == {"steps", "runs", "best_of", "bare_us"} | fields | ratios
     for case in cases:
         low, high = result[f"{case}_range_us"]
         assert math.isfinite(result[f"{case}_us"]) and low <= result[f"{case}_us"] <= high
+    for case in (*throttled, "reference"):  # each round's overhead over the generator's in that round
+        low, high = result[f"{case}_range_x"]
+        assert low <= result[f"{case}_x"] <= high
     assert len(made) == 3 * len(throttled) and all(options["trace"] == 0 for options in made)  # every round, every case
     assert sum(options.get("sample_every", 8) is None for options in made) == 3
 

@@ -1,0 +1,51 @@
+"""The device side of deferred CUDA tensors: pinned ring buffers, copies, and current-stream keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["CudaSnapshots"]
+
+
+class CudaSnapshots:
+    """Pinned host buffers and non-blocking copies into them, for ``Throttle.defer`` of CUDA tensors.
+
+    A copy is enqueued on the current stream; the stream is known by its key,
+    the ``(stream_id, device_index, device_type)`` tuple torch keeps in C++,
+    so no Python ``Stream`` is made per tensor. :meth:`stream` makes one only
+    for a side stream the step's event must join, once per stream.
+    :class:`~asyncthrottle.parts.prefetch.PinnedRing` holds the buffers.
+    """
+
+    def __init__(self) -> None:
+        import torch
+
+        self._torch = torch
+        self._key = torch._C._cuda_getCurrentStream
+        self._streams: dict[Any, Any] = {}
+
+    def pin(self, nbytes: int) -> Any:
+        """A pinned host buffer of ``nbytes`` bytes (a 1-d uint8 tensor)."""
+        return self._torch.empty(nbytes, dtype=self._torch.uint8, pin_memory=True)
+
+    def event(self) -> Any:
+        """No event per slot: the step's own event covers the copy, and the slot is reused after it retires."""
+        return None
+
+    def stream_key(self, index: int | None) -> Any:
+        """The key of device ``index``'s current stream (a tuple of ints: no Python ``Stream``)."""
+        return self._key(self._torch.cuda.current_device() if index is None else index)
+
+    def stream(self, key: Any) -> Any:
+        """The ``torch.cuda.Stream`` of ``key``, made once per stream."""
+        stream = self._streams.get(key)
+        if stream is None:
+            stream_id, device_index, device_type = key
+            stream = self._torch.cuda.Stream(  # type: ignore[no-untyped-call]
+                stream_id=stream_id, device_index=device_index, device_type=device_type)
+            self._streams[key] = stream
+        return stream
+
+    def copy(self, host: Any, tensor: Any) -> None:
+        """Enqueue the copy of device ``tensor`` into pinned ``host`` on the current stream; never blocks."""
+        host.copy_(tensor, non_blocking=True)

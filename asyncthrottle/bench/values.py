@@ -1,0 +1,245 @@
+"""``python -m asyncthrottle bench --values``: what keeping the loss on the host every step costs, per backend.
+
+On each backend present (JAX everywhere jax is installed, CUDA where there is a
+GPU), at a tiny step and at a device-bound one, depth 2, the same jitted (or
+torch) training step and batches, it times in interleaved rounds:
+
+* ``defer``: ``Throttle(2)`` and ``thr.defer(loss, name="loss")`` every step,
+  defaults, the loss written by an ``on_complete`` callback;
+* ``defer-block``: the same with ``wait="block"`` (the host sleeps in the
+  runtime's own wait, as MaxText's ``block_until_ready`` does, instead of
+  the default hybrid wait's spin, which on the CPU competes with the device's threads);
+* ``float``: ``float(loss)`` (``loss.item()`` on CUDA) every step;
+* ``maxtext``: MaxText's ``InflightThrottler``: a ``queue.Queue(maxsize=2)`` of
+  ``(jax.tree.leaves(outputs), metrics)``; when full, the oldest is popped,
+  ``block_until_ready``-ed, and its metrics written. On CUDA the same queue
+  holds a ``torch.cuda.Event`` recorded after the step, synchronized on pop;
+* ``plain``: no throttle, no metrics (asynchronous, unbounded).
+
+Each figure is the median of the rounds (the spread is min-max); the ratios are
+speeds against ``maxtext`` (> 1: faster than MaxText's pattern). The outputs are
+only the loss (MaxText's ``block_until_ready`` on donated parameters raises).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import queue
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..throttle import Throttle
+
+__all__ = ["MODES", "main", "measure"]
+
+MODES = ("defer", "defer-block", "float", "maxtext", "plain")
+# (label, width, batch, steps): a ~50 us and a ~1.5 ms step on the 2-core VM (docs/benchmarks.md)
+JAX_SIZES = (("tiny", 32, 320, 3000), ("device-bound", 256, 512, 200))
+CUDA_SIZES = (("tiny", 32, 320, 5000), ("device-bound", 2048, 8192, 400))
+
+Loop = Callable[[int], None]
+
+
+def _jax_loops(width: int, batch: int) -> dict[str, Loop]:
+    import jax
+    import jax.numpy as jnp
+
+    k1, k2, k3 = jax.random.split(jax.random.key(0), 3)
+    params = {"w1": jax.random.normal(k1, (width, width)) * 0.1, "w2": jax.random.normal(k2, (width, 1)) * 0.1}
+    x = jax.random.normal(k3, (batch, width))
+    y = jnp.sum(x, axis=1, keepdims=True)
+
+    def loss_fn(p: Any) -> Any:
+        return jnp.mean((jnp.tanh(x @ p["w1"]) @ p["w2"] - y) ** 2)
+
+    def train(p: Any) -> Any:
+        loss, grads = jax.value_and_grad(loss_fn)(p)
+        return jax.tree.map(lambda a, g: a - 1e-3 * g, p, grads), loss
+
+    step = jax.jit(train, donate_argnums=0)  # the parameters are donated every step, as in training
+    state = [step(params)[0]]
+    jax.block_until_ready(state[0])  # type: ignore[no-untyped-call]
+    logged: list[float] = []
+
+    def plain(n: int) -> None:
+        p = state[0]
+        for _ in range(n):
+            p, _ = step(p)
+        jax.block_until_ready(p)  # type: ignore[no-untyped-call]
+        state[0] = p
+
+    def every(n: int) -> None:
+        p = state[0]
+        for _ in range(n):
+            p, loss = step(p)
+            logged.append(float(loss))  # host-device sync: the mode measured
+        state[0] = p
+
+    def maxtext(n: int) -> None:
+        p = state[0]
+        inflight: queue.Queue[tuple[list[Any], dict[str, Any]]] = queue.Queue(maxsize=2)
+
+        def wait_for_next() -> None:
+            outputs, metrics = inflight.get()
+            jax.block_until_ready(outputs)  # type: ignore[no-untyped-call]  # host-device sync: the pattern measured
+            logged.append(float(metrics["loss"]))
+
+        for _ in range(n):
+            if inflight.full():
+                wait_for_next()
+            p, loss = step(p)
+            inflight.put((jax.tree.leaves(loss), {"loss": loss}))
+        while not inflight.empty():
+            wait_for_next()
+        state[0] = p
+
+    def defer(n: int, wait: str = "hybrid") -> None:
+        p = state[0]
+        thr = Throttle(2, device="jax", wait=wait)
+        thr.on_complete(lambda s, values: logged.append(float(values["loss"])))
+        for _ in thr.wrap(range(n)):
+            p, loss = step(p)
+            thr.defer(loss, name="loss")
+        jax.block_until_ready(p)  # type: ignore[no-untyped-call]
+        state[0] = p
+
+    return {"defer": defer, "defer-block": lambda n: defer(n, "block"), "float": every, "maxtext": maxtext,
+            "plain": plain}
+
+
+def _cuda_loops(width: int, batch: int) -> dict[str, Loop]:
+    import torch
+
+    dev = torch.device("cuda")
+    gen = torch.Generator(device=dev).manual_seed(0)
+    w1 = torch.randn(width, width, device=dev, generator=gen) * 0.1
+    w2 = torch.randn(width, 1, device=dev, generator=gen) * 0.1
+    x = torch.randn(batch, width, device=dev, generator=gen)
+    y = x.sum(1, keepdim=True)
+    params = [w1.requires_grad_(), w2.requires_grad_()]
+    logged: list[float] = []
+
+    def step() -> Any:
+        loss = ((torch.tanh(x @ params[0]) @ params[1] - y) ** 2).mean()
+        grads = torch.autograd.grad(loss, params)
+        with torch.no_grad():
+            for p, g in zip(params, grads, strict=True):
+                p.sub_(1e-3 * g)
+        return loss.detach()
+
+    def plain(n: int) -> None:
+        for _ in range(n):
+            step()
+        torch.cuda.synchronize()  # host-device sync: the end of the measured loop
+
+    def every(n: int) -> None:
+        for _ in range(n):
+            logged.append(step().item())  # host-device sync: the mode measured
+
+    def maxtext(n: int) -> None:
+        inflight: queue.Queue[tuple[Any, dict[str, Any]]] = queue.Queue(maxsize=2)
+
+        def wait_for_next() -> None:
+            event, metrics = inflight.get()
+            event.synchronize()  # host-device sync: the pattern measured
+            logged.append(metrics["loss"].item())
+
+        for _ in range(n):
+            if inflight.full():
+                wait_for_next()
+            loss = step()
+            event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            event.record()
+            inflight.put((event, {"loss": loss}))
+        while not inflight.empty():
+            wait_for_next()
+
+    def defer(n: int, wait: str = "hybrid") -> None:
+        thr = Throttle(2, device="cuda", wait=wait)
+        thr.on_complete(lambda s, values: logged.append(float(values["loss"])))
+        for _ in thr.wrap(range(n)):
+            thr.defer(step(), name="loss")
+
+    return {"defer": defer, "defer-block": lambda n: defer(n, "block"), "float": every, "maxtext": maxtext,
+            "plain": plain}
+
+
+def measure(loops: dict[str, Loop], steps: int, rounds: int) -> dict[str, list[float]]:
+    """Microseconds per step of each loop, one figure per round; rounds alternate the order."""
+    for loop in loops.values():
+        loop(min(steps, 20))  # warm: compilation, allocators, the first events
+    times: dict[str, list[float]] = {name: [] for name in loops}
+    for r in range(rounds):
+        order = list(loops) if r % 2 == 0 else list(reversed(loops))
+        for name in order:
+            start = time.perf_counter()
+            loops[name](steps)
+            times[name].append((time.perf_counter() - start) / steps * 1e6)
+    return times
+
+
+def _backends(choice: str) -> list[str]:
+    found = []
+    if choice in ("auto", "jax"):
+        try:
+            import jax  # noqa: F401
+
+            found.append("jax")
+        except ImportError:
+            if choice == "jax":
+                raise RuntimeError("--backend jax needs jax: pip install 'asyncthrottle[jax]'") from None
+    if choice in ("auto", "cuda"):
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                found.append("cuda")
+            elif choice == "cuda":
+                raise RuntimeError("--backend cuda needs a CUDA GPU (torch.cuda.is_available() is False)")
+        except ImportError:
+            if choice == "cuda":
+                raise RuntimeError("--backend cuda needs torch with CUDA") from None
+    return found
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m asyncthrottle bench --values", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--backend", choices=("auto", "jax", "cuda"), default="auto",
+                   help="auto: every backend present (JAX, and CUDA where there is a GPU)")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per size (default 5; the median)")
+    p.add_argument("--scale", type=float, default=1.0, help="multiply every size's step count (default 1)")
+    args = p.parse_args(argv)
+    if args.rounds < 1 or args.scale <= 0:
+        p.error(f"--rounds must be >= 1 and --scale > 0, got {args.rounds} and {args.scale}")
+    try:
+        backends = _backends(args.backend)
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not backends:
+        print("bench --values: no backend here (needs jax, or torch with a CUDA GPU)")
+        return 0
+    print("asyncthrottle bench --values: the loss on the host every step, depth 2")
+    print(f"machine: {platform.platform()}, Python {platform.python_version()}; {args.rounds} interleaved "
+          "rounds; us/step median [min-max]; speed vs maxtext (> 1: faster)")
+    for backend in backends:
+        sizes, make = (JAX_SIZES, _jax_loops) if backend == "jax" else (CUDA_SIZES, _cuda_loops)
+        for label, width, batch, steps in sizes:
+            n = max(1, round(steps * args.scale))
+            times = measure(make(width, batch), n, args.rounds)
+            median = {name: statistics.median(t) for name, t in times.items()}
+            print(f"\n{backend}, {label} step (width {width}, batch {batch}, {n} steps):")
+            for name in MODES:
+                t = times[name]
+                print(f"  {name:11s} {median[name]:9.1f} us [{min(t):.1f}-{max(t):.1f}]  "
+                      f"x{median['maxtext'] / median[name]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""``nonfinite=``: a NaN or Inf in a deferred value, seen on the host copy when its step completes, without a sync.
+
+Every deferred value reaches the host anyway once its step is complete (see
+:mod:`asyncthrottle.values`); this part looks at each floating-point leaf of
+it there. It never touches a device tensor: what it reads are the host copies
+the step's event already covers.
+"""
+
+from __future__ import annotations
+
+import cmath
+import dataclasses
+import sys
+import warnings
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from .._options import check_choice
+from ._build import Part
+
+if TYPE_CHECKING:
+    from ..core.rule import Core
+    from ..stats import Stats
+    from ._build import Build
+
+_CHOICES = ("warn", "raise", None)
+
+
+class NonFiniteWarning(RuntimeWarning):
+    """A deferred value held a NaN or an Inf (``Throttle(nonfinite="warn")``, the default); given once per throttle."""
+
+
+class NonFiniteError(FloatingPointError):
+    """A deferred value held a NaN or an Inf (``Throttle(nonfinite="raise")``).
+
+    Raised from the throttle call that delivered the value (the next
+    ``next()``, ``begin_step()``, ``end_step()``, ``drain()`` or
+    ``Deferred.get()``), after every part and ``on_complete`` callback heard
+    the step: the throttle stays usable, so the loop may save a checkpoint,
+    skip an update or go on.
+
+    Attributes:
+        step: the step that produced the value.
+        name: its name in ``Throttle.latest``, with where inside it the bad
+            leaf is (``"loss"``, ``"metrics['grad_norm']"``, ``"loss[1]"``).
+        value: that leaf, as delivered on the host (a float, a CPU tensor or a
+            numpy array).
+        seen: the steps the host had started when it saw it
+            (``seen - step`` steps later).
+    """
+
+    def __init__(self, step: int, name: str, value: Any, seen: int) -> None:
+        self.step, self.name, self.value, self.seen = step, name, value, seen
+        super().__init__(describe(step, name, value, seen))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.step, self.name, self.value, self.seen)
+
+
+def describe(step: int, name: str, value: Any, seen: int) -> str:
+    """The text of the warning and the error: the step, the name, the value and how late it was seen."""
+    return (f"asyncthrottle: the deferred value {name!r} of step {step} is {_shown(value)}; seen on the host "
+            f"{seen - step} step(s) later (once step {seen - 1} was recorded), without a sync")
+
+
+@dataclasses.dataclass(frozen=True)
+class NonFiniteStats:
+    """The fields of :class:`~asyncthrottle.Stats` that the non-finite watch supplies."""
+
+    nonfinite: int = 0
+    nonfinite_first: int | None = None
+
+
+class NonFiniteWatch(Part):
+    """A part of the throttle: looks for NaN and Inf in each step's deferred values, on the host, as they arrive.
+
+    It hears every step's values from the throttle's
+    :class:`~asyncthrottle.values.Completions` (before the ``on_complete``
+    callbacks) and walks their mappings, lists, tuples and dataclasses.
+    Floating-point and complex leaves are looked at (Python floats, numpy
+    scalars and arrays, CPU torch tensors; JAX arrays arrive as numpy
+    arrays); integers, booleans and anything else are ignored, and so is a
+    tensor that is not on the CPU (a value never arrives so; a device is
+    never asked). A step counts once, at its first bad leaf.
+
+    Args:
+        core: the throttle's core (read only: how many steps have started).
+        mode: ``"warn"`` or ``"raise"``.
+    """
+
+    OPTIONS = ("nonfinite",)
+    STATS = NonFiniteStats
+    __slots__ = ("core", "first", "mode", "steps", "warned")
+
+    @staticmethod
+    def check(options: Mapping[str, Any]) -> None:
+        check_choice("nonfinite", options["nonfinite"], _CHOICES,
+                     fix="pass nonfinite='warn' (the default), 'raise' to stop the loop, or None to look at nothing")
+
+    @classmethod
+    def build(cls, at: Build) -> NonFiniteWatch | None:
+        mode = at.options["nonfinite"]
+        if mode is None or at.values is None:
+            return None
+        watch = cls(at.core, mode)
+        at.values.listen(watch.look)
+        return watch
+
+    def __init__(self, core: Core, mode: str) -> None:
+        self.core, self.mode = core, mode
+        self.steps = 0
+        self.first: int | None = None
+        self.warned = False
+
+    def fields(self) -> dict[str, Any]:
+        return {"nonfinite": self.steps, "nonfinite_first": self.first}
+
+    @staticmethod
+    def summary_lines(stats: Stats) -> list[str]:
+        if not stats.nonfinite:
+            return []
+        return [f"  nonfinite: {stats.nonfinite} steps had a NaN or Inf deferred value, the first step "
+                f"{stats.nonfinite_first} (see docs/deferred.md)"]
+
+    def look(self, step: int, values: dict[str, Any]) -> None:
+        """The step's values on the host: count, then warn or raise at a bad leaf. Never blocks."""
+        for name, value in values.items():
+            found = _find(value, name)
+            if found is not None:
+                break
+        else:
+            return
+        self.steps += 1
+        if self.first is None:
+            self.first = step
+        where, leaf = found
+        if self.mode == "raise":
+            raise NonFiniteError(step, where, leaf, self.core.steps)
+        if not self.warned:
+            self.warned = True
+            warnings.warn(describe(step, where, leaf, self.core.steps)
+                          + "; later ones are counted in stats.nonfinite", NonFiniteWarning, stacklevel=2)
+
+
+def _find(value: Any, where: str) -> tuple[str, Any] | None:
+    """The first leaf of ``value`` that is a NaN or an Inf, with its place, or None."""
+    if isinstance(value, float):  # numpy's float64 too
+        return None if value - value == 0.0 else (where, value)  # inf - inf and nan - nan are nan
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        return (where, value) if _tensor_bad(torch, value) else None
+    if isinstance(value, (int, str, bytes)) or value is None:  # bool is an int
+        return None
+    if isinstance(value, complex):
+        return None if cmath.isfinite(value) else (where, value)
+    if isinstance(value, (dict, Mapping)):
+        for key, item in value.items():
+            found = _find(item, f"{where}[{key!r}]")
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            found = _find(item, f"{where}[{index}]")
+            if found is not None:
+                return found
+        return None
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for field in dataclasses.fields(value):
+            found = _find(getattr(value, field.name, None), f"{where}.{field.name}")
+            if found is not None:
+                return found
+        return None
+    return (where, value) if _numpy_bad(value) else None
+
+
+def _tensor_bad(torch: Any, tensor: Any) -> bool:
+    """A CPU tensor that holds a NaN or an Inf; a tensor elsewhere is never asked (a delivered one is on the host)."""
+    try:
+        if not tensor.is_cpu:
+            return False
+        if tensor.numel() == 1:
+            number = tensor.item()  # an int or a bool is finite: its difference with itself is 0
+            return bool(number - number != 0)
+        if not (tensor.is_floating_point() or tensor.is_complex()):
+            return False
+        return tensor.numel() > 0 and not bool(torch.isfinite(tensor).all())
+    except RuntimeError:  # a layout that does not read this way (sparse, quantized): never a loop's end
+        return False
+
+
+def _numpy_bad(value: Any) -> bool:
+    """A numpy (or completed JAX) array or scalar of floats that holds a NaN or an Inf."""
+    numpy = sys.modules.get("numpy")
+    if numpy is None:
+        return False
+    if hasattr(value, "copy_to_host_async"):  # a JAX array; delivered values are complete: this does not wait
+        value = numpy.asarray(value)
+    if not isinstance(value, (numpy.ndarray, numpy.generic)):
+        return False
+    kind = value.dtype.kind
+    if kind not in "fc":
+        return False
+    if value.size == 1:
+        number = value.item() if isinstance(value, numpy.ndarray) else (complex if kind == "c" else float)(value)
+        return bool(number - number != 0)  # Python numbers: no numpy warning for inf - inf
+    return value.size > 0 and not bool(numpy.isfinite(value).all())
+
+
+def _shown(value: Any) -> str:
+    """The bad value for a message: the number itself, or what an array holds."""
+    torch, numpy = sys.modules.get("torch"), sys.modules.get("numpy")
+    if torch is not None and isinstance(value, torch.Tensor):
+        if value.numel() == 1:
+            return str(value.item())
+        bad = int((~torch.isfinite(value)).sum())
+        return f"a tensor of shape {tuple(value.shape)} with {bad} NaN/Inf of {value.numel()} elements"
+    if numpy is not None and hasattr(value, "copy_to_host_async"):
+        value = numpy.asarray(value)
+    if numpy is not None and isinstance(value, (numpy.ndarray, numpy.generic)):
+        if value.size == 1:
+            return str(value.item())
+        bad = int((~numpy.isfinite(value)).sum())
+        return f"an array of shape {value.shape} with {bad} NaN/Inf of {value.size} elements"
+    return repr(value)

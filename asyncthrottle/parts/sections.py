@@ -1,0 +1,236 @@
+"""Sections: the device time of named phases of a step (forward, backward, a collective), never a sync."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..core.events import Event, EventFactory
+from ._build import Part
+
+if TYPE_CHECKING:
+    from ..core.rule import Core
+    from ..stats import Stats
+    from ._build import Build
+
+_WINDOW = 64  # recent samples kept per section name (medians)
+_NOT_TIMED: Any = object()  # the start of a section in a step that is not sampled
+
+
+def _median(values: deque[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
+@dataclasses.dataclass(frozen=True)
+class SectionStats:
+    """The fields of :class:`~asyncthrottle.Stats` that sections supply."""
+
+    sections: dict[str, float] | None = dataclasses.field(default=None, metadata={"flat": lambda s: {
+        f"section_ms_{name}": ms for name, ms in (s or {}).items()}})
+
+
+class Section:
+    """``with throttle.section(name):`` -- one phase of the current step; see :meth:`Sections.open`.
+
+    Reusable: the same object may be entered again once it was left.
+    ``__enter__``/``__exit__`` may be called directly (framework hooks that
+    cannot hold a ``with`` block).
+    """
+
+    __slots__ = ("_collective", "_name", "_owner")
+
+    def __init__(self, owner: Sections | None, name: str, collective: bool) -> None:
+        self._owner, self._name, self._collective = owner, name, collective
+
+    def __enter__(self) -> Section:
+        owner = self._owner  # the hot path, inline: a section is entered every step
+        if owner is None:
+            return self
+        name = self._name
+        step = owner.core.steps  # the step being run (if one is)
+        if step != owner.step:  # the step's first section (a record resets owner.step): is a step open?
+            if not owner.in_step():
+                owner.refuse(name)
+            owner.begin(step)
+        open_ = owner.open_
+        if name in open_:
+            owner.nested(name, step)
+        own = not open_ and not self._collective
+        if not owner.timing:
+            open_[name] = (_NOT_TIMED, own)
+        elif owner.timed is None:
+            open_[name] = (owner.clock(), own)
+        else:
+            start = owner.timed()
+            start.record()
+            open_[name] = (start, own)
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        owner = self._owner
+        if owner is None:
+            return
+        entry = owner.open_.pop(self._name, None)
+        if entry is None:
+            raise RuntimeError(f"section({self._name!r}) was left but is not open in this step; enter it first "
+                               "(in the same step)")
+        start = entry[0]
+        if start is _NOT_TIMED:
+            return
+        if owner.timed is None:
+            owner.marks.append((self._name, start, owner.clock(), entry[1]))
+        else:
+            end = owner.timed()
+            end.record()
+            owner.marks.append((self._name, start, end, entry[1]))
+
+
+class Sections(Part):
+    """A part of the throttle: named sections of a step, timed on the device without a sync.
+
+    On an asynchronous device a sampled step's section records a timing
+    event when it is entered and one when it is left (events of the
+    backend's timing factory, reused once nobody holds them, like the step
+    events); the pair is read once the step retires -- queries only, never a
+    wait. On a synchronous backend (the CPU) the host clock times every step's
+    sections: there the host's time is the device's. Sampling follows
+    ``sample_every`` (the steps device timing samples); with
+    ``sample_every=None`` an asynchronous device times no sections.
+
+    A section used several times in one step (micro-batches) counts the sum.
+    ``collective=True`` marks a section that holds a collective (DDP's
+    backward with its all-reduce): its time includes waiting for the slowest
+    rank, so rank scores leave it out of the rank's own work. Listeners
+    (:meth:`add_listener`) hear, per timed step, the sum of its outermost
+    sections that are not collective.
+
+    Errors (``RuntimeError``): a section entered outside a step (before the
+    step is handed out, or after it was recorded), a section entered again
+    while it is open, and a section still open when its step is recorded
+    (raised by the record: the step still counts; the section is forgotten).
+    """
+
+    STATS = SectionStats
+
+    @classmethod
+    def build(cls, at: Build) -> Sections:
+        core = at.core
+        every = at.options["sample_every"]
+        timed = None if core.synchronous else at.backend.timed
+        return cls(core, timed, every, at.clock)
+
+    def __init__(self, core: Core, timed: EventFactory | None, every: int | None,
+                 clock: Callable[[], float]) -> None:
+        self.core, self.timed, self.clock = core, timed, clock
+        self.synchronous = core.synchronous
+        self.every = 1 if self.synchronous else every
+        self.step = -1  # the step whose sections are open or were timed, or -1
+        self.timing = False  # that step's sections are timed
+        self.subscribed = False  # hooks are added at the first section: a loop without sections pays nothing
+        self.in_step: Callable[[], bool] = lambda: False  # the throttle's: a step is open now
+        self.open_: dict[str, tuple[Any, bool]] = {}  # name -> (start, outermost and not collective)
+        self.marks: list[tuple[str, Any, Any, bool]] = []  # this step's sections: (name, start, end, own work)
+        self.waiting: deque[tuple[int, list[tuple[str, Any, Any, bool]]]] = deque()  # recorded, not yet read
+        self.recent: dict[str, deque[float]] = {}  # name -> recent device ms
+        self.listeners: list[Callable[[int, float, dict[str, float]], None]] = []
+
+    def add_listener(self, listener: Callable[[int, float, dict[str, float]], None]) -> None:
+        """Call ``listener(step, own_s, seconds_by_name)`` for each timed step (own work: see the class)."""
+        self.listeners.append(listener)
+
+    # -- the sections ----------------------------------------------------------
+
+    def refuse(self, name: str) -> None:
+        raise RuntimeError(
+            f"section({name!r}) was entered outside a step: a section brackets part of a step, so enter it "
+            "inside the loop body (a wrapped loop's body, `with throttle.step():` or between begin_step() and "
+            "end_step())")
+
+    def nested(self, name: str, step: int) -> None:
+        raise RuntimeError(f"section({name!r}) was entered while already open in step {step}; sections of one "
+                           "name do not nest: leave it first, or give the inner one another name")
+
+    def begin(self, step: int) -> None:
+        """The first section of ``step``: is it timed? (and, at the very first, subscribe)."""
+        if not self.subscribed:
+            self.subscribed = True
+            core = self.core
+            core.on_record.append(self.on_record)
+            core.on_drop.append(self.on_drop)
+            if not self.synchronous:
+                core.on_retire.append(self.on_retire)
+        self.step = step
+        every = self.every
+        self.timing = every is not None and (every == 1 or step % every == 0)
+
+    # -- the core's notifications ----------------------------------------------
+
+    def on_record(self, step: int, event: Event | None, now: float) -> None:
+        self.step = -1
+        marks, self.marks = self.marks, []
+        left = list(self.open_)
+        self.open_.clear()
+        if marks:
+            if self.synchronous:
+                self._add(step, [(name, end - start, own) for name, start, end, own in marks])
+            else:
+                self.waiting.append((step, marks))
+        if left:
+            raise RuntimeError(f"section(s) {', '.join(map(repr, left))} still open when step {step} was recorded: "
+                               "leave every section before the step ends (a `with` block does); the step counts, "
+                               "the open sections are not timed")
+
+    def on_drop(self, step: int) -> None:
+        self.step = -1
+        self.marks = []
+        self.open_.clear()
+
+    def on_retire(self, step: int) -> None:
+        waiting = self.waiting
+        while waiting and waiting[0][0] <= step:
+            done, marks = waiting[0]
+            try:  # queries only: never read an unfinished event (the step's own event is complete)
+                timed = [(name, max(start.elapsed_time(end) / 1000.0, 0.0), own) for name, start, end, own in marks
+                         if start.query() and end.query()]
+            except Exception:  # events without timing: sections are not timed
+                self.every = None
+                waiting.clear()
+                return
+            waiting.popleft()
+            self._add(done, timed)
+
+    def _add(self, step: int, timed: list[tuple[str, float, bool]]) -> None:
+        per_name: dict[str, float] = {}
+        own_s = 0.0
+        for name, seconds, own in timed:
+            per_name[name] = per_name[name] + seconds if name in per_name else seconds
+            if own:
+                own_s += seconds
+        recent = self.recent
+        for name, seconds in per_name.items():
+            kept = recent.get(name)
+            if kept is None:
+                kept = recent[name] = deque(maxlen=_WINDOW)
+            kept.append(seconds * 1000.0)
+        for listener in self.listeners:
+            listener(step, own_s, per_name)
+
+    # -- results ---------------------------------------------------------------
+
+    def fields(self) -> dict[str, Any]:
+        recent = dict(self.recent)  # a copy: another thread may read stats
+        if not recent:
+            return {}
+        return {"sections": {name: _median(kept) for name, kept in recent.items() if kept}}
+
+    @staticmethod
+    def summary_lines(stats: Stats) -> list[str]:
+        sections = stats.sections
+        if not sections:
+            return []
+        total = sum(sections.values())
+        return [f"  section {name}: {ms:.2f} ms/step (median)"
+                + (f", {ms / total:.0%} of the sections" if total else "") for name, ms in sections.items()]

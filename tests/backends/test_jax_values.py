@@ -1,0 +1,141 @@
+"""Deferred JAX arrays on the real runtime: held, not copied; a donation loses a value loudly, at a defined point.
+
+The steps' events are a FakeDevice's, so when a step completes is the test's choice;
+the arrays, the jitted calls and their donations are real JAX (XLA on the CPU).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+np = pytest.importorskip("numpy")
+
+import asyncthrottle as at  # noqa: E402
+from asyncthrottle.testing import FakeDevice  # noqa: E402
+from asyncthrottle.values import DonatedValueError  # noqa: E402
+
+pytestmark = pytest.mark.jax
+
+_donating = jax.jit(lambda state: state + 1.0, donate_argnums=0)
+
+
+def _state() -> Any:
+    return jnp.zeros((4,), jnp.float32) + 0.0  # a fresh buffer the test may donate
+
+
+def test_a_deferred_array_is_held_not_copied(monkeypatch: pytest.MonkeyPatch) -> None:
+    copies: list[int] = []
+    dev = FakeDevice()
+    thr = dev.throttle(2)
+    loss = jnp.float32(1.5) + 0.0
+    original = type(loss).copy
+    monkeypatch.setattr(type(loss), "copy", lambda self: copies.append(1) or original(self))
+    with thr.step():
+        deferred = thr.defer(loss, name="loss")
+    thr.drain()
+    assert copies == []  # no device copy per step
+    assert deferred.get() == 1.5 and thr.latest["loss"] == 1.5
+    with thr.step():
+        thr.defer(loss, name="loss", copy=True)
+    assert copies == [1]  # the opt-in copy
+
+
+def test_a_value_read_before_the_donation_survives_it() -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(4)
+    state = _state()
+    with thr.step():
+        first = thr.defer(state, name="state")
+    dev.launch(0.0)  # step 0 is complete: the next hand-out retires it and reads the array
+    with thr.step():
+        state = _donating(state)  # donates the array step 0 deferred, after step 0 was read
+    thr.drain()
+    assert first.get().tolist() == [0.0] * 4
+    assert thr.latest["state"].tolist() == [0.0] * 4
+
+
+def test_the_host_copy_of_a_cpu_array_owns_its_data_so_a_later_donation_happens() -> None:
+    thr = FakeDevice().throttle(2)
+    state = _state()
+    with thr.step():
+        deferred = thr.defer(state, name="state")
+    thr.drain()
+    host = deferred.get()
+    assert host.flags.owndata  # np.asarray would be a view that silently blocks the donation below
+    _donating(state)
+    assert state.is_deleted()
+    assert host.tolist() == [0.0] * 4
+
+
+def test_an_array_donated_before_its_step_completed_raises_naming_the_step_the_value_and_the_fix() -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(4)
+    dev.launch(1.0)  # the steps below stay unfinished until the clock moves
+    state = _state()
+    got: list[tuple[int, dict[str, Any]]] = []
+    thr.on_complete(lambda step, values: got.append((step, values)))
+    with thr.step():
+        lost = thr.defer(state, name="state")
+        kept = thr.defer(jnp.float32(2.0) + 0.0, name="loss")
+    with thr.step():
+        state = _donating(state)  # step 1 donates what step 0 deferred, before step 0 completed
+    assert lost._lost is not None and lost._lost.seen_at == 1  # seen at the end of the donating step
+    with pytest.raises(DonatedValueError) as raised:
+        lost.get()  # waits for step 0 (delivering it), then says the value is gone
+    message = str(raised.value)
+    assert "'state'" in message and "step 0" in message and "end of step 1" in message
+    assert "copy=True" in message and "donate_argnums" in message
+    assert raised.value.step == 0 and raised.value.name == "state"
+    assert kept.get() == 2.0
+    assert got and got[0][0] == 0 and "state" not in got[0][1] and got[0][1]["loss"] == 2.0
+
+
+def test_delivery_raises_from_the_call_that_retires_the_step() -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(4)
+    dev.launch(1.0)
+    state = _state()
+    with thr.step():
+        thr.defer(state, name="state")
+        state = _donating(state)  # the step donates its own deferred value
+    with pytest.raises(DonatedValueError, match=r"'state' deferred in step 0.*end of step 0"):
+        thr.drain()
+    assert "state" not in thr.latest
+    with thr.step():  # the throttle goes on
+        thr.defer(state, name="state")
+    thr.drain()
+    assert thr.latest["state"].tolist() == [1.0] * 4
+
+
+def test_copy_true_survives_the_donation_and_copy_must_be_a_bool() -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(4)
+    dev.launch(1.0)
+    state = _state()
+    with thr.step():
+        deferred = thr.defer(state, name="state", copy=True)
+        state = _donating(state)
+    thr.drain()
+    assert deferred.get().tolist() == [0.0] * 4
+    with thr.step(), pytest.raises(TypeError, match="copy must be True or False"):
+        thr.defer(state, copy="yes")  # type: ignore[arg-type]
+
+
+def test_on_the_real_jax_backend_a_donated_value_raises_and_a_loss_output_arrives() -> None:
+    step = jax.jit(lambda s: (s + 1.0, jnp.sum(s)), donate_argnums=0)
+    state = _state()
+    thr = at.Throttle(2, device="jax")
+    got: list[float] = []
+    thr.on_complete(lambda n, values: got.append(float(values["loss"])))
+    for _ in thr.wrap(range(4)):
+        state, loss = step(state)  # the usual pattern: the state is donated, the loss output is not
+        thr.defer(loss, name="loss")
+    assert got == [0.0, 4.0, 8.0, 12.0]
+    with pytest.raises(DonatedValueError, match="'state'"):
+        for _ in thr.wrap(range(2)):
+            thr.defer(state, name="state")
+            state, loss = step(state)

@@ -1,0 +1,172 @@
+"""Deferred CUDA tensors, with counting fakes: a ring of reused pinned buffers, no Python stream per tensor.
+
+The tensors are fakes that say they live on CUDA; the copy model
+(``asyncthrottle.backends.snapshots.CudaSnapshots``) is a fake that counts pinned
+allocations, stream objects and copies; the steps' events are a FakeDevice's.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from helpers import inside
+
+torch = pytest.importorskip("torch")
+
+from asyncthrottle.backends import snapshots  # noqa: E402
+from asyncthrottle.backends.torch import TorchEvent  # noqa: E402
+from asyncthrottle.testing import FakeDevice  # noqa: E402
+
+_RealTensor = torch.Tensor
+
+
+class _FakeCudaTensor:
+    """A tensor that says it is on cuda:0; its data is a real CPU tensor."""
+
+    def __init__(self, data: Any) -> None:
+        self.data = data
+        self.device = SimpleNamespace(type="cuda", index=0)
+        self.dtype, self.shape = data.dtype, data.shape
+        self.fallback_copies = 0
+
+    def detach(self) -> _FakeCudaTensor:
+        return self
+
+    def numel(self) -> int:
+        return int(self.data.numel())
+
+    def element_size(self) -> int:
+        return int(self.data.element_size())
+
+    def to(self, device: str, non_blocking: bool = False) -> Any:  # torch's own pinned pool: every slot busy
+        self.fallback_copies += 1
+        return self.data.clone()
+
+
+class _AnyTensor(type):
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, (_RealTensor, _FakeCudaTensor))
+
+
+class _Tensor(metaclass=_AnyTensor):
+    """``torch.Tensor`` for the test: real tensors and the fakes are both tensors."""
+
+
+class _CountingSnapshots:
+    """The copy model, counting: pinned buffers made, Stream objects made, copies (into which buffer)."""
+
+    def __init__(self) -> None:
+        self.pins: list[int] = []
+        self.streams_made = 0
+        self.key_calls = 0
+        self.current = (1, 0, 1)  # (stream_id, device_index, device_type) of the current stream
+        self.copies: list[int] = []  # the buffer (data_ptr) each copy wrote
+        _CountingSnapshots.last = self
+
+    last: _CountingSnapshots
+
+    def pin(self, nbytes: int) -> Any:
+        self.pins.append(nbytes)
+        return torch.empty(nbytes, dtype=torch.uint8)
+
+    def event(self) -> None:
+        return None
+
+    def stream_key(self, index: int | None) -> Any:
+        self.key_calls += 1
+        return self.current
+
+    def stream(self, key: Any) -> Any:
+        self.streams_made += 1
+        return ("stream", key)
+
+    def copy(self, host: Any, tensor: Any) -> None:
+        self.copies.append(host.data_ptr())
+        host.copy_(tensor.data)
+
+
+@pytest.fixture
+def model(monkeypatch: pytest.MonkeyPatch) -> type[_CountingSnapshots]:
+    import asyncthrottle.parts.prefetch  # noqa: F401  (imported by the first CUDA snapshot)
+
+    warm = FakeDevice().throttle(2, sample_every=None)  # what a first throttle imports, before torch.Tensor is patched
+    with warm.step():
+        warm.defer(torch.zeros(1))
+    warm.drain()
+    monkeypatch.setattr(torch, "Tensor", _Tensor)
+    monkeypatch.setattr(snapshots, "CudaSnapshots", _CountingSnapshots)
+    return _CountingSnapshots
+
+
+def _run(steps: int, depth: int, sizes: list[int] | None = None) -> tuple[Any, list[Any], dict[int, Any]]:
+    """A loop deferring one CUDA tensor a step on a FakeDevice; returns the throttle, the tensors and what arrived."""
+    dev = FakeDevice()
+    thr = dev.throttle(depth, sample_every=None)
+    arrived: dict[int, Any] = {}
+    retired: list[int] = []
+    writes: list[tuple[int, int]] = []  # (step, buffer) of each ring copy
+    thr.on_complete(lambda step, values: (arrived.__setitem__(step, values["x"].clone()), retired.append(step)))
+    tensors = []
+    for i in thr.wrap(range(steps)):
+        n = sizes[i] if sizes else 4
+        tensor = _FakeCudaTensor(torch.arange(n, dtype=torch.float32) + 100 * i)
+        tensors.append(tensor)
+        before = len(_CountingSnapshots.last.copies) if hasattr(_CountingSnapshots, "last") else 0
+        thr.defer(tensor, name="x")
+        model = _CountingSnapshots.last
+        if len(model.copies) > before:
+            buffer = model.copies[-1]
+            used = [s for s, b in writes if b == buffer]
+            assert not used or used[-1] in retired, f"step {i} reuses the buffer of step {used[-1]}, not retired"
+            writes.append((i, buffer))
+        dev.launch(1e-3)  # each step's work keeps it unfinished for a millisecond of fake time
+    thr.drain()
+    return thr, tensors, arrived
+
+
+def test_steady_state_makes_no_pinned_allocation_and_no_stream_object(model: type[_CountingSnapshots]) -> None:
+    _, tensors, arrived = _run(steps=50, depth=2)
+    counting = model.last
+    assert len(counting.pins) <= 2 + 2  # depth + 2 slots, each pinned once: none in steady state
+    assert counting.streams_made == 0  # the copies ran on the event's stream: joined without a Stream object
+    assert len(counting.copies) == 50 and all(t.fallback_copies == 0 for t in tensors)  # one ring copy each
+    assert sorted(arrived) == list(range(50))
+    for i, value in arrived.items():
+        assert value.tolist() == [100.0 * i + k for k in range(4)]  # copied out of the ring before its reuse
+
+
+def test_a_value_larger_than_its_slot_arrives_whole(model: type[_CountingSnapshots]) -> None:
+    sizes = [4] * 10 + [1000] + [4] * 10
+    _, _, arrived = _run(steps=len(sizes), depth=2, sizes=sizes)
+    assert arrived[10].tolist() == [1000.0 + k for k in range(1000)]
+    assert all(arrived[i].tolist() == [100.0 * i + k for k in range(4)] for i in arrived if i != 10)
+    assert max(model.last.pins) >= 4000  # the slot grew to the largest value
+
+
+def test_a_copy_on_a_side_stream_joins_the_steps_event_once_per_stream(model: type[_CountingSnapshots]) -> None:
+    thr = FakeDevice().throttle(2, sample_every=None)
+    with thr.step():
+        thr.defer(_FakeCudaTensor(torch.zeros(2)))
+    counting = model.last
+    joined: list[Any] = []
+    recorded: list[Any] = []
+    raw = SimpleNamespace(record=lambda stream=None: recorded.append(stream), query=lambda: True,
+                          synchronize=lambda: None)
+    main = SimpleNamespace(wait_stream=lambda other: joined.append(other))
+    event = TorchEvent(raw, None, None, lambda: main)  # records on the current stream, as the CUDA backend does
+    completions = inside(thr).values
+    counting.current = (7, 0, 1)  # under `with torch.cuda.stream(side):`
+    with thr.step():
+        thr.defer(_FakeCudaTensor(torch.zeros(2)))
+        thr.defer(_FakeCudaTensor(torch.zeros(2)))
+        counting.current = (1, 0, 1)  # back on the main stream before the step ends
+        completions.before_record(thr.in_flight, event)
+        event.record()
+    assert joined == [("stream", (7, 0, 1))]  # one join for two copies on the side stream
+    assert counting.streams_made == 1
+    with thr.step():
+        thr.defer(_FakeCudaTensor(torch.zeros(2)))  # on the stream the event records on
+        completions.before_record(thr.in_flight, event)
+    assert counting.streams_made == 1 and len(joined) == 1

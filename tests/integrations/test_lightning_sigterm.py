@@ -1,0 +1,74 @@
+"""Lightning DDP's per-step SIGTERM broadcast: named once with its cost, and sigterm_every=N (real ddp, 2 ranks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("lightning")
+import asyncthrottle.lightning as atl
+from asyncthrottle import _lightning_sigterm as sigterm
+
+WORKER = Path(__file__).with_name("_lightning_sigterm_worker.py")
+STEPS, KILL_AT, EVERY = 30, 10, 5
+LIMIT_S = 80  # one launch; the test is about 30 s
+
+
+def _free_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+def _run(tmp_path: Path, specs: str) -> list[dict[str, Any]]:
+    out = tmp_path / "out.jsonl"
+    root = str(Path(__file__).parents[2])
+    env = dict(os.environ, MASTER_PORT=_free_port(), PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, str(WORKER), str(out), specs], env=env, cwd=str(tmp_path),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, text=True)
+    try:
+        text, _ = proc.communicate(timeout=LIMIT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        text, _ = proc.communicate()
+        pytest.fail(f"hung: killed after {LIMIT_S} s\n{text[-3000:]}")
+    assert out.exists(), text[-3000:]
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+@pytest.mark.skipif(sigterm.version(atl._LIGHTNING_VERSION) < sigterm.FIRST,
+                    reason="Lightning < 2.5.2 has no per-step SIGTERM broadcast")
+@pytest.mark.timeout(2 * LIMIT_S)
+def test_sigterm_every_n_syncs_once_per_n_steps_and_a_sigterm_still_stops_every_rank(tmp_path: Path) -> None:
+    specs = f"stock:0:-1,every:{EVERY}:-1,term1:{EVERY}:1"
+    records = _run(tmp_path, specs)
+    if any(r["exc"] in ("DistStoreError", "DistNetworkError") for r in records):  # the launch's store: once more
+        (tmp_path / "out.jsonl").unlink()
+        records = _run(tmp_path, specs)
+    by = {(r["name"], r["rank"]): r for r in records}
+    assert len(by) == 6, records
+    for rank in (0, 1):
+        stock, every, term = by["stock", rank], by["every", rank], by["term1", rank]
+        assert stock["items"] == STEPS and stock["batches"] == STEPS  # Lightning's: one .item() per step
+        assert every["all_items"] == stock["all_items"] - STEPS + STEPS // EVERY  # no other .item() added
+        assert len(stock["advice"]) == 1 and "one host-device sync per step" in stock["advice"][0]
+        assert "sigterm_every=N" in stock["advice"][0]
+        assert every["items"] == STEPS // EVERY and every["batches"] == STEPS and every["exc"] is None
+        assert every["advice"] == []  # the setting took: nothing to warn about
+        assert term["exc"] == "SIGTERMException"  # a SIGTERM to rank 1 stops both ranks, cleanly
+        assert KILL_AT + 1 <= term["batches"] <= KILL_AT + 1 + EVERY, term
+        assert set(stock["sections"]) == {"forward", "backward", "optimizer"}
+
+
+def test_sigterm_every_must_be_a_positive_int() -> None:
+    for bad in (0, -1, 1.5, True, "5"):
+        with pytest.raises(ValueError, match="sigterm_every must be an int >= 1"):
+            atl.ThrottleCallback(2, device="cpu", sigterm_every=bad)
