@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from .parts import PARTS, PartStats
+
+if TYPE_CHECKING:
+    from .core.hosttime import HostTimes
+    from .core.rule import Core
+    from .parts._build import Part
 
 # How the verdict reads the loop: thresholds on fractions of wall time (see `verdict`).
 _WAITS = 0.10  # the host waits on the device for at least this share of the loop
@@ -213,3 +219,43 @@ def verdict(
     if body_fraction >= _DOMINANT:
         return "host-bound"
     return "balanced"
+
+
+def snapshot(core: Core, host: HostTimes, parts: Iterable[Part]) -> Stats:
+    """The :class:`Stats` of a throttle now, from its core, its host times and its parts; never blocks."""
+    completed, steps = core.completed, core.steps  # completed first: never ahead of steps
+    synchronous = core.synchronous
+    wall = host.wall_s()
+    outside = host.outside_wait_s
+    wait_s = min(max(0.0, core.wait_s - outside), wall)  # inside passes: wall = fetch + body + wait
+    fetch = min(host.fetch_s, wall - wait_s)
+    body = max(0.0, wall - fetch - wait_s)
+    histogram = tuple(core.histogram)
+    handouts = sum(histogram)
+    shares = [x / wall if wall > 0 else 0.0 for x in (wait_s, fetch, body)]
+    starved = core.starved / handouts if handouts else 0.0
+    dry = core.dry / steps if steps else 0.0
+    fields: dict[str, Any] = {}
+    for part in parts:
+        fields.update(part.fields())
+    return Stats(
+        steps=steps,
+        completed=completed,
+        in_flight=max(0, steps - completed),
+        max_in_flight=min(steps, 1) if synchronous else core.max_in_flight,
+        waits=core.waits,
+        wait_s=wait_s,
+        wait_outside_s=outside,
+        wall_s=wall,
+        wait_fraction=shares[0],
+        fetch_s=fetch,
+        body_s=body,
+        steps_per_s=steps / wall if wall > 0 else 0.0,
+        starved_fraction=starved,
+        in_flight_histogram=histogram,
+        verdict=verdict(steps, shares[0], shares[1], shares[2], starved, synchronous=synchronous,
+                        dry_fraction=dry, device_idle=busy_idle(fields)),
+        depth=core.depth,
+        dry_fraction=dry,
+        **fields,
+    )

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import sys
 import time
 import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from . import _compile
 from ._options import check_core
 from .backends import resolve_backend
 from .core.errors import ThrottleTimeout, not_ended
@@ -26,7 +26,7 @@ from .parts.syncaudit import SyncAudit
 from .parts.syncdetect import SyncDetect
 from .parts.timing import DeviceTiming
 from .parts.trace import Trace
-from .stats import Stats, busy_idle, verdict
+from .stats import Stats, snapshot
 from .values import Completions, Deferred, OnComplete
 from .view import Throttled
 
@@ -34,21 +34,6 @@ if TYPE_CHECKING:
     from .view import Pass
 
 T = TypeVar("T")
-
-
-
-def _never() -> bool:
-    return False
-
-
-def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    return fn(*args, **kwargs)
-
-
-# What a torch.compile'd step may call (defer, latest, in_flight, stats) runs eagerly there, as a graph break, or
-# Dynamo guards on the step counters and compiles again every step. Set by _see_torch(): torch is not imported here.
-_compiling: Callable[[], bool] = _never  # torch.compiler.is_compiling
-_eagerly: Callable[..., Any] = _call  # _call under torch.compiler.disable
 
 
 class _StepContext:
@@ -81,85 +66,54 @@ class Throttle:
         >>> thr.stats.steps, thr.latest["loss"]
         (3, 4)
 
+    Every option is also in the table of docs/depth-rule.md; a wrong type raises ``TypeError``, a
+    wrong value ``ValueError``, on every backend.
+
     Args:
-        depth: steps allowed in flight, an int >= 1, None to only track, or
-            ``"auto"``: start at 2 and raise it by one each time the device
-            keeps running dry inside the loop body while the host also waits
-            on it (see docs/auto-depth.md); it never shrinks.
-        device: None auto-detects (an available accelerator, else the CPU);
-            ``"cuda"``, ``"cuda:1"``, a ``torch.device``, ``"mps"``, ``"xpu"``,
-            ``"jax"``, ``"cpu"``, or any device ``torch.Event`` supports. An
-            explicit device that is not available raises ``RuntimeError``.
-        events: a zero-argument factory of objects with ``record()``,
-            ``query()``, ``synchronize()`` and optionally ``elapsed_time(end)``
-            -- use it instead of ``device``. Events without working timing
-            (``torch.cuda.Event`` with its default ``enable_timing=False``)
-            are fine: device timing turns itself off at the first failure.
-        wait: ``"hybrid"`` (default: sleeps until shortly before the
-            predicted completion, then spins), ``"poll"``, ``"spin"``,
-            ``"block"`` or a :class:`~asyncthrottle.waits.WaitStrategy`
-            instance. See docs/waits.md for what each costs.
-        timeout: seconds one wait may take before ``ThrottleTimeout``; None waits
-            for ever. Needs ``"hybrid"``, ``"poll"`` or ``"spin"``.
-        stall: seconds after which a wait for one step is logged, once, as a
-            stall (rank, step, time waited, steps in flight, every thread's
-            Python stack) on the ``asyncthrottle`` logger; the wait goes on
-            and ``timeout`` still decides whether it raises. ``"auto"``
-            (default): 50 median step times of this loop, at least 30 s.
-            None: off. Never queries or syncs anything to do it; see
-            :class:`~asyncthrottle.stall.StallWatch`.
+        depth: steps allowed in flight: an int >= 1, None (track only), or ``"auto"`` (start at 2,
+            go one deeper whenever the device keeps running dry in the loop body while the host
+            also waits; never shallower; docs/auto-depth.md).
+        device: None auto-detects (an available accelerator, else the CPU); ``"cuda"``,
+            ``"cuda:1"``, a ``torch.device``, ``"mps"``, ``"xpu"``, ``"jax"``, ``"cpu"``, or any
+            device ``torch.Event`` supports. An explicit device that is not available raises
+            ``RuntimeError``.
+        events: instead of ``device``, a zero-argument factory of objects with ``record()``,
+            ``query()``, ``synchronize()`` and optionally ``elapsed_time(end)`` (device timing
+            turns itself off at the first failure of it).
+        wait: ``"hybrid"`` (default: sleep until shortly before the predicted completion, then
+            spin), ``"poll"``, ``"spin"``, ``"block"`` or a :class:`~asyncthrottle.WaitStrategy`
+            (docs/waits.md).
+        timeout: seconds one wait may take before ``ThrottleTimeout`` (None: for ever); needs
+            ``"hybrid"``, ``"poll"`` or ``"spin"``.
+        stall: seconds after which a wait for one step is logged once, with every thread's
+            stack, as a stall; the wait goes on. ``"auto"`` (default): 50 median step times, at
+            least 30 s; None: off. Never touches an event.
         drain: wait for every step at the end of a wrapped iteration.
-        streams: record on these streams (one event each) instead of the
-            device's current stream; use it when work runs on side streams.
-        sample_every: time every k-th step on the device with timing events
-            (None: no device timing). See :class:`~asyncthrottle.Stats`.
-        ranks_every: under ``torch.distributed``, all-gather every rank's
-            recent median step time every ``ranks_every`` steps (e.g. 100),
-            without a wait, for ``stats.rank_scores`` and
-            ``stats.slowest_rank``; every rank must run a throttle with the
-            same value. None (default): off. See
-            :class:`~asyncthrottle.ranks.RankScores`.
-        detect_sync: ``"warn"`` or ``"error"`` turns on CUDA's sync debug mode
-            from each hand-out until the throttle next waits (the body and the
-            framework's code between steps, never the throttle's own waits),
-            so hidden syncs (``.item()``, ``print``) are reported; ``"warn"``
-            also counts them per step and site (:attr:`sync_audit`,
-            :meth:`summary`). Elsewhere it warns once that it cannot.
-        trace: keep a timeline of the last ``trace`` steps (host ``fetch``,
-            ``body`` and ``wait`` spans, sampled device spans, steps in flight)
-            for :meth:`export_trace`; 0 keeps none. Memory is constant.
-        nvtx: push NVTX ranges (``torch.cuda.nvtx``) for each wait and step,
-            for Nsight Systems; CUDA only. Whatever this says, while a
-            ``torch.profiler`` session records, each wait is a
-            ``record_function`` range ``asyncthrottle.wait`` (or
-            ``asyncthrottle.drain``).
+        streams: record on these streams (one event each) instead of the current stream.
+        sample_every: time every k-th step on the device (None: no device timing, no sections).
+        ranks_every: under ``torch.distributed``, all-gather the ranks' recent median step
+            times (their sections' own work, when the loop has sections) every that many steps,
+            without a wait, for ``stats.rank_scores``/``slowest_rank``; every rank must use it.
+        detect_sync: ``"warn"`` or ``"error"``: CUDA's sync debug mode from each hand-out until
+            the throttle next waits, so hidden syncs are reported (``"warn"`` also counts them
+            per site: :attr:`sync_audit`). Elsewhere it warns once that it cannot.
+        trace: keep a timeline of the last ``trace`` steps for :meth:`export_trace` (0: none).
+        nvtx: NVTX ranges for each wait and step (Nsight Systems; CUDA only). Under a
+            ``torch.profiler`` session each wait is a ``record_function`` range anyway.
         clock: the clock that times the host (tests inject a fake one).
         max_depth: with ``depth="auto"`` only: the deepest it may go (default 8).
-        max_memory: bytes: before a hand-out, wait for the oldest steps while
-            the memory probe reports more (or until nothing is in flight).
-            Works with any depth; ``depth="auto"`` does not go deeper once it binds.
-        memory: the probe, a zero-argument callable returning the bytes held;
-            None uses the backend's default (CUDA: pinned host memory in use
-            plus the device's reserved memory; JAX: ``memory_stats()``; the
-            CPU and ``events=`` have none: pass one). See
-            :mod:`asyncthrottle.memory`.
-        to: a device (``"cuda"``, ``"cuda:1"``, a ``torch.device``): the
-            wrapper moves each batch's tensors there (inside tuples, lists,
-            dicts, namedtuples and dataclasses) as soon as it fetches it, so
-            the copy overlaps the step before. On CUDA the copy runs on a copy
-            stream, host tensors are staged through a ring of at most
-            ``depth + 2`` pinned buffers, each reused only after the step that
-            used it completed (``stats.pinned_bytes``), and the step waits on
-            its batch's copy alone; no syncs. On the CPU it is ``.to(to)``.
-            It must be the throttle's device. See :mod:`asyncthrottle.prefetch`.
-        nonfinite: ``"warn"`` (default), ``"raise"`` or None (off): look at
-            every floating-point leaf of every deferred value on the host
-            when its step completes; a NaN or Inf warns once
-            (:class:`~asyncthrottle.NonFiniteWarning`) and counts in
-            ``stats.nonfinite``, or raises
-            :class:`~asyncthrottle.NonFiniteError` from the throttle call
-            that delivered it (within ``depth`` steps). No sync, no device
-            work. See docs/deferred.md.
+        max_memory: bytes: before a hand-out, wait for the oldest steps while the memory probe
+            reports more (or until nothing is in flight).
+        memory: the probe, a zero-argument callable returning the bytes held; None: the
+            backend's (CUDA: pinned host memory in use plus reserved device memory; JAX:
+            ``memory_stats()``; the CPU and ``events=`` have none).
+        to: the throttle's device: the wrapper moves each batch's tensors there as it fetches
+            it, so the copy overlaps the step before (on CUDA through a copy stream and a ring of
+            at most ``depth + 2`` reused pinned buffers; no syncs; docs/prefetch.md).
+        nonfinite: ``"warn"`` (default), ``"raise"`` or None: look for NaN/Inf in every
+            deferred value's host copy as its step completes; warn once
+            (:class:`~asyncthrottle.NonFiniteWarning`) or raise
+            :class:`~asyncthrottle.NonFiniteError` from the call that delivered it. No sync.
 
     Threads: one loop runs in one thread; ``stats``, ``latest``,
     ``in_flight`` and ``Deferred.ready()``/``get()`` are safe from any thread.
@@ -211,8 +165,8 @@ class Throttle:
         self._drain_at_end = drain
         backend = resolve_backend(device, events, streams, blocking=strategy.blocking_events,
                                   timing=sample_every is not None)
-        if _compiling is _never:
-            _see_torch()
+        if not _compile.seen():
+            _compile.see_torch()
         self._clock = clock
         self._core = Core(depth if isinstance(depth, int) else None, backend.events, strategy, self._timeout, clock)
         self._values = Completions(self._core, self._wait_for_value)
@@ -228,11 +182,8 @@ class Throttle:
         self._pass: weakref.ref[Pass[Any]] | None = None  # the wrapped pass running now (a break drops it)
         self._in_step = False  # begin_step() was called and end_step() not yet
         self._host = HostTimes(clock, self._core)
-        sections = at.part(Sections)
-        if sections is not None:
-            sections.in_step = self._step_open
-        self._sections = sections
-        self._made_sections: dict[Any, Section] = {}  # reusable: one per name (and collective)
+        self._sections: Sections = at.built[Sections]
+        self._sections.in_step = self._step_open
 
     # -- reading: safe from any thread, never blocks ------------------------
 
@@ -249,60 +200,24 @@ class Throttle:
     @property
     def latest(self) -> dict[str, Any]:
         """The most recent completed value of each deferred name. Never blocks."""
-        if _compiling():  # under torch.compile: run eagerly, as a graph break (see _see_torch)
-            return _eagerly(getattr, self, "latest")  # type: ignore[no-any-return]
+        if _compile.compiling():  # under torch.compile: run eagerly, as a graph break
+            return _compile.eagerly(getattr, self, "latest")  # type: ignore[no-any-return]
         return dict(self._values.latest)
 
     @property
     def in_flight(self) -> int:
         """Recorded steps whose events do not report completion. Queries, never blocks."""
-        if _compiling():  # under torch.compile: run eagerly, as a graph break (see _see_torch)
-            return _eagerly(getattr, self, "in_flight")  # type: ignore[no-any-return]
+        if _compile.compiling():  # under torch.compile: run eagerly, as a graph break
+            return _compile.eagerly(getattr, self, "in_flight")  # type: ignore[no-any-return]
         pending = tuple(self._core.pending)  # a copy: safe to read from any thread
         return sum(1 for event in pending if not event.query())
 
     @property
     def stats(self) -> Stats:
         """A snapshot of the counters and telemetry; never blocks or syncs."""
-        if _compiling():  # under torch.compile: run eagerly, as a graph break (see _see_torch)
-            return _eagerly(getattr, self, "stats")  # type: ignore[no-any-return]
-        core = self._core
-        completed, steps = core.completed, core.steps  # completed first: never ahead of steps
-        synchronous = core.synchronous
-        wall = self._host.wall_s()
-        outside = self._host.outside_wait_s
-        wait_s = min(max(0.0, core.wait_s - outside), wall)  # inside passes: wall = fetch + body + wait
-        fetch = min(self._host.fetch_s, wall - wait_s)
-        body = max(0.0, wall - fetch - wait_s)
-        histogram = tuple(core.histogram)
-        handouts = sum(histogram)
-        shares = [x / wall if wall > 0 else 0.0 for x in (wait_s, fetch, body)]
-        starved = core.starved / handouts if handouts else 0.0
-        dry = core.dry / steps if steps else 0.0
-        fields: dict[str, Any] = {}
-        for part in self._parts.values():
-            fields.update(part.fields())
-        return Stats(
-            steps=steps,
-            completed=completed,
-            in_flight=max(0, steps - completed),
-            max_in_flight=min(steps, 1) if synchronous else core.max_in_flight,
-            waits=core.waits,
-            wait_s=wait_s,
-            wait_outside_s=outside,
-            wall_s=wall,
-            wait_fraction=shares[0],
-            fetch_s=fetch,
-            body_s=body,
-            steps_per_s=steps / wall if wall > 0 else 0.0,
-            starved_fraction=starved,
-            in_flight_histogram=histogram,
-            verdict=verdict(steps, shares[0], shares[1], shares[2], starved, synchronous=synchronous, dry_fraction=dry,
-                            device_idle=busy_idle(fields)),
-            depth=core.depth,
-            dry_fraction=dry,
-            **fields,
-        )
+        if _compile.compiling():  # under torch.compile: run eagerly, as a graph break
+            return _compile.eagerly(getattr, self, "stats")  # type: ignore[no-any-return]
+        return snapshot(self._core, self._host, self._parts.values())
 
     def summary(self) -> str:
         """A short human-readable report of :attr:`stats` (and, with ``detect_sync="warn"``, the sync sites)."""
@@ -406,13 +321,7 @@ class Throttle:
                 entered again while open, or still open when the step is
                 recorded (raised by the record).
         """
-        made = self._made_sections.get(name if not collective else (name, True))
-        if made is None:
-            if not isinstance(name, str) or not name:
-                raise TypeError(f"section name must be a non-empty str, e.g. section('forward'), got {name!r}")
-            made = Section(self._sections, name, collective)
-            self._made_sections[name if not collective else (name, True)] = made
-        return made
+        return self._sections.section(name, collective)
 
     def _step_open(self) -> bool:
         """A step is being run: between ``begin_step()`` and ``end_step()``, or in a wrapped loop's body."""
@@ -502,8 +411,8 @@ class Throttle:
                 about 40 us on the CPU), so that a later step may donate
                 them. Tensors and numpy arrays are always copied.
         """
-        if _compiling():  # under torch.compile: run eagerly, as a graph break (see _see_torch)
-            return _eagerly(self.defer, value, name, copy=copy)  # type: ignore[no-any-return]
+        if _compile.compiling():  # under torch.compile: run eagerly, as a graph break
+            return _compile.eagerly(self.defer, value, name, copy=copy)  # type: ignore[no-any-return]
         return self._values.defer(value, name, copy)
 
     def on_complete(self, callback: OnComplete) -> OnComplete:
@@ -597,19 +506,6 @@ class Throttle:
                 f"{what} was called inside a wrapped loop over this Throttle; the wrapper already "
                 "records and waits for each step -- use one or the other"
             )
-
-
-def _see_torch() -> None:
-    """Once torch is imported: the calls a compiled step may make run eagerly under ``torch.compile``.
-
-    Outside a compile it costs one ``torch.compiler.is_compiling()`` a call (0.1 us).
-    """
-    global _compiling, _eagerly
-    compiler = getattr(sys.modules.get("torch"), "compiler", None)
-    if compiler is None or not hasattr(compiler, "disable") or not hasattr(compiler, "is_compiling"):
-        return  # no torch (yet), or one without torch.compiler: nothing compiles these calls
-    _eagerly = compiler.disable(_call)
-    _compiling = compiler.is_compiling
 
 
 def throttle(

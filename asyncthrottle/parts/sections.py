@@ -136,6 +136,17 @@ class Sections(Part):
         self.waiting: deque[tuple[int, list[tuple[str, Any, Any, bool]]]] = deque()  # recorded, not yet read
         self.recent: dict[str, deque[float]] = {}  # name -> recent device ms
         self.listeners: list[Callable[[int, float, dict[str, float]], None]] = []
+        self.made: dict[tuple[str, bool], Section] = {}
+
+    def section(self, name: str, collective: bool) -> Section:
+        """The context manager of ``name`` (made once per name and kind, then reused)."""
+        key = (name, collective)
+        made = self.made.get(key) if type(name) is str else None
+        if made is None:
+            if not isinstance(name, str) or not name:
+                raise TypeError(f"section name must be a non-empty str, e.g. section('forward'), got {name!r}")
+            made = self.made[key] = Section(self, name, collective)
+        return made
 
     def add_listener(self, listener: Callable[[int, float, dict[str, float]], None]) -> None:
         """Call ``listener(step, own_s, seconds_by_name)`` for each timed step (own work: see the class)."""

@@ -1,0 +1,42 @@
+"""What a ``torch.compile``'d step may call runs eagerly there, as a graph break.
+
+``defer()``, ``latest``, ``in_flight`` and ``stats`` read the throttle's step counters: traced
+by Dynamo, they would be guards, and the user's step would compile again every step. The
+first throttle made once torch is imported calls :func:`see_torch`; torch is never imported here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+def _never() -> bool:
+    return False
+
+
+def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return fn(*args, **kwargs)
+
+
+compiling: Callable[[], bool] = _never  # torch.compiler.is_compiling, once torch is seen
+eagerly: Callable[..., Any] = _call  # _call under torch.compiler.disable, once torch is seen
+
+
+def seen() -> bool:
+    return compiling is not _never
+
+
+def see_torch() -> None:
+    """Once torch is imported: :data:`compiling` and :data:`eagerly` are torch.compiler's.
+
+    Outside a compile a guarded call then costs one ``torch.compiler.is_compiling()`` (0.1 us).
+    """
+    global compiling, eagerly
+    import sys
+
+    compiler = getattr(sys.modules.get("torch"), "compiler", None)
+    if compiler is None or not hasattr(compiler, "disable") or not hasattr(compiler, "is_compiling"):
+        return  # no torch (yet), or one without torch.compiler: nothing compiles these calls
+    eagerly = compiler.disable(_call)
+    compiling = compiler.is_compiling
