@@ -321,7 +321,9 @@ class Throttle:
                 entered again while open, or still open when the step is
                 recorded (raised by the record).
         """
-        return self._sections.section(name, collective)
+        sections = self._sections
+        made = sections.made.get((name, collective)) if type(name) is str else None
+        return made if made is not None else sections.section(name, collective)
 
     def _step_open(self) -> bool:
         """A step is being run: between ``begin_step()`` and ``end_step()``, or in a wrapped loop's body."""

@@ -16,7 +16,9 @@ if TYPE_CHECKING:
     from ._build import Build
 
 _WINDOW = 64  # recent samples kept per section name (medians)
-_NOT_TIMED: Any = object()  # the start of a section in a step that is not sampled
+# The open entry of a section in a step that is not sampled: (no start, outermost and not collective).
+_UNTIMED_OWN: tuple[Any, bool] = (None, True)
+_UNTIMED: tuple[Any, bool] = (None, False)
 
 
 def _median(values: deque[float]) -> float:
@@ -40,17 +42,15 @@ class Section:
     cannot hold a ``with`` block).
     """
 
-    __slots__ = ("_collective", "_name", "_owner")
+    __slots__ = ("_collective", "_core", "_name", "_owner")
 
-    def __init__(self, owner: Sections | None, name: str, collective: bool) -> None:
-        self._owner, self._name, self._collective = owner, name, collective
+    def __init__(self, owner: Sections, name: str, collective: bool) -> None:
+        self._owner, self._core, self._name, self._collective = owner, owner.core, name, collective
 
     def __enter__(self) -> Section:
         owner = self._owner  # the hot path, inline: a section is entered every step
-        if owner is None:
-            return self
         name = self._name
-        step = owner.core.steps  # the step being run (if one is)
+        step = self._core.steps  # the step being run (if one is)
         if step != owner.step:  # the step's first section (a record resets owner.step): is a step open?
             if not owner.in_step():
                 owner.refuse(name)
@@ -60,7 +60,7 @@ class Section:
             owner.nested(name, step)
         own = not open_ and not self._collective
         if not owner.timing:
-            open_[name] = (_NOT_TIMED, own)
+            open_[name] = _UNTIMED_OWN if own else _UNTIMED
         elif owner.timed is None:
             open_[name] = (owner.clock(), own)
         else:
@@ -71,21 +71,18 @@ class Section:
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         owner = self._owner
-        if owner is None:
-            return
         entry = owner.open_.pop(self._name, None)
+        if entry is _UNTIMED_OWN or entry is _UNTIMED:
+            return
         if entry is None:
             raise RuntimeError(f"section({self._name!r}) was left but is not open in this step; enter it first "
                                "(in the same step)")
-        start = entry[0]
-        if start is _NOT_TIMED:
-            return
         if owner.timed is None:
-            owner.marks.append((self._name, start, owner.clock(), entry[1]))
+            owner.marks.append((self._name, entry[0], owner.clock(), entry[1]))
         else:
             end = owner.timed()
             end.record()
-            owner.marks.append((self._name, start, end, entry[1]))
+            owner.marks.append((self._name, entry[0], end, entry[1]))
 
 
 class Sections(Part):
@@ -171,8 +168,6 @@ class Sections(Part):
             core = self.core
             core.on_record.append(self.on_record)
             core.on_drop.append(self.on_drop)
-            if not self.synchronous:
-                core.on_retire.append(self.on_retire)
         self.step = step
         every = self.every
         self.timing = every is not None and (every == 1 or step % every == 0)
@@ -181,15 +176,18 @@ class Sections(Part):
 
     def on_record(self, step: int, event: Event | None, now: float) -> None:
         self.step = -1
-        marks, self.marks = self.marks, []
-        left = list(self.open_)
-        self.open_.clear()
+        marks = self.marks
         if marks:
+            self.marks = []
             if self.synchronous:
                 self._add(step, [(name, end - start, own) for name, start, end, own in marks])
             else:
+                if not self.waiting:  # retirements are heard only while a timed step waits to be read
+                    self.core.on_retire.append(self.on_retire)
                 self.waiting.append((step, marks))
-        if left:
+        if self.open_:
+            left = list(self.open_)
+            self.open_.clear()
             raise RuntimeError(f"section(s) {', '.join(map(repr, left))} still open when step {step} was recorded: "
                                "leave every section before the step ends (a `with` block does); the step counts, "
                                "the open sections are not timed")
@@ -209,8 +207,11 @@ class Sections(Part):
             except Exception:  # events without timing: sections are not timed
                 self.every = None
                 waiting.clear()
+                self.core.on_retire.remove(self.on_retire)
                 return
             waiting.popleft()
+            if not waiting:
+                self.core.on_retire.remove(self.on_retire)
             self._add(done, timed)
 
     def _add(self, step: int, timed: list[tuple[str, float, bool]]) -> None:
