@@ -1,4 +1,5 @@
-"""``nonfinite=``: a NaN or Inf in a deferred value, seen on the host copy when its step completes, without a sync.
+"""``nonfinite=``: a NaN or Inf in a deferred value, seen on the host copy when its step completes,
+without a sync.
 
 Every deferred value reaches the host anyway once its step is complete (see
 :mod:`asyncthrottle.values`); this part looks at each floating-point leaf of
@@ -27,7 +28,8 @@ _CHOICES = ("warn", "raise", None)
 
 
 class NonFiniteWarning(RuntimeWarning):
-    """A deferred value held a NaN or an Inf (``Throttle(nonfinite="warn")``, the default); given once per throttle."""
+    """A deferred value held a NaN or an Inf (``Throttle(nonfinite="warn")``, the default); given
+    once per throttle."""
 
 
 class NonFiniteError(FloatingPointError):
@@ -58,9 +60,13 @@ class NonFiniteError(FloatingPointError):
 
 
 def describe(step: int, name: str, value: Any, seen: int) -> str:
-    """The text of the warning and the error: the step, the name, the value and how late it was seen."""
-    return (f"asyncthrottle: the deferred value {name!r} of step {step} is {_shown(value)}; seen on the host "
-            f"{seen - step} step(s) later (once step {seen - 1} was recorded), without a sync")
+    """The text of the warning and the error: the step, the name, the value and how late it was
+    seen."""
+    return (
+        f"asyncthrottle: the deferred value {name!r} of step {step} is {_shown(value)}; seen on "
+        f"the host {seen - step} step(s) later (once step {seen - 1} was recorded), without a "
+        "sync"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +78,8 @@ class NonFiniteStats:
 
 
 class NonFiniteWatch(Part):
-    """A part of the throttle: looks for NaN and Inf in each step's deferred values, on the host, as they arrive.
+    """A part of the throttle: looks for NaN and Inf in each step's deferred values, on the host, as
+    they arrive.
 
     It hears every step's values from the throttle's
     :class:`~asyncthrottle.values.Completions` (before the ``on_complete``
@@ -95,7 +102,8 @@ class NonFiniteWatch(Part):
     @staticmethod
     def check(options: Mapping[str, Any]) -> None:
         check_choice("nonfinite", options["nonfinite"], _CHOICES,
-                     fix="pass nonfinite='warn' (the default), 'raise' to stop the loop, or None to look at nothing")
+                     fix="pass nonfinite='warn' (the default), 'raise' to stop the loop, or None "
+                         "to look at nothing")
 
     @classmethod
     def build(cls, at: Build) -> NonFiniteWatch | None:
@@ -119,8 +127,8 @@ class NonFiniteWatch(Part):
     def summary_lines(stats: Stats) -> list[str]:
         if not stats.nonfinite:
             return []
-        return [f"  nonfinite: {stats.nonfinite} steps had a NaN or Inf deferred value, the first step "
-                f"{stats.nonfinite_first} (see docs/deferred.md)"]
+        return [f"  nonfinite: {stats.nonfinite} steps had a NaN or Inf deferred value, the first "
+                f"step {stats.nonfinite_first} (see docs/deferred.md)"]
 
     def look(self, step: int, values: dict[str, Any]) -> None:
         """The step's values on the host: count, then warn or raise at a bad leaf. Never blocks."""
@@ -138,18 +146,30 @@ class NonFiniteWatch(Part):
             raise NonFiniteError(step, where, leaf, self.core.steps)
         if not self.warned:
             self.warned = True
-            warnings.warn(describe(step, where, leaf, self.core.steps)
-                          + "; later ones are counted in stats.nonfinite", NonFiniteWarning, stacklevel=2)
+            warnings.warn(
+                describe(step, where, leaf, self.core.steps)
+                + "; later ones are counted in stats.nonfinite",
+                NonFiniteWarning,
+                stacklevel=2,
+            )
 
 
 def _find(value: Any, where: str) -> tuple[str, Any] | None:
     """The first leaf of ``value`` that is a NaN or an Inf, with its place, or None."""
-    if isinstance(value, float):  # numpy's float64 too
-        return None if value - value == 0.0 else (where, value)  # inf - inf and nan - nan are nan
+    # numpy's float64 too
+    if isinstance(value, float):
+        # inf - inf and nan - nan are nan
+        return None if value - value == 0.0 else (where, value)
+    numpy = sys.modules.get("numpy")
+    # The usual leaf (a JAX loss arrives as a numpy array), asked before the slower ABC checks
+    # below.
+    if numpy is not None and isinstance(value, (numpy.ndarray, numpy.generic)):
+        return (where, value) if _numpy_bad(value) else None
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
         return (where, value) if _tensor_bad(torch, value) else None
-    if isinstance(value, (int, str, bytes)) or value is None:  # bool is an int
+    # bool is an int
+    if isinstance(value, (int, str, bytes)) or value is None:
         return None
     if isinstance(value, complex):
         return None if cmath.isfinite(value) else (where, value)
@@ -175,17 +195,20 @@ def _find(value: Any, where: str) -> tuple[str, Any] | None:
 
 
 def _tensor_bad(torch: Any, tensor: Any) -> bool:
-    """A CPU tensor that holds a NaN or an Inf; a tensor elsewhere is never asked (a delivered one is on the host)."""
+    """A CPU tensor that holds a NaN or an Inf; a tensor elsewhere is never asked (a delivered one
+    is on the host)."""
     try:
         if not tensor.is_cpu:
             return False
         if tensor.numel() == 1:
-            number = tensor.item()  # an int or a bool is finite: its difference with itself is 0
+            # an int or a bool is finite: its difference with itself is 0
+            number = tensor.item()
             return bool(number - number != 0)
         if not (tensor.is_floating_point() or tensor.is_complex()):
             return False
         return tensor.numel() > 0 and not bool(torch.isfinite(tensor).all())
-    except RuntimeError:  # a layout that does not read this way (sparse, quantized): never a loop's end
+    # a layout that does not read this way (sparse, quantized): never a loop's end
+    except RuntimeError:
         return False
 
 
@@ -194,7 +217,8 @@ def _numpy_bad(value: Any) -> bool:
     numpy = sys.modules.get("numpy")
     if numpy is None:
         return False
-    if hasattr(value, "copy_to_host_async"):  # a JAX array; delivered values are complete: this does not wait
+    # a JAX array; delivered values are complete: this does not wait
+    if hasattr(value, "copy_to_host_async"):
         value = numpy.asarray(value)
     if not isinstance(value, (numpy.ndarray, numpy.generic)):
         return False
@@ -202,8 +226,13 @@ def _numpy_bad(value: Any) -> bool:
     if kind not in "fc":
         return False
     if value.size == 1:
-        number = value.item() if isinstance(value, numpy.ndarray) else (complex if kind == "c" else float)(value)
-        return bool(number - number != 0)  # Python numbers: no numpy warning for inf - inf
+        number = (
+            value.item()
+            if isinstance(value, numpy.ndarray)
+            else (complex if kind == "c" else float)(value)
+        )
+        # Python numbers: no numpy warning for inf - inf
+        return bool(number - number != 0)
     return value.size > 0 and not bool(numpy.isfinite(value).all())
 
 
@@ -214,7 +243,9 @@ def _shown(value: Any) -> str:
         if value.numel() == 1:
             return str(value.item())
         bad = int((~torch.isfinite(value)).sum())
-        return f"a tensor of shape {tuple(value.shape)} with {bad} NaN/Inf of {value.numel()} elements"
+        return (
+            f"a tensor of shape {tuple(value.shape)} with {bad} NaN/Inf of {value.numel()} elements"
+        )
     if numpy is not None and hasattr(value, "copy_to_host_async"):
         value = numpy.asarray(value)
     if numpy is not None and isinstance(value, (numpy.ndarray, numpy.generic)):
