@@ -24,10 +24,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--version", action="version", version=f"asyncthrottle {__version__}")
     parser.add_argument("command", choices=["bench", "plot"],
-                        help="bench: the seed's experiments (bench --help); plot: draw an exported trace (plot --help)")
+                        help="bench: the seed's experiments (bench --help); plot: draw an exported "
+                             "trace (plot --help)")
     if not args or args[0].startswith("-"):
-        parser.parse_args(args)  # --help, --version, or a usage error: exits
-    parser.parse_args(args[:1])  # an unknown command: exits with the choices
+        # --help, --version, or a usage error: exits
+        parser.parse_args(args)
+    # an unknown command: exits with the choices
+    parser.parse_args(args[:1])
     if args[0] == "plot":
         from .plot import main as plot_main
 

@@ -1,4 +1,5 @@
-"""Module paths that moved in 0.3: each old path imports its new module (most with a ``DeprecationWarning``)."""
+"""Module paths that moved in 0.3: each old path imports its new module (most with a
+``DeprecationWarning``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import sys
 import warnings
 from types import ModuleType
 
-# Old path (under asyncthrottle) -> (new path, deprecated). The paths that are not deprecated are public
+# Old path (under asyncthrottle) -> (new path, deprecated). The paths that are not deprecated are
+# public
 # homes kept on purpose: the test devices and the probes users pass as ``memory=``.
 MOVED = {
     "simulated": ("testing.simulated", False),
@@ -45,7 +47,8 @@ _PACKAGE = __name__.rpartition(".")[0]
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds ``asyncthrottle.<old>`` and hands out the module that now holds it."""
 
-    def find_spec(self, fullname: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec:
+    def find_spec(self, fullname: str, path: object = None,
+                  target: object = None) -> importlib.machinery.ModuleSpec:
         package, _, name = fullname.rpartition(".")
         if package != _PACKAGE or name not in MOVED:
             return None  # type: ignore[return-value]

@@ -19,8 +19,10 @@ def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return fn(*args, **kwargs)
 
 
-compiling: Callable[[], bool] = _never  # torch.compiler.is_compiling, once torch is seen
-eagerly: Callable[..., Any] = _call  # _call under torch.compiler.disable, once torch is seen
+# torch.compiler.is_compiling, once torch is seen
+compiling: Callable[[], bool] = _never
+# _call under torch.compiler.disable, once torch is seen
+eagerly: Callable[..., Any] = _call
 
 
 def seen() -> bool:
@@ -36,7 +38,9 @@ def see_torch() -> None:
     import sys
 
     compiler = getattr(sys.modules.get("torch"), "compiler", None)
-    if compiler is None or not hasattr(compiler, "disable") or not hasattr(compiler, "is_compiling"):
-        return  # no torch (yet), or one without torch.compiler: nothing compiles these calls
+    if (compiler is None or not hasattr(compiler, "disable")
+            or not hasattr(compiler, "is_compiling")):
+        # no torch (yet), or one without torch.compiler: nothing compiles these calls
+        return
     eagerly = compiler.disable(_call)
     compiling = compiler.is_compiling

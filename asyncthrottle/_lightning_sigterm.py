@@ -1,4 +1,5 @@
-"""Lightning's per-step DDP SIGTERM broadcast, done every ``n`` training batches instead (``sigterm_every=``).
+"""Lightning's per-step DDP SIGTERM broadcast, done every ``n`` training batches instead
+(``sigterm_every=``).
 
 Lightning >= 2.5.2 (PR #20825) runs, at the top of every
 ``_TrainingEpochLoop.advance`` when ``torch.distributed`` is initialized and
@@ -30,8 +31,10 @@ from typing import Any
 
 import torch
 
-FIRST = (2, 5, 2)  # PR #20825: _broadcast_sigterm_tensor() at the top of every advance()
-LAST = (2, 6, 99)  # the newest series whose shape was tested
+# PR #20825: _broadcast_sigterm_tensor() at the top of every advance()
+FIRST = (2, 5, 2)
+# the newest series whose shape was tested
+LAST = (2, 6, 99)
 
 
 def version(text: str) -> tuple[int, ...]:
@@ -56,15 +59,18 @@ def _version_of(trainer: Any) -> tuple[int, ...]:
 
 
 def supported(trainer: Any) -> str | None:
-    """None when this trainer's Lightning has the per-step broadcast in the shape patched here; else why not."""
+    """None when this trainer's Lightning has the per-step broadcast in the shape patched here; else
+    why not."""
     found = _version_of(trainer)
     if not FIRST <= found <= LAST:
-        return f"Lightning {'.'.join(map(str, found))} is outside the versions it was tested on (2.5.2 to 2.6.x)"
+        return (f"Lightning {'.'.join(map(str, found))} is outside the versions it was tested on "
+                "(2.5.2 to 2.6.x)")
     loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
     advance = getattr(type(loop), "advance", None)
     if getattr(type(loop), "_broadcast_sigterm_tensor", None) is None or advance is None:
         return "trainer.fit_loop.epoch_loop has no _broadcast_sigterm_tensor"
-    if "_broadcast_sigterm_tensor" not in getattr(getattr(advance, "__code__", None), "co_names", ()):
+    if "_broadcast_sigterm_tensor" not in getattr(getattr(advance, "__code__", None),
+                                                  "co_names", ()):
         return f"{type(loop).__qualname__}.advance does not call _broadcast_sigterm_tensor"
     if "_broadcast_sigterm_tensor" in vars(loop):
         return "already patched"
@@ -74,16 +80,18 @@ def supported(trainer: Any) -> str | None:
 
 
 def every_step(trainer: Any) -> bool:
-    """Lightning will broadcast and ``.item()`` the SIGTERM flag at every training batch (``advance``'s condition)."""
+    """Lightning will broadcast and ``.item()`` the SIGTERM flag at every training batch
+    (``advance``'s condition)."""
     loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
     patched = loop is not None and "_broadcast_sigterm_tensor" in vars(loop)
     dist = torch.distributed
-    return (_version_of(trainer) >= FIRST and not patched and dist.is_available() and dist.is_initialized()
-            and getattr(trainer, "world_size", 1) > 1)
+    return (_version_of(trainer) >= FIRST and not patched and dist.is_available()
+            and dist.is_initialized() and getattr(trainer, "world_size", 1) > 1)
 
 
 def install(trainer: Any, n: int) -> Callable[[], None]:
-    """Exchange the SIGTERM flag every ``n`` training batches (safe semantics); returns an idempotent undo.
+    """Exchange the SIGTERM flag every ``n`` training batches (safe semantics); returns an
+    idempotent undo.
 
     Raises:
         RuntimeError: :func:`supported` says no.
@@ -92,13 +100,15 @@ def install(trainer: Any, n: int) -> Callable[[], None]:
     if why is not None:
         raise RuntimeError(why)
     if n == 1:
-        return lambda: None  # Lightning's own behaviour
+        # Lightning's own behaviour
+        return lambda: None
     stop = _package(trainer).utilities.exceptions.SIGTERMException
     loop = trainer.fit_loop.epoch_loop
     connector = trainer._signal_connector
     state = {"calls": 0, "pending": False}
 
-    def notifier(signum: int, frame: Any) -> None:  # Lightning's, less the broadcast and the early flag
+    # Lightning's, less the broadcast and the early flag
+    def notifier(signum: int, frame: Any) -> None:
         if not connector.received_sigterm and not state["pending"]:
             launcher = trainer.strategy.launcher
             if launcher is not None:
@@ -108,10 +118,13 @@ def install(trainer: Any, n: int) -> Callable[[], None]:
     handlers = getattr(signal.getsignal(signal.SIGTERM), "signal_handlers", None)
     slot = None
     if isinstance(handlers, list):
-        slot = next((i for i, h in enumerate(handlers) if h == connector._sigterm_notifier_fn), None)
+        slot = next((i for i, h in enumerate(handlers) if h == connector._sigterm_notifier_fn),
+                    None)
         if slot is None:
-            raise RuntimeError("Lightning's SIGTERM notifier is not in the installed SIGTERM handler")
-        handlers[slot] = notifier  # no Lightning handler (Windows, not the main thread): nothing to defer
+            raise RuntimeError("Lightning's SIGTERM notifier is not in the installed SIGTERM "
+                               "handler")
+        # no Lightning handler (Windows, not the main thread): nothing to defer
+        handlers[slot] = notifier
 
     def exchange() -> None:
         state["calls"] += 1
@@ -123,7 +136,7 @@ def install(trainer: Any, n: int) -> Callable[[], None]:
             torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
         except Exception:
             tensor = torch.tensor([flag])
-        if tensor.item() == 1:  # host-device sync: Lightning's SIGTERM exchange, once every n batches
+        if tensor.item() == 1:  # host-device sync: Lightning's SIGTERM exchange, every n batches
             connector.received_sigterm = True
             with contextlib.suppress(Exception):
                 torch.distributed.barrier()
@@ -139,7 +152,8 @@ def install(trainer: Any, n: int) -> Callable[[], None]:
         vars(loop).pop("_broadcast_sigterm_tensor", None)
         if slot is not None and handlers is not None and handlers[slot] is notifier:
             handlers[slot] = connector._sigterm_notifier_fn
-        if state["pending"]:  # a signal in the last < n batches: trainer.received_sigterm tells the truth
+        # a signal in the last < n batches: trainer.received_sigterm tells the truth
+        if state["pending"]:
             connector.received_sigterm = True
 
     return undo

@@ -24,7 +24,8 @@ def check_bool(option: str, value: object) -> bool:
     return value
 
 
-def check_int(option: str, value: object, *, minimum: int, rule: str, fix: str, none: bool = True) -> int | None:
+def check_int(option: str, value: object, *, minimum: int, rule: str, fix: str,
+              none: bool = True) -> int | None:
     """An int >= ``minimum`` (None too when ``none``); ``rule`` says what the option means."""
     if value is None and none:
         return None
@@ -35,13 +36,16 @@ def check_int(option: str, value: object, *, minimum: int, rule: str, fix: str, 
     return value
 
 
-def check_positive(option: str, value: object, *, rule: str, fix: str, infinite: str = "error") -> float | None:
-    """A number > 0 or None; ``infinite``: ``"error"`` rejects ``inf``, ``"none"`` reads it as None."""
+def check_positive(option: str, value: object, *, rule: str, fix: str,
+                   infinite: str = "error") -> float | None:
+    """A number > 0 or None; ``infinite``: ``"error"`` rejects ``inf``, ``"none"`` reads it as
+    None."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, _NUMBER):
         raise _wrong_type(option, value, rule, fix)
-    if not value > 0 or (math.isinf(value) and infinite == "error"):  # `not > 0` also rejects NaN
+    # `not > 0` also rejects NaN
+    if not value > 0 or (math.isinf(value) and infinite == "error"):
         raise ValueError(f"{option} must be {rule}, got {value!r}; {fix}")
     return None if math.isinf(value) else float(value)
 
@@ -51,7 +55,8 @@ def check_choice(option: str, value: object, choices: Iterable[str | None], *, f
     allowed = tuple(choices)
     if value in allowed and (value is None or isinstance(value, str)):
         return value
-    shown = ", ".join(repr(c) for c in allowed[:-1]) + f" or {allowed[-1]!r}" if len(allowed) > 1 else repr(allowed[0])
+    shown = (", ".join(repr(c) for c in allowed[:-1]) + f" or {allowed[-1]!r}"
+             if len(allowed) > 1 else repr(allowed[0]))
     if not isinstance(value, str):
         raise _wrong_type(option, value, shown, fix)
     near = [c for c in allowed if isinstance(c, str) and c == value.strip().lower()]
@@ -75,7 +80,8 @@ def check_depth(depth: object) -> int | str | None:
             return depth
         if depth.strip().lower() == "auto":
             raise ValueError(f"depth={depth!r}: write it depth='auto' (lower case, no spaces)")
-        raise ValueError(f"depth must be an int >= 1, 'auto' or None, got {depth!r} (str); e.g. depth=2")
+        raise ValueError(f"depth must be an int >= 1, 'auto' or None, got {depth!r} (str); e.g. "
+                         "depth=2")
     checked = check_int("depth", depth, minimum=1, rule="an int >= 1, 'auto' or None",
                         fix="depth=1 syncs once per step, depth=2 is the usual choice")
     return checked
@@ -88,7 +94,8 @@ def check_core(options: Mapping[str, Any]) -> float | None:
     """
     check_depth(options["depth"])
     timeout = check_positive("timeout", options["timeout"], rule="a number of seconds > 0 or None",
-                             fix="pass e.g. timeout=60.0, or None to wait for ever", infinite="none")
+                             fix="pass e.g. timeout=60.0, or None to wait for ever",
+                             infinite="none")
     check_bool("drain", options["drain"])
     if not callable(options["clock"]):
         raise _wrong_type("clock", options["clock"], "a zero-argument callable returning seconds",

@@ -1,4 +1,5 @@
-"""Framework-agnostic step hooks: begin, end, drain and fail a Throttle's steps from a trainer's callbacks."""
+"""Framework-agnostic step hooks: begin, end, drain and fail a Throttle's steps from a trainer's
+callbacks."""
 
 from __future__ import annotations
 
@@ -39,20 +40,25 @@ class ThrottleHooks:
             ``events``, ``wait``, ``clock``, ``detect_sync``, ...).
     """
 
-    _TRANSIENT: tuple[str, ...] = ()  # attributes that never travel with a pickle (reset to None)
+    # attributes that never travel with a pickle (reset to None)
+    _TRANSIENT: tuple[str, ...] = ()
 
     def __init__(self, depth: int | None = 2, **throttle_options: Any) -> None:
         if throttle_options.get("to") is not None:
             raise TypeError(
-                f"to={throttle_options['to']!r} moves the batches of a wrapped loop, but a framework's callback "
-                "never sees them (the framework copies each batch itself): drop to=, and see asyncthrottle's "
-                "docs/prefetch.md for how to combine it with the framework's own copies"
+                f"to={throttle_options['to']!r} moves the batches of a wrapped loop, but a "
+                "framework's callback never sees them (the framework copies each batch itself): "
+                "drop to=, and see asyncthrottle's docs/prefetch.md for how to combine it with the "
+                "framework's own copies"
             )
         self._options: dict[str, Any] = {"depth": depth, **throttle_options}
         self.throttle = Throttle(depth, **throttle_options)
-        self._open = False  # begin() ran and end()/fail() not yet
-        self._began = 0.0  # when the open step was handed out (the throttle's clock)
-        self._phase: Any = None  # the open step's open section (a framework phase), or None
+        # begin() ran and end()/fail() not yet
+        self._open = False
+        # when the open step was handed out (the throttle's clock)
+        self._began = 0.0
+        # the open step's open section (a framework phase), or None
+        self._phase: Any = None
         self._advised: set[str] = set()
 
     @property
@@ -63,7 +69,8 @@ class ThrottleHooks:
     def begin(self) -> int:
         """Wait until the next step may start (the depth rule) and start it; returns its number."""
         if self._open:
-            logger.debug("asyncthrottle: a step began before the last one ended; recording the last one")
+            logger.debug("asyncthrottle: a step began before the last one ended; recording the "
+                         "last one")
             self.end()
         step = self.throttle.begin_step()
         self._open = True
@@ -71,20 +78,23 @@ class ThrottleHooks:
         return step
 
     def end(self, loss: Any = None) -> None:
-        """End the open step: defer ``loss`` (if given) as ``"loss"``, record the step. Never blocks."""
+        """End the open step: defer ``loss`` (if given) as ``"loss"``, record the step. Never
+        blocks."""
         if not self._open:
             return
         try:
             self.end_phase()
             if loss is not None:
-                self.throttle.defer(loss, name="loss")  # a non-blocking copy, ordered before the step's event
+                # a non-blocking copy, ordered before the step's event
+                self.throttle.defer(loss, name="loss")
         finally:
             self._open = False
             self.throttle.end_step()
 
     def fail(self) -> None:
         """The open step raised: record nothing, drop its values, block on nothing."""
-        self._phase = None  # the dropped step forgets its sections
+        # the dropped step forgets its sections
+        self._phase = None
         if self._open:
             self._open = False
             self.throttle.end_step(failed=True)
@@ -100,7 +110,8 @@ class ThrottleHooks:
         self.throttle.pause(at)
 
     def drain(self) -> None:
-        """Wait for every recorded step (a host-device sync on the last one); never records the open step.
+        """Wait for every recorded step (a host-device sync on the last one); never records the open
+        step.
 
         With no step open this also ends the pass (the time until the next
         step, an evaluation or a save, is not loop time). With a step open (a
@@ -112,7 +123,8 @@ class ThrottleHooks:
         self.throttle.drain()
 
     def phase(self, name: str, *, collective: bool = False) -> None:
-        """Leave the open phase (if any) and enter section ``name`` of the open step (none open: nothing).
+        """Leave the open phase (if any) and enter section ``name`` of the open step (none open:
+        nothing).
 
         The framework's phases (forward, backward, optimizer) as
         :meth:`~asyncthrottle.Throttle.section` s; ``end()`` leaves the last one.
@@ -163,7 +175,8 @@ class ThrottleHooks:
             self.throttle.on_complete(callback)
 
 
-_CHECKING = threading.local()  # inside _pickles(): a callback that holds these hooks must not recurse
+# inside _pickles(): a callback that holds these hooks must not recurse
+_CHECKING = threading.local()
 
 
 def _pickles(callback: Any) -> bool:
@@ -173,8 +186,9 @@ def _pickles(callback: Any) -> bool:
     try:
         pickle.dumps(callback)
     except Exception as exc:
-        logger.warning("asyncthrottle: the on_complete callback %r does not pickle (%s); it is not carried over, "
-                       "register it again after unpickling (e.g. in the new process)", callback, exc)
+        logger.warning("asyncthrottle: the on_complete callback %r does not pickle (%s); it is "
+                       "not carried over, register it again after unpickling (e.g. in the new "
+                       "process)", callback, exc)
         return False
     finally:
         _CHECKING.active = False

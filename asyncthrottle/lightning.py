@@ -1,4 +1,5 @@
-"""Lightning integration: a callback that throttles ``Trainer.fit`` and a progress bar that never syncs."""
+"""Lightning integration: a callback that throttles ``Trainer.fit`` and a progress bar that never
+syncs."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ try:
     from lightning.pytorch.callbacks import Callback, TQDMProgressBar
     from lightning.pytorch.callbacks.progress.progress_bar import get_standard_metrics
 except ImportError:
-    raise ImportError("asyncthrottle.lightning needs Lightning: pip install 'asyncthrottle[lightning]'") from None
+    raise ImportError("asyncthrottle.lightning needs Lightning: pip install "
+                      "'asyncthrottle[lightning]'") from None
 
 from . import _lightning_sigterm as sigterm
 from .hooks import ThrottleHooks
@@ -23,11 +25,13 @@ from .throttle import Throttle
 __all__ = ["ThrottleCallback", "ThrottleProgressBar", "lightning_advice"]
 
 _LIGHTNING_VERSION: str = getattr(pl, "__version__", "0")
-_SIGTERM_BROADCAST = (2, 5, 2)  # Lightning versions from which DDP .item()s a SIGTERM flag every step
+# Lightning versions from which DDP .item()s a SIGTERM flag every step
+_SIGTERM_BROADCAST = (2, 5, 2)
 
 
 class ThrottleCallback(ThrottleHooks, Callback):
-    """Throttles ``lightning.Trainer.fit``: at most ``depth`` training steps unfinished on the device.
+    """Throttles ``lightning.Trainer.fit``: at most ``depth`` training steps unfinished on the
+    device.
 
     One step is one training batch: one ``training_step`` call, from
     ``on_train_batch_start`` (the host waits there for room) to
@@ -92,22 +96,26 @@ class ThrottleCallback(ThrottleHooks, Callback):
     throttle: Throttle
     _TRANSIENT = ("_state_hook", "_undo_sigterm")
 
-    def __init__(self, depth: int | None = 2, *, sigterm_every: int | None = None, **throttle_options: Any) -> None:
+    def __init__(self, depth: int | None = 2, *, sigterm_every: int | None = None,
+                 **throttle_options: Any) -> None:
         if sigterm_every is not None and (type(sigterm_every) is not int or sigterm_every < 1):
-            raise ValueError(f"sigterm_every must be an int >= 1 (exchange Lightning's DDP SIGTERM flag every that "
-                             f"many batches) or None, got {sigterm_every!r}; e.g. sigterm_every=50")
+            raise ValueError("sigterm_every must be an int >= 1 (exchange Lightning's DDP SIGTERM "
+                             f"flag every that many batches) or None, got {sigterm_every!r}; e.g. "
+                             "sigterm_every=50")
         super().__init__(depth, **throttle_options)
         self._sigterm_every = sigterm_every
         self._undo_sigterm: Any = None
         self._results_checked = False
-        self._state_hook: Any = None  # the module's state_dict pre-hook: a drain before any checkpoint
+        # the module's state_dict pre-hook: a drain before any checkpoint
+        self._state_hook: Any = None
         self._thread: int | None = None
 
     # -- the steps -------------------------------------------------------------
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._remove_state_hook()
-        if stage == "fit":  # save_weights_only=True skips on_save_checkpoint, never the module's state_dict()
+        # save_weights_only=True skips on_save_checkpoint, never the module's state_dict()
+        if stage == "fit":
             module: _StateDictHooks = pl_module
             self._state_hook = module.register_state_dict_pre_hook(self._before_state_dict)
 
@@ -116,18 +124,21 @@ class ThrottleCallback(ThrottleHooks, Callback):
         self._restore_sigterm()
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.abandon(self._began)  # after a fit() that raised (on_exception ended its pass, unless it never ran)
+        # after a fit() that raised (on_exception ended its pass, unless it never ran)
+        self.abandon(self._began)
         self._thread = threading.get_ident()
         self._results_checked = False
         self._restore_sigterm()
         every = getattr(self, "_sigterm_every", None)
-        if every is not None and sigterm.every_step(trainer):  # after Lightning's signal handlers, before a batch
+        # after Lightning's signal handlers, before a batch
+        if every is not None and sigterm.every_step(trainer):
             try:
                 self._undo_sigterm = sigterm.install(trainer, every)
             except RuntimeError as exc:
-                self.advise("sigterm_every", f"sigterm_every={every} left Lightning's per-step SIGTERM broadcast "
-                            f"as it is: {exc}")
-        for key, message in lightning_advice(trainer, sigterm_every=every if self._undo_sigterm else None):
+                self.advise("sigterm_every", f"sigterm_every={every} left Lightning's per-step "
+                            f"SIGTERM broadcast as it is: {exc}")
+        for key, message in lightning_advice(trainer,
+                                             sigterm_every=every if self._undo_sigterm else None):
             self.advise(key, message)
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
@@ -135,19 +146,23 @@ class ThrottleCallback(ThrottleHooks, Callback):
         self.begin()
         self.phase("forward")
 
-    def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Any) -> None:
-        self.phase("backward", collective=getattr(trainer, "world_size", 1) > 1)  # DDP: it holds the all-reduce
+    def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           loss: Any) -> None:
+        # DDP: it holds the all-reduce
+        self.phase("backward", collective=getattr(trainer, "world_size", 1) > 1)
 
     def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.end_phase()
 
-    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
+    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                                 optimizer: Any) -> None:
         self.phase("optimizer")
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
+                           batch: Any, batch_idx: int) -> None:
         self.end(_loss(outputs))
-        if not self._results_checked:  # what the first step logged tells whether each step will sync
+        # what the first step logged tells whether each step will sync
+        if not self._results_checked:
             self._results_checked = True
             for key, message in _logged_advice(trainer):
                 self.advise(key, message)
@@ -175,8 +190,10 @@ class ThrottleCallback(ThrottleHooks, Callback):
         self.drain()
         self._restore_sigterm()
 
-    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        self.abandon()  # never blocks: the device may be what failed
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                     exception: BaseException) -> None:
+        # never blocks: the device may be what failed
+        self.abandon()
         self._restore_sigterm()
 
     def _restore_sigterm(self) -> None:
@@ -185,12 +202,14 @@ class ThrottleCallback(ThrottleHooks, Callback):
             undo()
 
     def _drop_skipped(self) -> None:
-        """A step still open after the epoch's batches: ``on_train_batch_start`` returned -1, no training_step ran."""
+        """A step still open after the epoch's batches: ``on_train_batch_start`` returned -1, no
+        training_step ran."""
         if self.step_open:
             self.fail()
 
     def _before_state_dict(self, module: Any, prefix: str, keep_vars: bool) -> None:
-        if threading.get_ident() == self._thread:  # a checkpoint thread of the user's never touches the throttle
+        # a checkpoint thread of the user's never touches the throttle
+        if threading.get_ident() == self._thread:
             self.drain()
 
     def _remove_state_hook(self) -> None:
@@ -216,7 +235,8 @@ class ThrottleProgressBar(TQDMProgressBar):
         if callback is None:
             metrics["asyncthrottle"] = "no ThrottleCallback"
             return metrics
-        for part in postfix(callback.throttle).split():  # never blocks or syncs
+        # never blocks or syncs
+        for part in postfix(callback.throttle).split():
             name, _, value = part.partition("=")
             metrics[name] = value
         return metrics
@@ -248,12 +268,14 @@ def _logger_step(trainer: Any) -> int | None:
     if not trainer.loggers or not getattr(trainer, "log_every_n_steps", 0):
         return None
     try:
-        if trainer.fit_loop._should_accumulate() and trainer.lightning_module.automatic_optimization:
+        if (trainer.fit_loop._should_accumulate()
+                and trainer.lightning_module.automatic_optimization):
             return None
         if not trainer._logger_connector.should_update_logs:
             return None
         return int(trainer.fit_loop.epoch_loop._batches_that_stepped)
-    except AttributeError:  # another Lightning version's internals: Lightning's public step, at its cadence
+    except AttributeError:
+        # another Lightning version's internals: Lightning's public step, at its cadence
         return trainer.global_step if trainer.global_step % trainer.log_every_n_steps == 0 else None
 
 
@@ -270,37 +292,45 @@ def lightning_advice(trainer: Any, *, sigterm_every: int | None = None) -> list[
     advice = []
     names = {type(cb).__name__ for cb in getattr(trainer, "callbacks", ())}
     if "ThroughputMonitor" in names:
-        advice.append(("throughput_monitor", "Lightning's ThroughputMonitor calls torch.cuda.synchronize() every "
-                       "batch, a host-device sync per step that makes the throttle moot: remove it and read "
-                       "callback.throttle.stats.steps_per_s (logged as asyncthrottle/steps_per_s) instead"))
+        advice.append(("throughput_monitor", "Lightning's ThroughputMonitor calls "
+                       "torch.cuda.synchronize() every batch, a host-device sync per step that "
+                       "makes the throttle moot: remove it and read "
+                       "callback.throttle.stats.steps_per_s (logged as asyncthrottle/steps_per_s) "
+                       "instead"))
     if (sigterm_every is None and getattr(trainer, "world_size", 1) > 1
             and _version(_LIGHTNING_VERSION) >= _SIGTERM_BROADCAST):
-        advice.append(("sigterm_broadcast", f"Lightning {_LIGHTNING_VERSION} broadcasts a SIGTERM flag across ranks "
-                       "and calls .item() on it every training step under multi-process training "
-                       "(_TrainingEpochLoop._broadcast_sigterm_tensor): a tensor made on the device, a broadcast "
-                       "and a blocking .item() on every rank, every batch -- one host-device sync per step, so the "
-                       "throttle has nothing to bound (in effect depth 1). ThrottleCallback(..., sigterm_every=N) "
-                       "exchanges it every N batches instead (a SIGTERM then stops every rank up to N batches "
-                       "later); see asyncthrottle's docs/frameworks.md (Lightning)"))
+        advice.append(("sigterm_broadcast", f"Lightning {_LIGHTNING_VERSION} broadcasts a SIGTERM "
+                       "flag across ranks and calls .item() on it every training step under "
+                       "multi-process training (_TrainingEpochLoop._broadcast_sigterm_tensor): a "
+                       "tensor made on the device, a broadcast and a blocking .item() on every "
+                       "rank, every batch -- one host-device sync per step, so the throttle has "
+                       "nothing to bound (in effect depth 1). ThrottleCallback(..., "
+                       "sigterm_every=N) exchanges it every N batches instead (a SIGTERM then "
+                       "stops every rank up to N batches later); see asyncthrottle's "
+                       "docs/frameworks.md (Lightning)"))
     return advice
 
 
 def _logged_advice(trainer: Any) -> list[tuple[str, str]]:
-    """Metrics logged with ``on_step=True, prog_bar=True`` in the first step: Lightning ``.item()``s each one."""
+    """Metrics logged with ``on_step=True, prog_bar=True`` in the first step: Lightning ``.item()``s
+    each one."""
     results: Any = getattr(trainer, "_results", None)
     try:
-        names = sorted(key for key, metric in results.items() if metric.meta.prog_bar and metric.meta.on_step)
-    except AttributeError:  # no results yet, or another Lightning version's internals: nothing to say
+        names = sorted(key for key,
+                       metric in results.items() if metric.meta.prog_bar and metric.meta.on_step)
+    except AttributeError:
+        # no results yet, or another Lightning version's internals: nothing to say
         return []
     if not names:
         return []
     bar = trainer.progress_bar_callback
     default_bar = bar is not None and not isinstance(bar, ThrottleProgressBar)
-    return [("prog_bar", f"self.log(..., prog_bar=True) on every step ({', '.join(names)}) makes Lightning call "
-             ".item() on each value every batch, even with the bar disabled"
+    return [("prog_bar", f"self.log(..., prog_bar=True) on every step ({', '.join(names)}) makes "
+             "Lightning call .item() on each value every batch, even with the bar disabled"
              + (", and the default progress bar reads them again" if default_bar else "")
-             + ": log them with prog_bar=False (they still reach the loggers every log_every_n_steps) and use "
-             "asyncthrottle.lightning.ThrottleProgressBar, which shows the deferred loss without a sync")]
+             + ": log them with prog_bar=False (they still reach the loggers every "
+             "log_every_n_steps) and use asyncthrottle.lightning.ThrottleProgressBar, which shows "
+             "the deferred loss without a sync")]
 
 
 def _version(text: str) -> tuple[int, ...]:

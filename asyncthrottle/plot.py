@@ -1,4 +1,5 @@
-"""Draw an exported trace: host time per step, device time per sampled step, steps in flight over time."""
+"""Draw an exported trace: host time per step, device time per sampled step, steps in flight over
+time."""
 
 from __future__ import annotations
 
@@ -12,10 +13,16 @@ from typing import Any
 
 __all__ = ["axis_top", "draw_trace", "main", "plot_trace", "summarize"]
 
-_COLOURS = {"wait": "#d62728", "fetch": "#1f77b4", "body": "#2ca02c", "device": "#9467bd", "in flight": "#555555"}
-_SLACK = 1.5  # the axis reaches this far above the largest step it keeps
-_FLAT = 4.0  # ... and is cut only when a step left out is this many times that step (it would flatten the rest)
-_OUTLIERS = 0.02  # at most this share of steps (at least one) may lie above the axis
+_COLOURS = {
+    "wait": "#d62728", "fetch": "#1f77b4", "body": "#2ca02c", "device": "#9467bd",
+    "in flight": "#555555",
+}
+# the axis reaches this far above the largest step it keeps
+_SLACK = 1.5
+# ... and is cut only when a step left out is this many times that step (it would flatten the rest)
+_FLAT = 4.0
+# at most this share of steps (at least one) may lie above the axis
+_OUTLIERS = 0.02
 
 
 def axis_top(values: Sequence[float]) -> float | None:
@@ -32,22 +39,26 @@ def axis_top(values: Sequence[float]) -> float | None:
     return _SLACK * keep if ranked[-1] > _FLAT * keep and keep > 0 else None
 
 
-def _clip(ax: Any, steps: Sequence[int], values: Sequence[float], top: float | None, what: str) -> None:
+def _clip(ax: Any, steps: Sequence[int], values: Sequence[float], top: float | None,
+          what: str) -> None:
     """Cut ``ax`` at ``top``: mark each step above it on the edge and say which they are."""
     if top is None:
         return
     ax.set_ylim(0, top)
     over = [(v, s) for s, v in zip(steps, values, strict=True) if v > top]
-    ax.plot([s for _, s in over], [top] * len(over), "^", color="black", markersize=6, clip_on=False)
+    ax.plot([s for _, s in over], [top] * len(over), "^", color="black", markersize=6,
+            clip_on=False)
     worst = sorted(over, reverse=True)[:3]
     named = ", ".join(f"step {s}: {v:,.1f} ms" for v, s in worst)
     more = f" and {len(over) - len(worst)} more" if len(over) > len(worst) else ""
     ax.text(0.01, 0.97, f"{what} above the axis (\u25b2): {named}{more}", transform=ax.transAxes,
-            ha="left", va="top", fontsize="small", bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0})
+            ha="left", va="top", fontsize="small",
+            bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0})
 
 
 def summarize(doc: dict[str, Any]) -> dict[str, Any]:
-    """Per-step host ms by span name, device ms per sampled step, and the in-flight counter (ms, count).
+    """Per-step host ms by span name, device ms per sampled step, and the in-flight counter (ms,
+    count).
 
     Args:
         doc: a trace written by :meth:`asyncthrottle.Throttle.export_trace`.
@@ -71,7 +82,8 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
         elif ph == "C" and name == "in flight":
             in_flight.append((e["ts"] / 1000.0, int(e["args"]["in flight"])))
     if not any(host.values()):
-        raise ValueError("the trace has no asyncthrottle host spans (fetch, body, wait): is it from export_trace()?")
+        raise ValueError("the trace has no asyncthrottle host spans (fetch, body, wait): is it "
+                         "from export_trace()?")
     in_flight.sort()
     return {"host": host, "device": device, "in_flight": in_flight}
 
@@ -110,9 +122,11 @@ def draw_trace(doc: dict[str, Any], *, title: str | None = None) -> Any:
     fig = Figure(figsize=(9, 6.4), dpi=80, layout="constrained")
     ax_host, ax_dev, ax_fly = fig.subplots(3, 1, height_ratios=(3, 2, 2))
     bottom = [0.0] * len(steps)
-    for name in ("wait", "fetch", "body"):  # filled steps, not bars: 10,000 steps draw in a blink
+    # filled steps, not bars: 10,000 steps draw in a blink
+    for name in ("wait", "fetch", "body"):
         top = [b + host[name].get(s, 0.0) for b, s in zip(bottom, steps, strict=True)]
-        ax_host.fill_between(steps, bottom, top, step="mid", color=_COLOURS[name], label=name, linewidth=0)
+        ax_host.fill_between(steps, bottom, top, step="mid", color=_COLOURS[name], label=name,
+                             linewidth=0)
         bottom = top
     _clip(ax_host, steps, bottom, axis_top(bottom), "host time")
     ax_host.set_ylabel("host ms")
@@ -127,13 +141,15 @@ def draw_trace(doc: dict[str, Any], *, title: str | None = None) -> Any:
         _clip(ax_dev, sampled, times, axis_top(times), "device time")
         ax_dev.set_xlim(ax_host.get_xlim())
     else:
-        ax_dev.text(0.5, 0.5, "no device time sampled (sample_every=None, or events without timing)",
+        ax_dev.text(0.5, 0.5, "no device time sampled (sample_every=None, or events without "
+                              "timing)",
                     ha="center", va="center", transform=ax_dev.transAxes, fontsize="small")
     ax_dev.set_ylabel("device ms")
     ax_dev.set_xlabel("step")
     ax_dev.set_title("device time per sampled step", fontsize="medium", loc="left")
     if in_flight:
-        ax_fly.step([t for t, _ in in_flight], [n for _, n in in_flight], where="post", color=_COLOURS["in flight"])
+        ax_fly.step([t for t, _ in in_flight], [n for _, n in in_flight], where="post",
+                    color=_COLOURS["in flight"])
         ax_fly.set_ylim(bottom=-0.2, top=max(n for _, n in in_flight) + 0.5)
     ax_fly.set_ylabel("in flight")
     ax_fly.set_xlabel("host time (ms)")
@@ -157,11 +173,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m asyncthrottle plot trace.json -o timeline.png``; returns the exit status."""
     p = argparse.ArgumentParser(
         prog="python -m asyncthrottle plot",
-        description="Draw a trace written by Throttle.export_trace(): host time per step (wait, fetch, body), "
-        "device time per sampled step, and steps in flight over time. Needs pip install 'asyncthrottle[plot]'.",
+        description="Draw a trace written by Throttle.export_trace(): host time per step (wait, "
+        "fetch, body), device time per sampled step, and steps in flight over time. Needs pip "
+        "install 'asyncthrottle[plot]'.",
     )
     p.add_argument("trace", help="the JSON file written by export_trace()")
-    p.add_argument("-o", "--output", default="timeline.png", help="image to write (default timeline.png)")
+    p.add_argument("-o", "--output", default="timeline.png",
+                   help="image to write (default timeline.png)")
     p.add_argument("--title", default=None, help="the figure's title (default: depth and verdict)")
     args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:

@@ -14,24 +14,31 @@ if TYPE_CHECKING:
     from .parts._build import Part
 
 # How the verdict reads the loop: thresholds on fractions of wall time (see `verdict`).
-_WAITS = 0.10  # the host waits on the device for at least this share of the loop
-_STARVED = 0.5  # at least this share of steps start with nothing queued on the device
-_DOMINANT = 0.5  # fetching (or the loop body) takes at least this share of the loop
-_DRY = 0.1  # at least this share of steps let the device run dry inside the loop body
-_BUSY = 0.05  # a timed device idle at most this share of the time is the bottleneck, whatever the host did
-_BUSY_SAMPLES = 4  # timed steps needed before the device's idle share is believed
+# the host waits on the device for at least this share of the loop
+_WAITS = 0.10
+# at least this share of steps start with nothing queued on the device
+_STARVED = 0.5
+# fetching (or the loop body) takes at least this share of the loop
+_DOMINANT = 0.5
+# at least this share of steps let the device run dry inside the loop body
+_DRY = 0.1
+# a timed device idle at most this share of the time is the bottleneck, whatever the host did
+_BUSY = 0.05
+# timed steps needed before the device's idle share is believed
+_BUSY_SAMPLES = 4
 
 _ADVICE = {
     "device-bound": "the device is the bottleneck, as it should be: throughput is the device's",
-    "depth-bound": "the device's queue runs empty (at hand-outs, or during slow loop bodies), so it starves "
-    "while the host prepares the next step: try a larger depth, or depth='auto'",
-    "input-bound": "the host spends its time taking batches from the source: look at DataLoader num_workers, "
-    "pin_memory, prefetch_factor and the dataset's transforms",
-    "host-bound": "the host spends its time in the loop body (Python, kernel launches, or a sync such as .item() "
-    "that detect_sync='warn' would name): try bigger batches, torch.compile or CUDA graphs, and defer() values",
+    "depth-bound": "the device's queue runs empty (at hand-outs, or during slow loop bodies), so "
+    "it starves while the host prepares the next step: try a larger depth, or depth='auto'",
+    "input-bound": "the host spends its time taking batches from the source: look at DataLoader "
+    "num_workers, pin_memory, prefetch_factor and the dataset's transforms",
+    "host-bound": "the host spends its time in the loop body (Python, kernel launches, or a sync "
+    "such as .item() that detect_sync='warn' would name): try bigger batches, torch.compile or "
+    "CUDA graphs, and defer() values",
     "balanced": "no single part dominates",
-    "synchronous": "the backend runs each step to completion as it is issued (the CPU): nothing runs ahead, "
-    "so there is nothing to throttle; the loop body is the computation itself",
+    "synchronous": "the backend runs each step to completion as it is issued (the CPU): nothing "
+    "runs ahead, so there is nothing to throttle; the loop body is the computation itself",
     "unknown": "no steps yet",
 }
 
@@ -57,7 +64,8 @@ class _LoopStats:
     body_s: float = 0.0
     steps_per_s: float = 0.0
     starved_fraction: float = 0.0
-    in_flight_histogram: tuple[int, ...] = dataclasses.field(default=(), metadata={"flat": _flat_histogram})
+    in_flight_histogram: tuple[int, ...] = dataclasses.field(default=(),
+                                                             metadata={"flat": _flat_histogram})
     verdict: str = "unknown"
     depth: int | None = None
     dry_fraction: float = 0.0
@@ -96,7 +104,8 @@ class Stats(PartStats, _LoopStats):
         body_s: host seconds in the loop body (the rest of ``wall_s``).
         steps_per_s: ``steps / wall_s``.
         starved_fraction: share of hand-outs at which nothing was queued on the device.
-        in_flight_histogram: ``h[k]`` = hand-outs with ``k`` steps in flight (last bucket: k or more).
+        in_flight_histogram: ``h[k]`` = hand-outs with ``k`` steps in flight (last bucket: k or
+            more).
         verdict: what limits the loop; see :func:`verdict`.
         depth: the depth in force (under ``depth="auto"``, its current choice).
         dry_fraction: share of steps during whose loop body the device ran dry
@@ -136,7 +145,8 @@ class Stats(PartStats, _LoopStats):
     """
 
     def as_dict(self) -> dict[str, Any]:
-        """A flat dict of numbers and strings for TensorBoard, W&B or any logger (None values dropped)."""
+        """A flat dict of numbers and strings for TensorBoard, W&B or any logger (None values
+        dropped)."""
         flat: dict[str, Any] = {}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
@@ -150,14 +160,15 @@ class Stats(PartStats, _LoopStats):
     def summary(self) -> str:
         """A short human-readable report: the loop, then each part's lines, then the verdict."""
         lines = [
-            f"asyncthrottle: {self.steps} steps in {self.wall_s:.2f} s ({self.steps_per_s:.1f} steps/s), "
-            f"{self.completed} seen complete, max {self.max_in_flight} in flight",
+            f"asyncthrottle: {self.steps} steps in {self.wall_s:.2f} s ({self.steps_per_s:.1f} "
+            f"steps/s), {self.completed} seen complete, max {self.max_in_flight} in flight",
             f"  host: waited {self.wait_s:.3f} s ({self.wait_fraction:.0%}) in {self.waits} waits, "
             f"fetching {self.fetch_s:.3f} s ({_share(self.fetch_s, self.wall_s)}), "
             f"loop body {self.body_s:.3f} s ({_share(self.body_s, self.wall_s)})",
         ]
         if self.wait_outside_s > 0:
-            lines.append(f"  outside the loop: waited {self.wait_outside_s:.3f} s (drain() or get() between passes)")
+            lines.append(f"  outside the loop: waited {self.wait_outside_s:.3f} s (drain() or "
+                         "get() between passes)")
         for part in PARTS:
             lines.extend(part.summary_lines(self))
         lines.append(f"  verdict: {self.verdict} -- {_ADVICE[self.verdict]}")
@@ -169,7 +180,8 @@ def _share(part: float, whole: float) -> str:
 
 
 def busy_idle(device: dict[str, Any]) -> float | None:
-    """The device's idle share for :func:`verdict`, from the device fields of :class:`Stats` (None: too few samples)."""
+    """The device's idle share for :func:`verdict`, from the device fields of :class:`Stats` (None:
+    too few samples)."""
     if device.get("device_samples", 0) < _BUSY_SAMPLES:
         return None
     idle: float | None = device.get("idle_fraction")
@@ -210,10 +222,12 @@ def verdict(
     if synchronous:
         return "input-bound" if fetch_fraction >= _DOMINANT else "synchronous"
     if wait_fraction >= _WAITS:
-        return "depth-bound" if starved_fraction >= _STARVED or dry_fraction >= _DRY else "device-bound"
+        return ("depth-bound" if starved_fraction >= _STARVED or dry_fraction >= _DRY
+                else "device-bound")
     busy = device_idle is not None and device_idle <= _BUSY
     if busy and dry_fraction < _DRY and starved_fraction < _STARVED:
-        return "device-bound"  # always busy: the host's time went into waits the throttle does not see
+        # always busy: the host's time went into waits the throttle does not see
+        return "device-bound"
     if fetch_fraction >= _DOMINANT:
         return "input-bound"
     if body_fraction >= _DOMINANT:
@@ -222,18 +236,21 @@ def verdict(
 
 
 def snapshot(core: Core, host: HostTimes, parts: Iterable[Part]) -> Stats:
-    """The :class:`Stats` of a throttle now, from its core, its host times and its parts; never blocks."""
-    completed, steps = core.completed, core.steps  # completed first: never ahead of steps
+    """The :class:`Stats` of a throttle now, from its core, its host times and its parts; never
+    blocks."""
+    # completed first: never ahead of steps
+    completed, steps = core.completed, core.steps
     synchronous = core.synchronous
     wall = host.wall_s()
     outside = host.outside_wait_s
-    wait_s = min(max(0.0, core.wait_s - outside), wall)  # inside passes: wall = fetch + body + wait
+    # inside passes: wall = fetch + body + wait
+    wait_s = min(max(0.0, core.wait_s - outside), wall)
     fetch = min(host.fetch_s, wall - wait_s)
     body = max(0.0, wall - fetch - wait_s)
     histogram = tuple(core.histogram)
     handouts = sum(histogram)
     shares = [x / wall if wall > 0 else 0.0 for x in (wait_s, fetch, body)]
-    starved = core.starved / handouts if handouts else 0.0
+    starved = histogram[0] / handouts if handouts else 0.0
     dry = core.dry / steps if steps else 0.0
     fields: dict[str, Any] = {}
     for part in parts:

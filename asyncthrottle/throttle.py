@@ -37,7 +37,8 @@ T = TypeVar("T")
 
 
 class _StepContext:
-    """``with throttle.step():`` -- enter is :meth:`Throttle.begin_step`, exit :meth:`Throttle.end_step`."""
+    """``with throttle.step():`` -- enter is :meth:`Throttle.begin_step`, exit
+    :meth:`Throttle.end_step`."""
 
     __slots__ = ("_throttle",)
 
@@ -151,24 +152,27 @@ class Throttle:
         nonfinite: str | None = "warn",
     ) -> None:
         options = dict(
-            depth=depth, device=device, events=events, wait=wait, timeout=timeout, stall=stall, drain=drain,
-            streams=streams, sample_every=sample_every, ranks_every=ranks_every, detect_sync=detect_sync,
-            trace=trace, nvtx=nvtx, clock=clock, max_depth=max_depth, max_memory=max_memory, memory=memory, to=to,
-            nonfinite=nonfinite,
+            depth=depth, device=device, events=events, wait=wait, timeout=timeout, stall=stall,
+            drain=drain, streams=streams, sample_every=sample_every, ranks_every=ranks_every,
+            detect_sync=detect_sync, trace=trace, nvtx=nvtx, clock=clock, max_depth=max_depth,
+            max_memory=max_memory, memory=memory, to=to, nonfinite=nonfinite,
         )
         self._timeout = check_core(options)
-        for part in PARTS:  # every check on every backend, before anything is built
+        # every check on every backend, before anything is built
+        for part in PARTS:
             part.check(options)
         strategy = resolve_wait(wait)
         if self._timeout is not None and not strategy.honours_timeout:
-            raise ValueError(f"timeout={timeout!r} cannot interrupt wait={wait!r}; use wait='hybrid', 'poll' or 'spin'")
+            raise ValueError(f"timeout={timeout!r} cannot interrupt wait={wait!r}; use "
+                             "wait='hybrid', 'poll' or 'spin'")
         self._drain_at_end = drain
         backend = resolve_backend(device, events, streams, blocking=strategy.blocking_events,
                                   timing=sample_every is not None)
         if not _compile.seen():
             _compile.see_torch()
         self._clock = clock
-        self._core = Core(depth if isinstance(depth, int) else None, backend.events, strategy, self._timeout, clock)
+        self._core = Core(depth if isinstance(depth, int) else None, backend.events, strategy,
+                          self._timeout, clock)
         self._values = Completions(self._core, self._wait_for_value)
         at = Build(self._core, backend, options, clock, self._values)
         for part in PARTS:
@@ -179,8 +183,10 @@ class Throttle:
         self._prefetch = at.part(Prefetch)
         self._timing = at.part(DeviceTiming)
         self._ownership = Ownership()
-        self._pass: weakref.ref[Pass[Any]] | None = None  # the wrapped pass running now (a break drops it)
-        self._in_step = False  # begin_step() was called and end_step() not yet
+        # the wrapped pass running now (a break drops it)
+        self._pass: weakref.ref[Pass[Any]] | None = None
+        # begin_step() was called and end_step() not yet
+        self._in_step = False
         self._host = HostTimes(clock, self._core)
         self._sections: Sections = at.built[Sections]
         self._sections.in_step = self._step_open
@@ -189,7 +195,8 @@ class Throttle:
 
     @property
     def depth(self) -> int | None:
-        """Steps allowed in flight now (None: unbounded, tracking only); under ``depth="auto"``, its current choice."""
+        """Steps allowed in flight now (None: unbounded, tracking only); under ``depth="auto"``, its
+        current choice."""
         return self._core.depth
 
     @property
@@ -200,40 +207,47 @@ class Throttle:
     @property
     def latest(self) -> dict[str, Any]:
         """The most recent completed value of each deferred name. Never blocks."""
-        if _compile.compiling():  # under torch.compile: run eagerly, as a graph break
+        # under torch.compile: run eagerly, as a graph break
+        if _compile.compiling():
             return _compile.eagerly(getattr, self, "latest")  # type: ignore[no-any-return]
         return dict(self._values.latest)
 
     @property
     def in_flight(self) -> int:
         """Recorded steps whose events do not report completion. Queries, never blocks."""
-        if _compile.compiling():  # under torch.compile: run eagerly, as a graph break
+        # under torch.compile: run eagerly, as a graph break
+        if _compile.compiling():
             return _compile.eagerly(getattr, self, "in_flight")  # type: ignore[no-any-return]
-        pending = tuple(self._core.pending)  # a copy: safe to read from any thread
+        # a copy: safe to read from any thread
+        pending = tuple(self._core.pending)
         return sum(1 for event in pending if not event.query())
 
     @property
     def stats(self) -> Stats:
         """A snapshot of the counters and telemetry; never blocks or syncs."""
-        if _compile.compiling():  # under torch.compile: run eagerly, as a graph break
+        # under torch.compile: run eagerly, as a graph break
+        if _compile.compiling():
             return _compile.eagerly(getattr, self, "stats")  # type: ignore[no-any-return]
         return snapshot(self._core, self._host, self._parts.values())
 
     def summary(self) -> str:
-        """A short human-readable report of :attr:`stats` (and, with ``detect_sync="warn"``, the sync sites)."""
+        """A short human-readable report of :attr:`stats` (and, with ``detect_sync="warn"``, the
+        sync sites)."""
         audit = self.sync_audit
         return self.stats.summary() + ("\n" + audit.summary() if audit is not None else "")
 
     @property
     def sync_audit(self) -> SyncAudit | None:
-        """With ``detect_sync="warn"`` on CUDA: the syncs counted per step and per site; else None."""
+        """With ``detect_sync="warn"`` on CUDA: the syncs counted per step and per site; else
+        None."""
         detect = self._parts.get(SyncDetect)
         return detect.audit if detect is not None else None
 
     def __repr__(self) -> str:
         core = self._core
         auto = "auto: " if DepthController in self._parts else ""
-        return f"Throttle(depth={auto}{core.depth}, steps={core.steps}, in_flight<={core.steps - core.completed})"
+        return (f"Throttle(depth={auto}{core.depth}, steps={core.steps}, "
+                f"in_flight<={core.steps - core.completed})")
 
     # -- the loop's entry points --------------------------------------------
 
@@ -261,17 +275,21 @@ class Throttle:
         try:
             self._refuse_in_pass("begin_step()")
             if self._in_step:
-                raise RuntimeError("begin_step() was called twice without end_step(); step() is not reentrant")
+                raise RuntimeError("begin_step() was called twice without end_step(); step() is "
+                                   "not reentrant")
             now, host = self._clock(), self._host
             if host.started is None:
                 host.begin(now)
             elif self._core.steps:
                 host.fetched(self._core.steps, host.step_end, max(0.0, now - host.step_end))
-            host.step_end = now  # counted: a retry after a timeout counts only the time since
+            # counted: a retry after a timeout counts only the time since
+            host.step_end = now
             try:
-                self._core.admit()  # may raise (timeout, Ctrl-C): the step has not begun
+                # may raise (timeout, Ctrl-C): the step has not begun
+                self._core.admit()
             except BaseException:
-                host.step_end = self._clock()  # the wait is counted as such, not again as fetching
+                # the wait is counted as such, not again as fetching
+                host.step_end = self._clock()
                 raise
         except BaseException:
             self._ownership.release()
@@ -286,10 +304,12 @@ class Throttle:
             failed: the step's body raised: record nothing and drop its deferred values.
         """
         if not self._in_step:
-            raise RuntimeError("end_step() was called without begin_step(); call begin_step() first")
+            raise RuntimeError("end_step() was called without begin_step(); call begin_step() "
+                               "first")
         self._in_step = False
         try:
-            self._host.step_end = now = self._clock()  # a failed body is body too, not fetching
+            # a failed body is body too, not fetching
+            self._host.step_end = now = self._clock()
             if failed:
                 self._core.drop()
             else:
@@ -298,7 +318,8 @@ class Throttle:
             self._ownership.release()
 
     def section(self, name: str, *, collective: bool = False) -> Section:
-        """``with throttle.section(name):`` -- time a named phase of the current step on the device, without a sync.
+        """``with throttle.section(name):`` -- time a named phase of the current step on the device,
+        without a sync.
 
         On an asynchronous device the sampled steps (``sample_every``) record
         a timing event as the section is entered and one as it is left, read
@@ -326,7 +347,8 @@ class Throttle:
         return made if made is not None else sections.section(name, collective)
 
     def _step_open(self) -> bool:
-        """A step is being run: between ``begin_step()`` and ``end_step()``, or in a wrapped loop's body."""
+        """A step is being run: between ``begin_step()`` and ``end_step()``, or in a wrapped loop's
+        body."""
         if self._in_step:
             return True
         ref = self._pass
@@ -381,7 +403,8 @@ class Throttle:
         try:
             self._refuse_in_pass("pause()")
             if self._in_step:
-                raise RuntimeError("pause() was called with a step open; call end_step() first (failed=True drops it)")
+                raise RuntimeError("pause() was called with a step open; call end_step() first "
+                                   "(failed=True drops it)")
             host = self._host
             if host.started is not None:
                 host.end(max(host.started, self._clock() if at is None else at))
@@ -413,7 +436,8 @@ class Throttle:
                 about 40 us on the CPU), so that a later step may donate
                 them. Tensors and numpy arrays are always copied.
         """
-        if _compile.compiling():  # under torch.compile: run eagerly, as a graph break
+        # under torch.compile: run eagerly, as a graph break
+        if _compile.compiling():
             return _compile.eagerly(self.defer, value, name, copy=copy)  # type: ignore[no-any-return]
         return self._values.defer(value, name, copy)
 
@@ -461,18 +485,21 @@ class Throttle:
         self._core.unsubscribe(part)
 
     def _wait_for_value(self, deferred: Deferred) -> None:
-        """``Deferred.get()`` on an unfinished step: the loop's thread retires; any other only waits."""
+        """``Deferred.get()`` on an unfinished step: the loop's thread retires; any other only
+        waits."""
         event = deferred._event
-        if event is None:  # not recorded yet: raises, saying so (never runs the core from another thread)
+        # not recorded yet: raises, saying so (never runs the core from another thread)
+        if event is None:
             raise RuntimeError(not_ended(deferred.step))
         if self._ownership.mine():
             self._ownership.claim("Deferred.get()")
             try:
-                self._core.wait_until(deferred.step)  # host-device sync on that step, counted as host wait
+                self._core.wait_until(deferred.step)  # host-device sync: counted as host wait
             finally:
                 self._ownership.release()
-        elif not _PASSIVE(event, self._timeout):  # host-device sync on that step's own event
-            raise ThrottleTimeout(deferred.step, self.depth, self._timeout or 0.0, self._timeout or 0.0)
+        elif not _PASSIVE(event, self._timeout):  # host-device sync: on that step's own event
+            raise ThrottleTimeout(deferred.step, self.depth, self._timeout or 0.0,
+                                  self._timeout or 0.0)
 
     # -- passes: time counts only inside them -------------------------------
 
@@ -481,9 +508,12 @@ class Throttle:
         earlier = self._running_pass()
         if self._in_step:
             self._ownership.release()
-            raise RuntimeError("cannot start a wrapped loop inside `with throttle.step():` (or begin_step())")
-        if earlier is not None:  # an earlier pass in this thread was left without close(): end it
-            earlier._supersede()  # (if it is asked for more -- nested or interleaved loops -- it raises)
+            raise RuntimeError("cannot start a wrapped loop inside `with throttle.step():` (or "
+                               "begin_step())")
+        # An earlier pass in this thread was left without close(): end it (if it is asked for more,
+        # nested or interleaved loops, it raises).
+        if earlier is not None:
+            earlier._supersede()
         self._pass = weakref.ref(new)
         self._host.begin(now)
 
@@ -534,5 +564,6 @@ def throttle(
     return Throttle(depth, **options).wrap(iterable, progress=progress)
 
 
-_PASSIVE = Poll()  # waits of other threads: no state shared with the loop's wait strategy
+# waits of other threads: no state shared with the loop's wait strategy
+_PASSIVE = Poll()
 

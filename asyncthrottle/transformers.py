@@ -1,4 +1,5 @@
-"""Hugging Face transformers integration: a TrainerCallback that throttles ``Trainer.train`` and delivers the loss."""
+"""Hugging Face transformers integration: a TrainerCallback that throttles ``Trainer.train`` and
+delivers the loss."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ __all__ = ["ThrottleCallback", "step_loss", "transformers_advice"]
 
 
 class ThrottleCallback(ThrottleHooks, TrainerCallback):  # type: ignore[misc]
-    """Throttles ``transformers.Trainer.train``: at most ``depth`` optimizer steps unfinished on the device.
+    """Throttles ``transformers.Trainer.train``: at most ``depth`` optimizer steps unfinished on the
+    device.
 
     One step is one optimizer step, gradient accumulation included: the host
     waits for room in ``on_step_begin`` (before the first micro-batch) and
@@ -37,8 +39,8 @@ class ThrottleCallback(ThrottleHooks, TrainerCallback):  # type: ignore[misc]
     Models that return a tuple, or no loss (a ``compute_loss_func``, label
     smoothing), deliver none. A NaN/Inf step loss is reported (``nonfinite=``,
     default ``"warn"``; ``"raise"`` stops training from the next step hook)
-    without a sync, so ``logging_nan_inf_filter=False`` loses nothing. The callback drains before an evaluation or a
-    save it is told of (``control.should_evaluate`` / ``should_save``), at
+    without a sync, so ``logging_nan_inf_filter=False`` loses nothing. The callback drains before an
+    evaluation or a save it is told of (``control.should_evaluate`` / ``should_save``), at
     the end of each epoch, on evaluate, on save and at the end of training;
     an ``evaluate()`` or save from inside a step (a callback placed before
     this one) waits only for the steps before it, and the step still ends
@@ -67,24 +69,33 @@ class ThrottleCallback(ThrottleHooks, TrainerCallback):  # type: ignore[misc]
 
     def __init__(self, depth: int | None = 2, **throttle_options: Any) -> None:
         super().__init__(depth, **throttle_options)
-        self._handle: Any = None  # the forward hook on the model
-        self._pre_handle: Any = None  # its forward pre-hook: the "forward" section's start
-        self._collective = False  # several processes: backward holds DDP's all-reduce
-        self._losses: list[Any] = []  # this step's micro-batch losses, on the device
-        self._normalized = False  # the Trainer passed num_items_in_batch: each loss is over the whole step
-        self._processes = 1  # the Trainer multiplies such losses by this (average_tokens_across_devices)
+        # the forward hook on the model
+        self._handle: Any = None
+        # its forward pre-hook: the "forward" section's start
+        self._pre_handle: Any = None
+        # several processes: backward holds DDP's all-reduce
+        self._collective = False
+        # this step's micro-batch losses, on the device
+        self._losses: list[Any] = []
+        # the Trainer passed num_items_in_batch: each loss is over the whole step
+        self._normalized = False
+        # the Trainer multiplies such losses by this (average_tokens_across_devices)
+        self._processes = 1
         self._thread: int | None = None
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self._losses = []
 
-    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        self.abandon(self._began)  # after a train() that raised: its pass ended when its last step began
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None,
+                       **kwargs: Any) -> None:
+        # after a train() that raised: its pass ended when its last step began
+        self.abandon(self._began)
         self._losses = []
         self._thread = threading.get_ident()
         self._processes = _loss_scale(args)
-        for key, message in transformers_advice(args, nonfinite=self._options.get("nonfinite", "warn")):
+        for key, message in transformers_advice(args,
+                                                nonfinite=self._options.get("nonfinite", "warn")):
             self.advise(key, message)
         if self._handle is not None:
             self._handle.remove()
@@ -140,7 +151,8 @@ class ThrottleCallback(ThrottleHooks, TrainerCallback):  # type: ignore[misc]
         """The model's forward hook: keep the micro-batch's loss tensor (detached; no sync)."""
         if not (self.step_open and module.training and threading.get_ident() == self._thread):
             return
-        self.phase("backward", collective=self._collective)  # what follows a micro-batch's forward
+        # what follows a micro-batch's forward
+        self.phase("backward", collective=self._collective)
         loss = output.get("loss") if isinstance(output, Mapping) else None
         if isinstance(loss, torch.Tensor):
             self._losses.append(loss.detach())
@@ -148,7 +160,8 @@ class ThrottleCallback(ThrottleHooks, TrainerCallback):  # type: ignore[misc]
 
 
 def step_loss(losses: Sequence[Any], *, normalized: bool, processes: int = 1) -> Any:
-    """An optimizer step's loss as the Trainer logs it, from the model's micro-batch losses; never syncs.
+    """An optimizer step's loss as the Trainer logs it, from the model's micro-batch losses; never
+    syncs.
 
     The Trainer adds each micro-batch's training loss into the logged loss.
     A model that got ``num_items_in_batch`` (``normalized``) returns a loss
@@ -170,12 +183,14 @@ def step_loss(losses: Sequence[Any], *, normalized: bool, processes: int = 1) ->
         return None
     if len(losses) == 1 and not (normalized and processes != 1):
         return losses[0]
-    stacked = torch.stack([value.float() for value in losses])  # enqueued on the device: no sync
+    # enqueued on the device: no sync
+    stacked = torch.stack([value.float() for value in losses])
     return stacked.sum() * processes if normalized else stacked.mean()
 
 
 def _loss_scale(args: Any) -> int:
-    """What the Trainer multiplies a ``num_items_in_batch``-normalized loss by: the data-parallel processes."""
+    """What the Trainer multiplies a ``num_items_in_batch``-normalized loss by: the data-parallel
+    processes."""
     if getattr(args, "average_tokens_across_devices", False):
         return max(1, int(getattr(args, "world_size", 1)))
     return 1
@@ -197,27 +212,32 @@ def transformers_advice(args: Any, *, nonfinite: str | None = "warn") -> list[tu
     advice = _copy_advice(args)
     if getattr(args, "logging_nan_inf_filter", False):
         report = ("the callback still reports a NaN/Inf step loss (asyncthrottle.NonFiniteWarning, "
-                  "stats.nonfinite; nonfinite='raise' stops training) from the loss it already brings to the host, "
-                  "without that sync" if nonfinite is not None else
-                  "a NaN/Inf loss then shows in the logged loss instead of being skipped; the callback's "
-                  "nonfinite='warn' (its default, off here) would report it without a sync")
-        advice.append(("nan_inf_filter", "TrainingArguments(logging_nan_inf_filter=True), the default, syncs the "
-                       "host with the device once per micro-batch to run `torch.isnan(loss) or torch.isinf(loss)` "
-                       "(two bool() calls on device tensors), which makes the throttle moot. Pass "
+                  "stats.nonfinite; nonfinite='raise' stops training) from the loss it already "
+                  "brings to the host, without that sync" if nonfinite is not None else
+                  "a NaN/Inf loss then shows in the logged loss instead of being skipped; the "
+                  "callback's nonfinite='warn' (its default, off here) would report it without a "
+                  "sync")
+        advice.append(("nan_inf_filter", "TrainingArguments(logging_nan_inf_filter=True), the "
+                       "default, syncs the host with the device once per micro-batch to run "
+                       "`torch.isnan(loss) or torch.isinf(loss)` (two bool() calls on device "
+                       "tensors), which makes the throttle moot. Pass "
                        f"logging_nan_inf_filter=False: {report}"))
     tokens = getattr(args, "include_num_input_tokens_seen", "no")
     if tokens not in ("no", False, None):
-        advice.append(("tokens_seen", f"TrainingArguments(include_num_input_tokens_seen={tokens!r}) gathers the token "
-                       "count and calls .item() on it every micro-batch (a host-device sync): pass "
-                       "include_num_input_tokens_seen='no', or count tokens on the host from the batches' shapes"))
+        advice.append(("tokens_seen", f"TrainingArguments(include_num_input_tokens_seen={tokens!r})"
+                       " gathers the token count and calls .item() on it every micro-batch (a "
+                       "host-device sync): pass include_num_input_tokens_seen='no', or count "
+                       "tokens on the host from the batches' shapes"))
     return advice
 
 
-_PINNED = ("cuda", "xpu", "npu", "hpu")  # devices whose host-to-device copies overlap only from pinned memory
+# devices whose host-to-device copies overlap only from pinned memory
+_PINNED = ("cuda", "xpu", "npu", "hpu")
 
 
 def _copy_advice(args: Any) -> list[tuple[str, str]]:
-    """Blocking host-to-device copies of each micro-batch (accelerate's ``send_to_device``), on an accelerator."""
+    """Blocking host-to-device copies of each micro-batch (accelerate's ``send_to_device``), on an
+    accelerator."""
     kind = getattr(getattr(args, "device", None), "type", "cpu")
     non_blocking = bool(getattr(getattr(args, "accelerator_config", None), "non_blocking", False))
     pinned = bool(getattr(args, "dataloader_pin_memory", False))
@@ -225,7 +245,8 @@ def _copy_advice(args: Any) -> list[tuple[str, str]]:
         return []
     off = [name for name, on in (('accelerator_config={"non_blocking": True}', non_blocking),
                                  ("dataloader_pin_memory=True", pinned)) if not on]
-    return [("blocking_copies", f"TrainingArguments without {' and '.join(off)}: accelerate copies every tensor of "
-             f"every micro-batch to the {kind} device blocking (send_to_device without non_blocking), a host-device "
-             'sync per tensor. Pass accelerator_config={"non_blocking": True} and dataloader_pin_memory=True (the '
+    return [("blocking_copies", f"TrainingArguments without {' and '.join(off)}: accelerate copies "
+             f"every tensor of every micro-batch to the {kind} device blocking (send_to_device "
+             "without non_blocking), a host-device sync per tensor. Pass "
+             'accelerator_config={"non_blocking": True} and dataloader_pin_memory=True (the '
              "default): the copies then overlap the device's work")]

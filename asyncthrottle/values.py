@@ -1,4 +1,5 @@
-"""Deferred values: snapshots of a step's values on their way to the host, delivered in step order once it completes."""
+"""Deferred values: snapshots of a step's values on their way to the host, delivered in step order
+once it completes."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ if TYPE_CHECKING:
     from .core.rule import Core
 
 OnComplete = Callable[[int, dict[str, Any]], None]
-UNBOUNDED_STEPS = 4  # steps of ring slots kept when depth=None bounds nothing
+# steps of ring slots kept when depth=None bounds nothing
+UNBOUNDED_STEPS = 4
 
 
 def _map(value: Any, leaf: Callable[[Any], Any]) -> Any:
-    """``value`` with ``leaf`` applied to every leaf of its mappings, lists, tuples, namedtuples and dataclasses.
+    """``value`` with ``leaf`` applied to every leaf of its mappings, lists, tuples, namedtuples and
+    dataclasses.
 
     Containers are rebuilt without running their ``__init__``: a dict
     subclass or a ``UserDict`` (transformers' ``BatchEncoding``) is a shallow
@@ -34,20 +37,24 @@ def _map(value: Any, leaf: Callable[[Any], Any]) -> Any:
         if type(value) is dict:
             return mapped
         return _rebuild_mapping(value, mapped)
-    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
+    # a namedtuple
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
         return type(value)(*(_map(item, leaf) for item in value))
     if isinstance(value, (list, tuple)):
         return type(value)(_map(item, leaf) for item in value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # an instance, not the class
+    # an instance, not the class
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
         rebuilt = copy.copy(value)
         for field in dataclasses.fields(value):
-            object.__setattr__(rebuilt, field.name, _map(getattr(value, field.name), leaf))  # frozen ones too
+            # frozen ones too
+            object.__setattr__(rebuilt, field.name, _map(getattr(value, field.name), leaf))
         return rebuilt
     return leaf(value)
 
 
 def _rebuild_mapping(value: Mapping[Any, Any], mapped: dict[Any, Any]) -> Any:
-    """A mapping of ``value``'s type holding ``mapped``, keeping ``value``'s other state where it can."""
+    """A mapping of ``value``'s type holding ``mapped``, keeping ``value``'s other state where it
+    can."""
     try:
         if isinstance(value, UserDict):
             out: Any = copy.copy(value)
@@ -59,7 +66,8 @@ def _rebuild_mapping(value: Mapping[Any, Any], mapped: dict[Any, Any]) -> Any:
             dict.update(out, mapped)
             return out
         return type(value)(mapped)  # type: ignore[call-arg]
-    except Exception:  # a type that cannot be copied or built from a dict
+    except Exception:
+        # a type that cannot be copied or built from a dict
         return mapped
 
 
@@ -80,36 +88,45 @@ class Snapshot:
 
     __slots__ = ("copy", "held", "owner", "ringed", "synchronous")
 
-    def __init__(self, synchronous: bool, copy: bool = False, owner: Completions | None = None) -> None:
+    def __init__(self, synchronous: bool, copy: bool = False,
+                 owner: Completions | None = None) -> None:
         self.synchronous, self.copy, self.owner = synchronous, copy, owner
-        self.held: list[Any] = []  # JAX arrays held as they are: a donation can delete them
-        self.ringed = False  # a leaf is a view into the pinned ring, copied out when its step retires
+        # JAX arrays held as they are: a donation can delete them
+        self.held: list[Any] = []
+        # a leaf is a view into the pinned ring, copied out when its step retires
+        self.ringed = False
 
     def __call__(self, value: Any) -> Any:
-        torch = sys.modules.get("torch")  # a tensor exists only if torch was imported
+        # a tensor exists only if torch was imported
+        torch = sys.modules.get("torch")
         if torch is not None and isinstance(value, torch.Tensor):
             return self._tensor(torch, value.detach())
-        if hasattr(value, "copy_to_host_async"):  # a JAX array
+        # a JAX array
+        if hasattr(value, "copy_to_host_async"):
             return self._jax(value)
         numpy = sys.modules.get("numpy")
         if numpy is not None and isinstance(value, numpy.ndarray):
-            return value.copy()  # a snapshot: the caller may update the array in place
+            # a snapshot: the caller may update the array in place
+            return value.copy()
         return value
 
     def _jax(self, array: Any) -> Any:
         if self.copy and hasattr(array, "copy"):
-            array = array.copy()  # dispatched, never blocks; nobody else holds it, so nobody donates it
+            # dispatched, never blocks; nobody else holds it, so nobody donates it
+            array = array.copy()
         else:
             self.held.append(array)
         if _jax_off_cpu():
-            array.copy_to_host_async()  # starts the device-to-host copy; on the CPU it would buy nothing
+            # starts the device-to-host copy; on the CPU it would buy nothing
+            array.copy_to_host_async()
         return array
 
     def _tensor(self, torch: Any, tensor: Any) -> Any:
         if tensor.device.type == "cpu":
-            return tensor.clone()  # a snapshot: the caller may update the tensor in place
+            # a snapshot: the caller may update the tensor in place
+            return tensor.clone()
         if self.synchronous:
-            return tensor.to("cpu")  # host-device sync: nothing orders a non-blocking copy on this throttle
+            return tensor.to("cpu")  # host-device sync: no order for a non-blocking copy here
         if tensor.device.type == "cuda" and self.owner is not None:
             host = self.owner._ring_copy(tensor)
             if host is not None:
@@ -119,11 +136,13 @@ class Snapshot:
         return tensor.to("cpu", non_blocking=True)
 
 
-_OFF_CPU: list[bool] = []  # [whether JAX's default backend is not the CPU], once asked
+# [whether JAX's default backend is not the CPU], once asked
+_OFF_CPU: list[bool] = []
 
 
 def _jax_off_cpu() -> bool:
-    """Whether JAX runs off the CPU here (a GPU or TPU is its default backend); asked once per process."""
+    """Whether JAX runs off the CPU here (a GPU or TPU is its default backend); asked once per
+    process."""
     if not _OFF_CPU:
         _OFF_CPU.append(sys.modules["jax"].default_backend() != "cpu")
     return _OFF_CPU[0]
@@ -150,7 +169,8 @@ def _host_leaf(value: Any) -> Any:
 
 
 def _unring_leaf(value: Any) -> Any:
-    """A leaf of a snapshot with ring views: tensors are copied out of the ring (its slot is reused)."""
+    """A leaf of a snapshot with ring views: tensors are copied out of the ring (its slot is
+    reused)."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
         return value.clone()
@@ -158,7 +178,8 @@ def _unring_leaf(value: Any) -> Any:
 
 
 class DonatedValueError(RuntimeError):
-    """A deferred JAX array was donated to a jitted call before its step completed: its value is lost.
+    """A deferred JAX array was donated to a jitted call before its step completed: its value is
+    lost.
 
     Raised by ``Deferred.get()`` and by the throttle call that delivers the
     step (the hand-out, ``drain()`` or wait that retires it), after the step's
@@ -172,13 +193,14 @@ class DonatedValueError(RuntimeError):
 
     def __init__(self, step: int, name: str, seen_at: int | None) -> None:
         self.step, self.name, self.seen_at = step, name, seen_at
-        seen = f"seen at the end of step {seen_at}" if seen_at is not None else "seen when the step was delivered"
+        seen = (f"seen at the end of step {seen_at}" if seen_at is not None
+                else "seen when the step was delivered")
         super().__init__(
-            f"the value {name!r} deferred in step {step} was donated before step {step} completed ({seen}): "
-            "a jitted call with donate_argnums/donate_argnames took its buffer, and JAX keeps no host copy of a "
-            "donated array, so the value is lost; defer an array that no later call donates (the step's loss "
-            f"output rather than its donated state), or defer a device copy: thr.defer(value, name={name!r}, "
-            "copy=True)"
+            f"the value {name!r} deferred in step {step} was donated before step {step} completed "
+            f"({seen}): a jitted call with donate_argnums/donate_argnames took its buffer, and JAX "
+            "keeps no host copy of a donated array, so the value is lost; defer an array that no "
+            "later call donates (the step's loss output rather than its donated state), or defer a "
+            f"device copy: thr.defer(value, name={name!r}, copy=True)"
         )
 
 
@@ -197,25 +219,35 @@ class Deferred:
         unnamed: ``defer()`` chose the name (``"value"``, ``"value_1"``, ...).
     """
 
-    __slots__ = ("_done", "_dropped", "_event", "_held", "_host", "_lost", "_ringed", "_settled", "_wait", "name",
-                 "step", "unnamed")
+    __slots__ = (
+        "_done", "_dropped", "_event", "_held", "_host", "_lost", "_ringed", "_settled", "_wait",
+        "name", "step", "unnamed",
+    )
 
     def __init__(
-        self, step: int, name: str, host: Any, wait: Callable[[Deferred], None], *, unnamed: bool = False,
-        held: list[Any] | None = None, ringed: bool = False,
+        self, step: int, name: str, host: Any, wait: Callable[[Deferred], None], *,
+        unnamed: bool = False, held: list[Any] | None = None, ringed: bool = False,
     ) -> None:
         self.step, self.name, self.unnamed = step, name, unnamed
         self._host, self._wait = host, wait
-        self._event: Event | None = None  # the step's event, once recorded
-        self._done = False  # the step was seen complete
-        self._dropped = False  # the step ended without an event: the value never arrives
-        self._held = held  # JAX arrays held as they are, until the value is on the host
-        self._ringed = ringed  # leaves are views into the pinned ring, until the value is on the host
-        self._settled = False  # _host holds the value on the host
-        self._lost: DonatedValueError | None = None  # a held array was donated before its step completed
+        # the step's event, once recorded
+        self._event: Event | None = None
+        # the step was seen complete
+        self._done = False
+        # the step ended without an event: the value never arrives
+        self._dropped = False
+        # JAX arrays held as they are, until the value is on the host
+        self._held = held
+        # leaves are views into the pinned ring, until the value is on the host
+        self._ringed = ringed
+        # _host holds the value on the host
+        self._settled = False
+        # a held array was donated before its step completed
+        self._lost: DonatedValueError | None = None
 
     def _donated(self, seen_at: int | None) -> bool:
-        """Whether a held array was deleted (donated); the first time, remembers where it was seen. 0.05 us each."""
+        """Whether a held array was deleted (donated); the first time, remembers where it was seen.
+        0.05 us each."""
         if self._lost is None:
             held = self._held
             if not held or not any(array.is_deleted() for array in held):
@@ -224,7 +256,8 @@ class Deferred:
         return True
 
     def _settle(self) -> Any:
-        """The value on the host, made once the step is complete (the device arrays and ring slot are let go)."""
+        """The value on the host, made once the step is complete (the device arrays and ring slot
+        are let go)."""
         if not self._settled:
             self._host = _map(self._host, _unring_leaf if self._ringed else _host_leaf)
             self._settled, self._held = True, None
@@ -232,7 +265,8 @@ class Deferred:
 
     def _recorded(self, event: Event | None) -> None:
         self._event = event
-        self._done = event is None  # a synchronous step is complete as it is recorded
+        # a synchronous step is complete as it is recorded
+        self._done = event is None
 
     def ready(self) -> bool:
         """True once the step is complete (never for a dropped value). Queries; never blocks."""
@@ -253,8 +287,8 @@ class Deferred:
         """
         if self._dropped:
             raise RuntimeError(
-                f"the value {self.name!r} of step {self.step} will never arrive: its step ended without an "
-                "event (its body raised, or its event could not be recorded)"
+                f"the value {self.name!r} of step {self.step} will never arrive: its step ended "
+                "without an event (its body raised, or its event could not be recorded)"
             )
         if not self.ready():
             self._wait(self)
@@ -294,17 +328,26 @@ class Completions:
 
     def __init__(self, core: Core, wait: Callable[[Deferred], None]) -> None:
         self.core, self._wait = core, wait
-        self.open: list[Deferred] = []  # the current step's values, until it is recorded
-        self.stream_keys: list[Any] = []  # keys of the CUDA streams the current step's copies were enqueued on
-        self.holding: deque[Deferred] = deque()  # unretired values holding JAX arrays, in step order
-        self.ring: Any = None  # the PinnedRing of CUDA snapshots, made at the first CUDA tensor
-        self.model: Any = None  # its CudaSnapshots (pinned buffers, stream keys)
-        self._ring_leaves = 0  # ring copies in the current step
-        self._ring_per_step = 1  # the most ring copies one step made
-        self.recorded: deque[tuple[int, list[Deferred]]] = deque()  # recorded steps' values, until retired
+        # the current step's values, until it is recorded
+        self.open: list[Deferred] = []
+        # keys of the CUDA streams the current step's copies were enqueued on
+        self.stream_keys: list[Any] = []
+        # unretired values holding JAX arrays, in step order
+        self.holding: deque[Deferred] = deque()
+        # the PinnedRing of CUDA snapshots, made at the first CUDA tensor
+        self.ring: Any = None
+        # its CudaSnapshots (pinned buffers, stream keys)
+        self.model: Any = None
+        # ring copies in the current step
+        self._ring_leaves = 0
+        # the most ring copies one step made
+        self._ring_per_step = 1
+        # recorded steps' values, until retired
+        self.recorded: deque[tuple[int, list[Deferred]]] = deque()
         self.latest: dict[str, Any] = {}
         self.callbacks: list[OnComplete] = []
-        self.listeners: list[OnComplete] = []  # the parts' (see :meth:`listen`)
+        # the parts' (see :meth:`listen`)
+        self.listeners: list[OnComplete] = []
         self._subscribed = False
 
     def defer(self, value: Any, name: str | None, copy: bool = False) -> Deferred:
@@ -314,32 +357,36 @@ class Completions:
         unnamed = name is None
         open_ = self.open
         taken = {deferred.name for deferred in open_}
-        if name is None:  # "value", then "value_1", ...: the first default name no value of the step has
+        # "value", then "value_1", ...: the first default name no value of the step has
+        if name is None:
             k = sum(1 for deferred in open_ if deferred.unnamed)
             name = "value" if not k else f"value_{k}"
             while name in taken:
                 k += 1
                 name = f"value_{k}"
-        elif name in taken and any(deferred.unnamed and deferred.name == name for deferred in open_):
+        elif name in taken and any(deferred.unnamed and deferred.name == name
+                                   for deferred in open_):
             raise ValueError(
-                f"defer(name={name!r}): an unnamed value of this step already has the default name {name!r}; "
-                "name that value too, or pick another name"
+                f"defer(name={name!r}): an unnamed value of this step already has the default name "
+                f"{name!r}; name that value too, or pick another name"
             )
         if copy is not False and copy is not True:
             raise TypeError(f"defer() copy must be True or False, got {copy!r}")
         copier = Snapshot(self.core.synchronous, copy, self)
         host = _map(value, copier)
-        deferred = Deferred(self.core.steps, name, host, self._wait, unnamed=unnamed, held=copier.held or None,
-                            ringed=copier.ringed)
+        deferred = Deferred(self.core.steps, name, host, self._wait, unnamed=unnamed,
+                            held=copier.held or None, ringed=copier.ringed)
         open_.append(deferred)
         return deferred
 
     def _ring_copy(self, tensor: Any) -> Any:
-        """Enqueue ``tensor``'s copy into a ring slot on the current stream; None: torch pins it (no free slot)."""
+        """Enqueue ``tensor``'s copy into a ring slot on the current stream; None: torch pins it (no
+        free slot)."""
         ring, model = self.ring, self.model
         if ring is None:
+            # here, not at the top: prefetch imports this module
             from .backends.snapshots import CudaSnapshots
-            from .parts.prefetch import PinnedRing  # here: prefetch imports this module
+            from .parts.prefetch import PinnedRing
 
             self.model = model = CudaSnapshots()
             self.ring = ring = PinnedRing(model, self._ring_limit)  # type: ignore[arg-type]  # pin and event only
@@ -367,7 +414,8 @@ class Completions:
         self.callbacks.append(callback)
 
     def listen(self, listener: OnComplete) -> None:
-        """A part hears ``listener(step, values)`` for every step, before the ``on_complete`` callbacks.
+        """A part hears ``listener(step, values)`` for every step, before the ``on_complete``
+        callbacks.
 
         It does not subscribe to the core: a throttle that defers nothing has nothing to tell it.
         """
@@ -377,10 +425,12 @@ class Completions:
         try:
             self.callbacks.remove(callback)
         except ValueError:
-            raise ValueError(f"{callback!r} is not registered with on_complete(); nothing to remove") from None
+            raise ValueError(f"{callback!r} is not registered with on_complete(); nothing to "
+                             "remove") from None
 
     def on_drop(self, step: int) -> None:
-        """The current step ended without an event: its values will never arrive (``get()`` says so)."""
+        """The current step ended without an event: its values will never arrive (``get()`` says
+        so)."""
         for deferred in self.open:
             deferred._dropped = True
         self.open, self.stream_keys, self._ring_leaves = [], [], 0
@@ -388,7 +438,8 @@ class Completions:
     # -- the core's notifications -----------------------------------------------
 
     def before_record(self, step: int, event: Event) -> None:
-        """Order the step's event after the copies enqueued on other CUDA streams (no ``Stream`` made otherwise)."""
+        """Order the step's event after the copies enqueued on other CUDA streams (no ``Stream``
+        made otherwise)."""
         keys = self.stream_keys
         if not keys:
             return
@@ -399,7 +450,8 @@ class Completions:
         model = self.model
         on_current = getattr(event, "records_on_current", False)
         for key in keys:
-            if not (on_current and key == model.stream_key(key[1])):  # the stream the event records on
+            # the stream the event records on
+            if not (on_current and key == model.stream_key(key[1])):
                 join(model.stream(key))
 
     def on_record(self, step: int, event: Event | None, now: float) -> None:
@@ -413,7 +465,8 @@ class Completions:
         if self._ring_leaves:
             self._ring_per_step = max(self._ring_per_step, self._ring_leaves)
             self._ring_leaves = 0
-        for deferred in holding:  # a donation in this step's body is seen here: 0.05 us an array
+        # a donation in this step's body is seen here: 0.05 us an array
+        for deferred in holding:
             deferred._donated(step)
 
     def on_retire(self, step: int) -> None:
@@ -427,19 +480,25 @@ class Completions:
         error: Exception | None = None
         for deferred in deferreds:
             deferred._done = True
-            deferred._event = None  # a value kept by the user does not keep its step's event from reuse
+            # a value kept by the user does not keep its step's event from reuse
+            deferred._event = None
             if deferred._donated(None):
-                error = error or deferred._lost  # raised once the step's other values are delivered
+                # raised once the step's other values are delivered
+                error = error or deferred._lost
                 continue
-            gathered.setdefault(deferred.name, []).append(deferred._settle())  # the step is complete: no wait
+            # the step is complete: no wait
+            gathered.setdefault(deferred.name, []).append(deferred._settle())
         if self.ring is not None:
-            self.ring.retire(step)  # after the settles: their values were copied out of the slots
+            # after the settles: their values were copied out of the slots
+            self.ring.retire(step)
         values = {name: found[0] if len(found) == 1 else found for name, found in gathered.items()}
         self.latest.update(values)
-        for callback in (*self.listeners, *self.callbacks):  # a copy: a callback may remove itself or another
+        # a copy: a callback may remove itself or another
+        for callback in (*self.listeners, *self.callbacks):
             try:
                 callback(step, values)
-            except Exception as exc:  # every callback sees every step; the first error is raised after
+            except Exception as exc:
+                # every callback sees every step; the first error is raised after
                 error = error or exc
         if error is not None:
             raise error

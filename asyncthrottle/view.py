@@ -10,14 +10,16 @@ if TYPE_CHECKING:
     from .throttle import Throttle
 
 T = TypeVar("T")
-_EMPTY: Any = object()  # no batch held
-_OWN = ("throttle", "source", "progress")  # the view's own attributes; every other one is the source's
+# no batch held
+_EMPTY: Any = object()
+# the view's own attributes; every other one is the source's
+_OWN = ("throttle", "source", "progress")
 
 # The throttle's public API, forwarded by name; everything else comes from the source.
 _FORWARDED = (
-    "begin_step", "defer", "depth", "drain", "end_step", "export_trace", "in_flight", "latest", "mark",
-    "on_complete", "remove_on_complete", "section", "stats", "step", "subscribe", "summary", "synchronous",
-    "unsubscribe",
+    "begin_step", "defer", "depth", "drain", "end_step", "export_trace", "in_flight", "latest",
+    "mark", "on_complete", "remove_on_complete", "section", "stats", "step", "subscribe", "summary",
+    "synchronous", "unsubscribe",
 )
 
 
@@ -37,9 +39,12 @@ class Throttled(Generic[T]):
 
     def __init__(self, throttle: Throttle, source: Iterable[T], *, progress: Any = False) -> None:
         if not isinstance(source, Iterable):
-            raise TypeError(f"throttle() needs an iterable such as a DataLoader, got {type(source).__name__}")
-        if not (progress in (False, None, True) or isinstance(progress, dict) or callable(progress)):
-            raise TypeError(f"progress must be True, False, a dict of tqdm options or a tqdm class, got {progress!r}")
+            raise TypeError("throttle() needs an iterable such as a DataLoader, got "
+                            f"{type(source).__name__}")
+        if not (progress in (False, None, True) or isinstance(progress, dict)
+                or callable(progress)):
+            raise TypeError("progress must be True, False, a dict of tqdm options or a tqdm class, "
+                            f"got {progress!r}")
         object.__setattr__(self, "throttle", throttle)
         object.__setattr__(self, "source", source)
         object.__setattr__(self, "progress", progress)
@@ -59,21 +64,25 @@ class Throttled(Generic[T]):
             raise TypeError(f"the wrapped {type(self.source).__name__} has no len()") from None
 
     def __bool__(self) -> bool:
-        """The source's truth (an empty list is falsy); a source with no length (a generator) is truthy."""
+        """The source's truth (an empty list is falsy); a source with no length (a generator) is
+        truthy."""
         try:
             return bool(self.source)
-        except TypeError:  # e.g. a DataLoader over an IterableDataset: no len(), still something to iterate
+        except TypeError:
+            # e.g. a DataLoader over an IterableDataset: no len(), still something to iterate
             return True
 
     def __getattr__(self, name: str) -> Any:
-        if name in _OWN:  # not set yet (e.g. during unpickling)
+        # not set yet (e.g. during unpickling)
+        if name in _OWN:
             raise AttributeError(name)
         try:
             return getattr(self.source, name)
         except AttributeError:
             raise AttributeError(
-                f"{type(self).__name__} view has no attribute {name!r}: neither its Throttle's public API "
-                f"({', '.join(_FORWARDED)}) nor the wrapped {type(self.source).__name__} has it"
+                f"{type(self).__name__} view has no attribute {name!r}: neither its Throttle's "
+                f"public API ({', '.join(_FORWARDED)}) nor the wrapped "
+                f"{type(self.source).__name__} has it"
             ) from None
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -85,13 +94,15 @@ class Throttled(Generic[T]):
                 f"use view.throttle.{name} where the Throttle allows it"
             )
         else:
-            setattr(self.source, name, value)  # the view holds no state of the source's
+            # the view holds no state of the source's
+            setattr(self.source, name, value)
 
     def __delattr__(self, name: str) -> None:
         if name in _OWN or (name.startswith("__") and name.endswith("__")):
             object.__delattr__(self, name)
         elif name in _FORWARDED:
-            raise AttributeError(f"cannot delete {name!r} from a throttled view: it is the Throttle's")
+            raise AttributeError(f"cannot delete {name!r} from a throttled view: it is the "
+                                 "Throttle's")
         else:
             delattr(self.source, name)
 
@@ -112,7 +123,8 @@ for _name in _FORWARDED:
 
 
 def _length(source: object) -> int | None:
-    """``len(source)``, or None when it has none (an ``IterableDataset``'s DataLoader raises TypeError)."""
+    """``len(source)``, or None when it has none (an ``IterableDataset``'s DataLoader raises
+    TypeError)."""
     try:
         return len(source)  # type: ignore[arg-type]
     except TypeError:
@@ -141,22 +153,26 @@ class Pass(Iterator[T], Generic[T]):
     """
 
     __slots__ = (
-        "__weakref__", "_admit", "_admits", "_bar", "_clock", "_fetch_hooks", "_held", "_host", "_it", "_open",
-        "_prefetch", "_record", "_source", "_state", "_thr",
+        "__weakref__", "_admit", "_admits", "_bar", "_clock", "_fetch_hooks", "_held", "_host",
+        "_it", "_open", "_prefetch", "_record", "_source", "_state", "_thr",
     )
 
     def __init__(self, throttle: Throttle, source: Iterable[T], bar: Bar | None = None) -> None:
         self._thr, self._source, self._bar = throttle, source, bar
         self._it: Iterator[T] | None = None
         self._held: Any = _EMPTY
-        self._open = False  # a batch was handed out and its step is not recorded yet
-        self._state = "new"  # new -> running -> done
+        # a batch was handed out and its step is not recorded yet
+        self._open = False
+        # new -> running -> done
+        self._state = "new"
         core = throttle._core
         self._clock, self._record, self._admit = throttle._clock, core.record, core.admit
         self._fetch_hooks = core.on_fetch
         self._host = throttle._host
-        self._prefetch = throttle._prefetch  # to=: moves each batch to the device as it is fetched
-        self._admits = not core.synchronous or bool(core.on_handout)  # a synchronous core admits at once
+        # to=: moves each batch to the device as it is fetched
+        self._prefetch = throttle._prefetch
+        # a synchronous core admits at once
+        self._admits = not core.synchronous or bool(core.on_handout)
 
     def __iter__(self) -> Pass[T]:
         return self
@@ -164,7 +180,8 @@ class Pass(Iterator[T], Generic[T]):
     def __next__(self) -> T:
         clock = self._clock
         now = clock()
-        if self._open:  # the loop body of the step handed out last is done
+        # the loop body of the step handed out last is done
+        if self._open:
             self._open = False
             self._record(now)
         elif self._state != "running":
@@ -177,11 +194,13 @@ class Pass(Iterator[T], Generic[T]):
                 self._host.fetched(self._thr._core.steps, now, clock() - now)
                 self._finish()
                 raise
-            except BaseException:  # the source raised: the time it took was still fetching
+            except BaseException:
+                # the source raised: the time it took was still fetching
                 self._host.fetched(self._thr._core.steps, now, clock() - now)
                 raise
             if self._prefetch is not None:
-                item = self._copy(item)  # issued before the wait: the copy overlaps the step before
+                # issued before the wait: the copy overlaps the step before
+                item = self._copy(item)
             seconds = clock() - now
             if self._fetch_hooks:
                 self._host.fetched(self._thr._core.steps, now, seconds)
@@ -189,12 +208,14 @@ class Pass(Iterator[T], Generic[T]):
                 self._host.fetch_s += seconds
         else:
             self._held = _EMPTY
-            if type(item) is _Fetched:  # its copy was interrupted: copy it now
+            # its copy was interrupted: copy it now
+            if type(item) is _Fetched:
                 item = self._copy(item.batch)
         if self._admits:
             try:
                 self._admit()
-            except BaseException:  # a timeout or Ctrl-C in the wait: keep the batch for the next next()
+            except BaseException:
+                # a timeout or Ctrl-C in the wait: keep the batch for the next next()
                 self._held = item
                 raise
         self._open = True
@@ -203,7 +224,8 @@ class Pass(Iterator[T], Generic[T]):
     def _copy(self, batch: Any) -> Any:
         try:
             return self._prefetch(batch)  # type: ignore[misc]
-        except BaseException:  # Ctrl-C or a device error mid-copy: keep the host batch for the next next()
+        except BaseException:
+            # Ctrl-C or a device error mid-copy: keep the host batch for the next next()
             self._held = _Fetched(batch)
             raise
 
@@ -216,7 +238,8 @@ class Pass(Iterator[T], Generic[T]):
             self._leave()
 
     def _supersede(self) -> None:
-        """A new pass over the throttle starts in this thread: end this one; asking it for more is an error."""
+        """A new pass over the throttle starts in this thread: end this one; asking it for more is
+        an error."""
         self._leave()
         self._state = "superseded"
 
@@ -225,9 +248,10 @@ class Pass(Iterator[T], Generic[T]):
             raise StopIteration
         if self._state == "superseded":
             raise RuntimeError(
-                "this loop over a throttled view was ended by a new loop over the same Throttle (a nested "
-                "`for` over the view, zip(view, view), or a second iter()); one Throttle serves one loop "
-                "at a time: give the inner loop its own Throttle, or iterate the source itself"
+                "this loop over a throttled view was ended by a new loop over the same Throttle (a "
+                "nested `for` over the view, zip(view, view), or a second iter()); one Throttle "
+                "serves one loop at a time: give the inner loop its own Throttle, or iterate the "
+                "source itself"
             )
         self._thr._start_pass(self, now)
         self._state = "running"
@@ -237,7 +261,8 @@ class Pass(Iterator[T], Generic[T]):
         """The source is exhausted: drain (unless told not to) and end the pass."""
         thr = self._thr
         if thr._drain_at_end:
-            thr._core.drain()  # may raise a timeout: the pass stays open, the next next() drains again
+            # may raise a timeout: the pass stays open, the next next() drains again
+            thr._core.drain()
         self._state = "done"
         self._end()
 
@@ -256,7 +281,8 @@ class Pass(Iterator[T], Generic[T]):
         try:
             if self._open:
                 self._open = False
-                thr._core.record(thr._clock())  # the step's work is enqueued; recording never blocks
+                # the step's work is enqueued; recording never blocks
+                thr._core.record(thr._clock())
         finally:
             self._end()
 

@@ -1,4 +1,5 @@
-"""Run examples/mnist.py's train() once and print one ``RESULT {json}`` line (used by benchmarks/gpu.py)."""
+"""Run examples/mnist.py's train() once and print one ``RESULT {json}`` line (used by
+benchmarks/gpu.py)."""
 
 from __future__ import annotations
 
@@ -17,13 +18,17 @@ from asyncthrottle.backends.pinned import bytes_trusted, pinned_in_use  # noqa: 
 
 
 def memory_peaks() -> dict[str, int | None]:
-    """Peak pinned host memory held by live blocks and peak device memory allocated; None without CUDA stats."""
+    """Peak pinned host memory held by live blocks and peak device memory allocated; None without
+    CUDA stats."""
     if not torch.cuda.is_available():
         return {"pinned_peak_bytes": None, "device_peak_bytes": None}
-    stats_fn = getattr(torch.cuda, "host_memory_stats", None)  # torch >= 2.7
+    # torch >= 2.7
+    stats_fn = getattr(torch.cuda, "host_memory_stats", None)
     trusted = bytes_trusted(torch.__version__)
     pinned = None if stats_fn is None else pinned_in_use(stats_fn(), "peak", trust_bytes=trusted)
-    return {"pinned_peak_bytes": pinned, "device_peak_bytes": int(torch.cuda.max_memory_allocated())}
+    return {
+        "pinned_peak_bytes": pinned, "device_peak_bytes": int(torch.cuda.max_memory_allocated()),
+    }
 
 
 def main() -> int:

@@ -1,4 +1,5 @@
-"""The per-step overhead of two revisions of asyncthrottle, measured in one run: ``bench --overhead``'s loops.
+"""The per-step overhead of two revisions of asyncthrottle, measured in one run:
+``bench --overhead``'s loops.
 
 Usage: ``python benchmarks/compare_trees.py OLD_REV NEW_REV [--rounds 7] [--steps 100000]``
 
@@ -23,7 +24,9 @@ _ROUND = (
     "import json, sys; from asyncthrottle.bench.overhead import measure_overhead; "
     "print(json.dumps(measure_overhead(int(sys.argv[1]), 1)))"
 )
-_LOOPS = ("null_us", "noop_events_us", "timed_events_us", "timed_events_no_sampling_us", "reference_us")
+_LOOPS = (
+    "null_us", "noop_events_us", "timed_events_us", "timed_events_no_sampling_us", "reference_us",
+)
 
 
 def _export(rev: str, into: Path) -> Path:
@@ -38,8 +41,9 @@ def _export(rev: str, into: Path) -> Path:
 
 
 def _round(tree: Path, steps: int) -> dict[str, float]:
-    out = subprocess.run([sys.executable, "-c", _ROUND, str(steps)], cwd=tree, check=True, capture_output=True,
-                         text=True, env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"}).stdout
+    out = subprocess.run([sys.executable, "-c", _ROUND, str(steps)], cwd=tree, check=True,
+                         capture_output=True, text=True,
+                         env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"}).stdout
     result: dict[str, float] = json.loads(out)
     return result
 
@@ -58,8 +62,8 @@ def main() -> int:
             order = list(trees) if k % 2 == 0 else list(reversed(trees))
             for rev in order:
                 runs[rev].append(_round(trees[rev], args.steps))
-    print(f"per-step overhead over a bare loop, us (median of {args.rounds} alternating rounds [range]; "
-          f"{args.steps:,} steps, best of 3 loops each)")
+    print(f"per-step overhead over a bare loop, us (median of {args.rounds} alternating rounds "
+          f"[range]; {args.steps:,} steps, best of 3 loops each)")
     print(f"  {'loop':32} {args.old[:12]:>22} {args.new[:12]:>22}   new/old")
     for loop in _LOOPS:
         cells, medians = [], []
@@ -67,7 +71,9 @@ def main() -> int:
             values = [r[loop] for r in runs[rev] if loop in r]
             median = statistics.median(values) if values else float("nan")
             medians.append(median)
-            cells.append(f"{median:8.3f} [{min(values):.3f}..{max(values):.3f}]" if values else "n/a")
+            cells.append(
+                f"{median:8.3f} [{min(values):.3f}..{max(values):.3f}]" if values else "n/a"
+            )
         print(f"  {loop:32} {cells[0]:>22} {cells[1]:>22}   {medians[1] / medians[0]:.3f}")
     return 0
 

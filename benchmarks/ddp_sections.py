@@ -1,4 +1,5 @@
-"""Plain DDP on gloo, no accumulation: does ranks_every name the slow rank? Step times vs sections (#27).
+"""Plain DDP on gloo, no accumulation: does ranks_every name the slow rank? Step times vs sections
+(#27).
 
     python benchmarks/ddp_sections.py [--world 2] [--factor 2] [--steps 140] [--every 20]
 
@@ -26,8 +27,8 @@ from torch.nn.parallel import DistributedDataParallel
 import asyncthrottle as at
 
 
-def _loop(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, args: argparse.Namespace,
-          sections: bool) -> at.Stats:
+def _loop(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
+          args: argparse.Namespace, sections: bool) -> at.Stats:
     thr = at.Throttle(2, device="cpu", ranks_every=args.every)
     for _ in thr.wrap(range(args.steps)):
         if sections:
@@ -48,7 +49,8 @@ def _loop(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, a
 
 def _worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world)
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256))
     model = DistributedDataParallel(net)
@@ -66,12 +68,15 @@ def _worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--world", type=int, default=2)
-    p.add_argument("--factor", type=float, default=None, help="the slow rank's compute (default 2, 3 with 4 ranks)")
+    p.add_argument("--factor", type=float, default=None,
+                   help="the slow rank's compute (default 2, 3 with 4 ranks)")
     p.add_argument("--steps", type=int, default=140)
     p.add_argument("--every", type=int, default=20)
-    p.add_argument("--batch", type=int, default=512, help="the fast ranks' batch: large enough that compute dominates")
+    p.add_argument("--batch", type=int, default=512,
+                   help="the fast ranks' batch: large enough that compute dominates")
     p.add_argument("--out", default="/tmp/ddp_sections")
     args = p.parse_args(argv)
     if args.factor is None:
@@ -82,8 +87,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         port = int(s.getsockname()[1])
     mp.spawn(_worker, args=(args.world, port, args, args.out), nprocs=args.world, join=True)  # type: ignore[attr-defined,no-untyped-call]
     slow = args.world - 1
-    print(f"machine: {os.cpu_count()} CPUs; plain DDP, gloo, {args.world} ranks, rank {slow} x{args.factor:g} compute, "
-          f"ranks_every={args.every}, {args.steps} steps, no accumulation")
+    print(
+        f"machine: {os.cpu_count()} CPUs; plain DDP, gloo, {args.world} ranks, rank {slow} "
+        f"x{args.factor:g} compute, ranks_every={args.every}, {args.steps} steps, no accumulation"
+    )
     ok = True
     for kind in ("steps", "sections"):
         for rank in range(args.world):
@@ -95,7 +102,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                   + (f"; sections (ms) {named}" if named else ""))
             if kind == "sections":
                 others = [s for r, s in enumerate(scores) if r != slow]
-                ok &= seen["slowest"] == slow and scores[slow] <= 0.75 and all(scores[slow] <= 0.8 * s for s in others)
+                ok &= (seen["slowest"] == slow and scores[slow] <= 0.75
+                       and all(scores[slow] <= 0.8 * s for s in others))
                 if args.world == 2:
                     ok &= all(s >= 0.8 for s in others)
     print("targets met (sections):", ok)

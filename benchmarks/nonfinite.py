@@ -1,12 +1,18 @@
-"""What ``nonfinite="warn"`` (the default) costs a clean loop: the same deferred loop with the check off and on.
+"""What ``nonfinite="warn"`` (the default) costs a clean loop: the same deferred loop with the check
+off and on.
 
-Run: ``.venv/bin/python benchmarks/nonfinite.py [--rounds 9]``. In interleaved rounds, each loop runs once with
-``nonfinite=None`` and once with ``"warn"``; the figures are medians of the rounds (µs per step) and the ratio
+Run: ``.venv/bin/python benchmarks/nonfinite.py [--rounds 9]``. In interleaved rounds, each loop
+runs once with
+``nonfinite=None`` and once with ``"warn"``; the figures are medians of the rounds (µs per step) and
+the ratio
 is the speed with the check over without it (1.0: free). Loops:
 
-* ``jax-tiny``: JAX on the CPU, depth 2, a jitted ~50 µs step whose loss is deferred every step and written by
-  an ``on_complete`` callback (the values bench's loop; there the check is part of its ``defer`` mode);
-* ``fake-float``: the FakeDevice, a Python float deferred every step (the throttle's own cost, nothing else);
+* ``jax-tiny``: JAX on the CPU, depth 2, a jitted ~50 µs step whose loss is deferred every step and
+  written by
+  an ``on_complete`` callback (the values bench's loop; there the check is part of its ``defer``
+  mode);
+* ``fake-float``: the FakeDevice, a Python float deferred every step (the throttle's own cost,
+  nothing else);
 * ``fake-torch``: the FakeDevice, a 0-d CPU torch tensor deferred every step;
 * ``fake-dict``: the FakeDevice, a dict of a loss, a grad norm (0-d tensors) and an int step.
 """
@@ -26,7 +32,8 @@ sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]
 from asyncthrottle import Throttle
 from asyncthrottle.testing import FakeDevice
 
-Loop = Callable[[str | None], float]  # runs the loop with that nonfinite=, returns seconds per step
+# runs the loop with that nonfinite=, returns seconds per step
+Loop = Callable[[str | None], float]
 
 
 def jax_tiny(steps: int) -> Loop:
@@ -35,7 +42,10 @@ def jax_tiny(steps: int) -> Loop:
 
     k1, k2, k3 = jax.random.split(jax.random.key(0), 3)
     width, batch = 32, 320
-    params0 = {"w1": jax.random.normal(k1, (width, width)) * 0.1, "w2": jax.random.normal(k2, (width, 1)) * 0.1}
+    params0 = {
+        "w1": jax.random.normal(k1, (width, width)) * 0.1,
+        "w2": jax.random.normal(k2, (width, 1)) * 0.1,
+    }
     x = jax.random.normal(k3, (batch, width))
     y = jnp.sum(x, axis=1, keepdims=True)
 
@@ -78,7 +88,8 @@ def fake(steps: int, make: Callable[[int], Any]) -> Loop:
 
 
 def check_costs(values: dict[str, Any], repeat: int = 7, number: int = 20000) -> dict[str, float]:
-    """The check alone, per step: the best of ``repeat`` timings of the watch's ``look`` on each value (us)."""
+    """The check alone, per step: the best of ``repeat`` timings of the watch's ``look`` on each
+    value (us)."""
     import timeit
 
     from asyncthrottle.parts.nonfinite import NonFiniteWatch
@@ -108,19 +119,27 @@ def main(argv: list[str] | None = None) -> None:
         import torch
 
         loops["fake-torch"] = fake(args.steps, lambda i: torch.tensor(1.0 + i))
-        loops["fake-dict"] = fake(args.steps, lambda i: {"loss": torch.tensor(1.0 + i), "grad_norm": torch.tensor(
-            0.5), "step": i})
+        loops["fake-dict"] = fake(
+            args.steps,
+            lambda i: {"loss": torch.tensor(1.0 + i), "grad_norm": torch.tensor(0.5), "step": i},
+        )
     except ImportError:
         print("torch is not installed: fake-torch and fake-dict left out")
-    times: dict[tuple[str, str | None], list[float]] = {(name, m): [] for name in loops for m in (None, "warn")}
-    for loop in loops.values():  # warm-up
+    times: dict[tuple[str, str | None], list[float]] = {
+        (name, m): [] for name in loops for m in (None, "warn")
+    }
+    # warm-up
+    for loop in loops.values():
         loop(None), loop("warn")
     for r in range(args.rounds):
         for name, loop in loops.items():
-            for mode in ((None, "warn") if r % 2 == 0 else ("warn", None)):  # interleaved, alternating order
+            # interleaved, alternating order
+            for mode in ((None, "warn") if r % 2 == 0 else ("warn", None)):
                 times[(name, mode)].append(loop(mode))
-    print(f"python {platform.python_version()}, {platform.machine()}, {args.rounds} rounds of {args.steps} steps")
-    print(f"{'loop':<12} {'off (us/step)':>14} {'warn (us/step)':>15} {'added (us)':>11} {'speed':>7}")
+    print(f"python {platform.python_version()}, {platform.machine()}, {args.rounds} rounds of "
+          f"{args.steps} steps")
+    print(f"{'loop':<12} {'off (us/step)':>14} {'warn (us/step)':>15} {'added (us)':>11} "
+          f"{'speed':>7}")
     for name in loops:
         off = statistics.median(times[(name, None)]) * 1e6
         on = statistics.median(times[(name, "warn")]) * 1e6
@@ -135,8 +154,13 @@ def main(argv: list[str] | None = None) -> None:
     try:
         import torch
 
-        kinds |= {"torch 0-d": torch.tensor(1.0), "torch (1024,)": torch.ones(1024),
-                  "dict of 2 + int": {"loss": torch.tensor(1.0), "grad_norm": torch.tensor(0.5), "step": 3}}
+        kinds |= {
+            "torch 0-d": torch.tensor(1.0),
+            "torch (1024,)": torch.ones(1024),
+            "dict of 2 + int": {
+                "loss": torch.tensor(1.0), "grad_norm": torch.tensor(0.5), "step": 3,
+            },
+        }
     except ImportError:
         pass
     print("the check alone, per step (best of 7):")

@@ -1,4 +1,5 @@
-"""Make the pictures of docs/timelines.md on the simulated device (real time, a GIL-free child process; not a GPU).
+"""Make the pictures of docs/timelines.md on the simulated device (real time, a GIL-free child
+process; not a GPU).
 
     python docs/make_timelines.py            # writes docs/img/timeline-*.png (needs matplotlib)
 """
@@ -15,9 +16,9 @@ from asyncthrottle.plot import plot_trace
 from asyncthrottle.testing.procdevice import ProcessDevice
 
 OUT = Path(__file__).resolve().parent / "img"
-LOOPS = {  # name: (fetch ms, host body ms, device ms) per step
-    "device-bound": (0.2, 1.0, 4.0),
-    "input-bound": (4.0, 1.0, 1.0),
+# name: (fetch ms, host body ms, device ms) per step
+LOOPS = {
+    "device-bound": (0.2, 1.0, 4.0), "input-bound": (4.0, 1.0, 1.0),
 }
 
 
@@ -29,7 +30,8 @@ def _spin(seconds: float) -> None:
 
 def _source(n: int, fetch_s: float) -> Iterator[int]:
     for i in range(n):
-        _spin(fetch_s)  # loading in the main process (num_workers=0): the GIL is held
+        # loading in the main process (num_workers=0): the GIL is held
+        _spin(fetch_s)
         yield i
 
 
@@ -38,7 +40,8 @@ def make(name: str, steps: int = 150, depth: int = 2) -> Path:
     with ProcessDevice() as device:
         thr = at.Throttle(depth, events=device.event, trace=steps)
         for _ in thr.wrap(_source(steps, fetch_ms / 1000)):
-            _spin(body_ms / 1000)  # Python and kernel launches
+            # Python and kernel launches
+            _spin(body_ms / 1000)
             device.launch(device_ms / 1000)
     trace = OUT / f"timeline-{name}.json"
     thr.export_trace(trace)
@@ -52,6 +55,7 @@ def make(name: str, steps: int = 150, depth: int = 2) -> Path:
 
 
 if __name__ == "__main__":
-    sys.setswitchinterval(5e-5)  # the simulated worker needs the GIL to finish work; a GPU does not
+    # the simulated worker needs the GIL to finish work; a GPU does not
+    sys.setswitchinterval(5e-5)
     for loop in LOOPS:
         make(loop)

@@ -1,10 +1,16 @@
-"""A griffe extension for the API reference: docstrings written for Sphinx and doctest, read as Markdown.
+"""A griffe extension for the API reference: docstrings written for Sphinx and doctest, read as
+Markdown.
 
-The docstrings are Google style but refer to other objects the Sphinx way (:class:`~asyncthrottle.Stats`,
-:meth:`drain`). Markdown would show those roles as text, so before mkdocstrings renders a docstring each role
-becomes an autorefs link to the object it names, resolved in the docstring's own scope. The link is optional:
-a role naming an object the reference does not render (a private part) is shown as code, with no warning.
-Doctest examples (``>>>`` lines and their output) would read as nested quotes: they become ``pycon`` code.
+The docstrings are Google style but refer to other objects the Sphinx way
+(:class:`~asyncthrottle.Stats`,
+:meth:`drain`). Markdown would show those roles as text, so before mkdocstrings renders a docstring
+each role
+becomes an autorefs link to the object it names, resolved in the docstring's own scope. The link is
+optional:
+a role naming an object the reference does not render (a private part) is shown as code, with no
+warning.
+Doctest examples (``>>>`` lines and their output) would read as nested quotes: they become ``pycon``
+code.
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ _ROLE = re.compile(r":(?:class|meth|func|attr|mod|data|exc|obj):`(~?)([^`<>]+?)(
 
 
 def _target(obj: griffe.Object, name: str) -> str:
-    """The full path ``name`` means inside ``obj``'s docstring (``name`` itself when it cannot be resolved)."""
+    """The full path ``name`` means inside ``obj``'s docstring (``name`` itself when it cannot be
+    resolved)."""
     head, _, rest = name.partition(".")
     scopes = [obj] + ([obj.parent] if obj.parent is not None else [])
     for scope in scopes:
@@ -31,9 +38,11 @@ def _target(obj: griffe.Object, name: str) -> str:
 
 
 def _fence_doctests(text: str) -> str:
-    """``text`` with each doctest (a ``>>>`` line, through the next blank line or dedent) in a ``pycon`` fence."""
+    """``text`` with each doctest (a ``>>>`` line, through the next blank line or dedent) in a
+    ``pycon`` fence."""
     out: list[str] = []
-    indent: str | None = None  # the open doctest's indentation
+    # the open doctest's indentation
+    indent: str | None = None
     for line in text.split("\n"):
         if indent is not None and (not line.strip() or not line.startswith(indent)):
             out.append(f"{indent}```")
@@ -48,7 +57,8 @@ def _fence_doctests(text: str) -> str:
 
 
 def _rewrite(obj: griffe.Object, text: str) -> str:
-    """``text`` with each Sphinx role replaced by an optional autorefs link, and its doctests fenced."""
+    """``text`` with each Sphinx role replaced by an optional autorefs link, and its doctests
+    fenced."""
 
     def link(match: re.Match[str]) -> str:
         short, name = match.group(1), match.group(2)

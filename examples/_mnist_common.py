@@ -1,4 +1,5 @@
-"""What the MNIST examples share: the model, the data (real or synthetic), options, and evaluation."""
+"""What the MNIST examples share: the model, the data (real or synthetic), options, and
+evaluation."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ import asyncthrottle as at
 from asyncthrottle.backends.torch import detect_device
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
-DOWNLOAD_TIMEOUT_S = 10.0  # per connection: a machine without network falls back in seconds, not minutes
+# per connection: a machine without network falls back in seconds, not minutes
+DOWNLOAD_TIMEOUT_S = 10.0
 
 
 class Net(nn.Module):
@@ -49,22 +51,26 @@ class Net(nn.Module):
 class Data:
     train: Dataset[Any]
     test: Dataset[Any]
-    source: str  # "mnist" or "synthetic"
+    # "mnist" or "synthetic"
+    source: str
 
 
 def synthetic_mnist(train_size: int = 16384, test_size: int = 2048, seed: int = 0) -> Data:
-    """MNIST-shaped data that can be learnt: one smooth random pattern per class, shifted, plus noise.
+    """MNIST-shaped data that can be learnt: one smooth random pattern per class, shifted, plus
+    noise.
 
     Normalised like MNIST; the same ``seed`` gives the same data on every machine and every rank.
     """
     g = torch.Generator().manual_seed(seed)
     coarse = torch.rand(10, 1, 7, 7, generator=g)
-    prototypes = nn.functional.interpolate(coarse, size=(28, 28), mode="bilinear", align_corners=False)
+    prototypes = nn.functional.interpolate(coarse, size=(28, 28), mode="bilinear",
+                                           align_corners=False)
 
     def make(n: int) -> TensorDataset:
         labels = torch.randint(0, 10, (n,), generator=g)
         images = prototypes[labels].clone()
-        shifts = torch.randint(-3, 4, (n, 2), generator=g)  # each digit moves a little, like handwriting
+        # each digit moves a little, like handwriting
+        shifts = torch.randint(-3, 4, (n, 2), generator=g)
         for dy, dx in shifts.unique(dim=0).tolist():
             same = (shifts[:, 0] == dy) & (shifts[:, 1] == dx)
             images[same] = torch.roll(images[same], shifts=(dy, dx), dims=(2, 3))
@@ -94,21 +100,28 @@ def real_mnist(data_dir: str, download: bool) -> Data:
     try:
         from torchvision import datasets, transforms
     except ImportError:
-        raise ImportError("--data mnist needs torchvision: pip install 'asyncthrottle[examples]'") from None
-    transform = transforms.Compose([transforms.ToTensor(), transforms.Normalize((MNIST_MEAN,), (MNIST_STD,))])
+        raise ImportError(
+            "--data mnist needs torchvision: pip install 'asyncthrottle[examples]'"
+        ) from None
+    transform = transforms.Compose(
+        [transforms.ToTensor(), transforms.Normalize((MNIST_MEAN,), (MNIST_STD,))]
+    )
     with _socket_timeout(DOWNLOAD_TIMEOUT_S):
         try:
             train = datasets.MNIST(data_dir, train=True, download=download, transform=transform)
             test = datasets.MNIST(data_dir, train=False, download=download, transform=transform)
-        except (OSError, RuntimeError) as exc:  # URLError and socket.timeout are OSErrors
+        except (OSError, RuntimeError) as exc:
+            # URLError and socket.timeout are OSErrors
             where = "and could not be downloaded" if download else "(downloading was not allowed)"
             raise RuntimeError(f"MNIST is not in {data_dir!r} {where}: {exc}") from None
     return Data(train, test, "mnist")
 
 
-def load_data(kind: str, data_dir: str, seed: int, log: Any = print, train_size: int = 16384) -> Data:
+def load_data(kind: str, data_dir: str, seed: int, log: Any = print,
+              train_size: int = 16384) -> Data:
     """``kind="mnist"``: real MNIST or an error; ``"synthetic"``; ``"auto"``: MNIST if present or
-    downloadable, else synthetic data with a message saying so. ``train_size``: synthetic training samples."""
+    downloadable, else synthetic data with a message saying so. ``train_size``: synthetic training
+    samples."""
     if kind == "synthetic":
         return synthetic_mnist(train_size, seed=seed)
     if kind == "mnist":
@@ -117,7 +130,8 @@ def load_data(kind: str, data_dir: str, seed: int, log: Any = print, train_size:
         return real_mnist(data_dir, download=True)
     except (RuntimeError, ImportError) as exc:
         log(f"note: {exc}")
-        log("note: falling back to SYNTHETIC MNIST-shaped data (--data synthetic); accuracy figures are not MNIST's")
+        log("note: falling back to SYNTHETIC MNIST-shaped data (--data synthetic); accuracy "
+            "figures are not MNIST's")
         return synthetic_mnist(train_size, seed=seed)
 
 
@@ -125,7 +139,8 @@ def load_data(kind: str, data_dir: str, seed: int, log: Any = print, train_size:
 
 
 def parse_depth(text: str) -> int | str | None:
-    """``--depth``: an int >= 1, ``auto`` (the throttle finds it), or ``none`` (track only, never block)."""
+    """``--depth``: an int >= 1, ``auto`` (the throttle finds it), or ``none`` (track only, never
+    block)."""
     if text.strip().lower() == "none":
         return None
     if text.strip().lower() == "auto":
@@ -150,7 +165,9 @@ def positive(kind: type[int] | type[float], name: str) -> Any:
         except ValueError:
             value = 0
         if not value > 0:
-            raise argparse.ArgumentTypeError(f"--{name} must be a {kind.__name__} > 0, got {text!r}")
+            raise argparse.ArgumentTypeError(
+                f"--{name} must be a {kind.__name__} > 0, got {text!r}"
+            )
         return value
 
     return parse
@@ -173,24 +190,30 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
     """The options both examples take."""
     p.add_argument("--data", choices=("auto", "mnist", "synthetic"), default="auto",
                    help="auto: MNIST if present or downloadable, else synthetic (default)")
-    p.add_argument("--data-dir", default="data", help="where MNIST is (or is downloaded to); default ./data")
-    p.add_argument("--depth", type=parse_depth, default=2, help="minibatches in flight: an int >= 1, 'auto' or 'none'")
+    p.add_argument("--data-dir", default="data",
+                   help="where MNIST is (or is downloaded to); default ./data")
+    p.add_argument("--depth", type=parse_depth, default=2,
+                   help="minibatches in flight: an int >= 1, 'auto' or 'none'")
     p.add_argument("--epochs", type=positive(int, "epochs"), default=2)
     p.add_argument("--batch-size", type=positive(int, "batch-size"), default=64)
-    p.add_argument("--lr", type=positive(float, "lr"), default=0.05, help="SGD learning rate (momentum 0.9)")
+    p.add_argument("--lr", type=positive(float, "lr"), default=0.05,
+                   help="SGD learning rate (momentum 0.9)")
     p.add_argument("--workers", type=non_negative_int("workers"), default=None,
                    help="DataLoader workers (default: 2 with an accelerator, 0 on the CPU)")
-    p.add_argument("--device", default=None, help="cuda, cuda:1, mps, xpu or cpu (default: auto-detect)")
+    p.add_argument("--device", default=None,
+                   help="cuda, cuda:1, mps, xpu or cpu (default: auto-detect)")
     p.add_argument("--max-steps", type=positive(int, "max-steps"), default=None,
                    help="at most this many training steps per epoch (default: all; 200 on the CPU)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true", help="no tqdm bar")
 
 
-CPU_MAX_STEPS = 200  # default steps per epoch without an accelerator: a run stays around a minute
+# default steps per epoch without an accelerator: a run stays around a minute
+CPU_MAX_STEPS = 200
 
 
-def step_cap(args: argparse.Namespace, device: torch.device, log: Any = print, cap: int = CPU_MAX_STEPS) -> int | None:
+def step_cap(args: argparse.Namespace, device: torch.device, log: Any = print,
+             cap: int = CPU_MAX_STEPS) -> int | None:
     """``--max-steps``, or ``cap`` without an accelerator (said once), so CPU runs stay short."""
     if args.max_steps is not None or device.type != "cpu":
         return int(args.max_steps) if args.max_steps is not None else None
@@ -199,12 +222,14 @@ def step_cap(args: argparse.Namespace, device: torch.device, log: Any = print, c
 
 
 def loader_options(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
-    """DataLoader options: workers on an accelerator, and page-locked memory where copies can be non-blocking."""
+    """DataLoader options: workers on an accelerator, and page-locked memory where copies can be
+    non-blocking."""
     workers = args.workers if args.workers is not None else (2 if device.type != "cpu" else 0)
     options: dict[str, Any] = {
         "batch_size": args.batch_size,
         "num_workers": workers,
-        "pin_memory": device.type in ("cuda", "xpu"),  # page-locked host memory: truly asynchronous copies
+        # page-locked host memory: truly asynchronous copies
+        "pin_memory": device.type in ("cuda", "xpu"),
     }
     if workers:
         options["persistent_workers"] = True
@@ -218,12 +243,14 @@ def resolve_device(name: str | None) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise SystemExit(f"error: --device {name!r} is not a device torch knows; try cuda, mps, xpu or cpu") from None
+        raise SystemExit(
+            f"error: --device {name!r} is not a device torch knows; try cuda, mps, xpu or cpu"
+        ) from None
     module = getattr(torch, device.type, None)
     if device.type != "cpu" and not (module is not None and module.is_available()):
         raise SystemExit(
-            f"error: --device {name!r} is not available here (torch.{device.type}.is_available() is False); "
-            "leave --device out to auto-detect, or pass --device cpu"
+            f"error: --device {name!r} is not available here (torch.{device.type}.is_available() "
+            "is False); leave --device out to auto-detect, or pass --device cpu"
         )
     return device
 
@@ -231,7 +258,8 @@ def resolve_device(name: str | None) -> torch.device:
 # -- evaluation ----------------------------------------------------------------
 
 
-def evaluate(model: nn.Module, loader: Any, device: torch.device, depth: int | str | None) -> tuple[int, int]:
+def evaluate(model: nn.Module, loader: Any, device: torch.device,
+             depth: int | str | None) -> tuple[int, int]:
     """(correct, total) over ``loader``; the counts stay on the device until one read at the end."""
     model.eval()
     correct = torch.zeros((), dtype=torch.int64, device=device)

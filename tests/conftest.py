@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests in sub-folders import helpers too
 
-from helpers import FakeTorchEvent  # noqa: E402
+from helpers import FakeTorchEvent
 
 
 def _available(kind: str) -> bool:

@@ -1,4 +1,5 @@
-"""The backends: a device resolved once into one :class:`Backend` (its events, memory probe, copies).
+"""The backends: a device resolved once into one :class:`Backend` (its events, memory probe,
+copies).
 
 Nothing outside this package branches on a device's kind: the throttle and its
 parts ask the backend object instead.
@@ -24,7 +25,8 @@ class Backend:
         events: the factory of step events; None on a synchronous backend (the CPU).
         timed: a factory of events with ``elapsed_time`` (None: no device timing).
         trusted: ``timed``'s events are known to have ``elapsed_time`` (a built-in backend).
-        streams: the ``streams=`` option as given: the streams the events are recorded on (None: the current one).
+        streams: the ``streams=`` option as given: the streams the events are recorded on (None: the
+            current one).
     """
 
     def __init__(
@@ -37,7 +39,8 @@ class Backend:
         trusted: bool,
         streams: Any = None,
     ) -> None:
-        self.kind, self.device, self.events, self.timed, self.trusted = kind, device, events, timed, trusted
+        self.kind, self.device, self.events = kind, device, events
+        self.timed, self.trusted = timed, trusted
         self.streams = streams
 
     @property
@@ -57,8 +60,9 @@ class Backend:
         if self.kind == "jax":
             return memory.jax_probe(self.device)
         raise ValueError(
-            f"max_memory needs memory= on this backend ({self.kind}): there is no default memory probe for it; pass "
-            "memory=<a zero-argument callable returning the bytes held>, e.g. asyncthrottle.memory.rss_bytes"
+            f"max_memory needs memory= on this backend ({self.kind}): there is no default memory "
+            "probe for it; pass memory=<a zero-argument callable returning the bytes held>, e.g. "
+            "asyncthrottle.memory.rss_bytes"
         )
 
     def mover(self, to: Any) -> tuple[Any, Any]:
@@ -74,7 +78,9 @@ class Backend:
         """
         from . import torch as torch_backend
 
-        return torch_backend.mover(to, self.kind, self.device, synchronous=self.synchronous, streams=self.streams)
+        return torch_backend.mover(
+            to, self.kind, self.device, synchronous=self.synchronous, streams=self.streams
+        )
 
     def sync_debug(self) -> Any:
         """``torch.cuda`` when CUDA's sync debug mode can watch this backend's steps, else None.
@@ -105,9 +111,11 @@ def resolve_backend(
     """
     if events is not None:
         if device is not None or streams is not None:
-            raise ValueError("pass events= or device=/streams=, not both: events= replaces the device backend")
+            raise ValueError("pass events= or device=/streams=, not both: events= replaces the "
+                             "device backend")
         if not callable(events):
-            raise TypeError(f"events must be a zero-argument callable returning an event, got {events!r}")
+            raise TypeError("events must be a zero-argument callable returning an event, got "
+                            f"{events!r}")
         return Backend("events", None, events, events if timing else None, trusted=False)
     from . import torch as torch_backend
 
@@ -115,6 +123,8 @@ def resolve_backend(
     new_event = torch_backend.resolve_events(device, streams=streams, blocking=blocking)
     timed = None
     if timing and new_event is not None:
-        timed = torch_backend.resolve_events(device, streams=streams, blocking=blocking, timing=True)
+        timed = torch_backend.resolve_events(
+            device, streams=streams, blocking=blocking, timing=True
+        )
     return Backend(kind, device, new_event, timed, trusted=True, streams=streams)
 

@@ -1,4 +1,5 @@
-"""The device side of ``to=``: pinned staging buffers, one copy stream and its events (CUDA, or a test's fake)."""
+"""The device side of ``to=``: pinned staging buffers, one copy stream and its events (CUDA, or a
+test's fake)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any, Protocol
 
 
 class CopyModel(Protocol):
-    """The device side of a prefetch: pinned buffers, a copy stream, its events (CUDA, or a test's fake)."""
+    """The device side of a prefetch: pinned buffers, a copy stream, its events (CUDA, or a test's
+    fake)."""
 
     def pin(self, nbytes: int) -> Any:
         """A pinned host buffer of ``nbytes`` bytes (a 1-d uint8 tensor)."""
@@ -20,16 +22,19 @@ class CopyModel(Protocol):
         """Whether a host tensor is in pinned memory already (then it is copied directly)."""
 
     def pin_copy(self, tensor: Any) -> Any:
-        """A pinned copy of ``tensor`` from torch's caching host allocator (when every slot is busy)."""
+        """A pinned copy of ``tensor`` from torch's caching host allocator (when every slot is
+        busy)."""
 
     def copying(self) -> AbstractContextManager[Any]:
         """Make the copy stream current for the copies of one batch."""
 
     def copy(self, host: Any) -> Any:
-        """Enqueue the non-blocking copy of pinned ``host`` on the copy stream; return the device tensor."""
+        """Enqueue the non-blocking copy of pinned ``host`` on the copy stream; return the device
+        tensor."""
 
     def join(self, event: Any) -> None:
-        """Record ``event`` after the batch's copies; the compute streams wait on it (and nothing else)."""
+        """Record ``event`` after the batch's copies; the compute streams wait on it (and nothing
+        else)."""
 
 
 class CudaCopy:
@@ -65,17 +70,21 @@ class CudaCopy:
         return bool(tensor.is_pinned())
 
     def pin_copy(self, tensor: Any) -> Any:
-        return tensor.pin_memory()  # the allocator reuses the block once the copy's event completes
+        # the allocator reuses the block once the copy's event completes
+        return tensor.pin_memory()
 
     def copying(self) -> AbstractContextManager[Any]:
         cuda = self._torch.cuda
         if self._stream is None:
-            self._stream = cuda.Stream(self.device)  # once: making a stream costs microseconds
-        self._compute = self._streams or (cuda.current_stream(self.device),)  # where the next step runs
+            # once: making a stream costs microseconds
+            self._stream = cuda.Stream(self.device)
+        # where the next step runs
+        self._compute = self._streams or (cuda.current_stream(self.device),)
         return cuda.stream(self._stream)  # type: ignore[no-any-return]
 
     def copy(self, host: Any) -> Any:
-        device = host.to(self.device, non_blocking=True)  # pinned source: never blocks the host
+        # pinned source: never blocks the host
+        device = host.to(self.device, non_blocking=True)
         for stream in self._compute:
             device.record_stream(stream)
         return device
@@ -83,4 +92,5 @@ class CudaCopy:
     def join(self, event: Any) -> None:
         event.record(self._stream)
         for stream in self._compute:
-            stream.wait_event(event)  # enqueues a wait on the device; never blocks the host
+            # enqueues a wait on the device; never blocks the host
+            stream.wait_event(event)

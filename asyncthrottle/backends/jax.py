@@ -11,12 +11,14 @@ from typing import Any
 from ..core.events import EventFactory
 
 _HINT = "asyncthrottle's JAX backend needs jax: pip install 'asyncthrottle[jax]'"
-_pending = threading.local()  # markers from barrier_on() by device set, taken by this thread's next record()
+# markers from barrier_on() by device set, taken by this thread's next record()
+_pending = threading.local()
 
 
 def _jax() -> Any:
     try:
-        import jax  # deferred: `import asyncthrottle` never imports jax
+        # deferred: `import asyncthrottle` never imports jax
+        import jax
     except ImportError as exc:
         raise ImportError(f"{_HINT} ({exc})") from exc
     return jax
@@ -31,7 +33,8 @@ def _programs() -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
     def nonzero_corner(x: Any) -> Any:
         if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
             x = jax.random.key_data(x)
-        corner = x[tuple(slice(0, 1) for _ in x.shape)]  # one element: reads the array, costs nothing
+        # one element: reads the array, costs nothing
+        corner = x[tuple(slice(0, 1) for _ in x.shape)]
         return jnp.sum(corner != 0, dtype=jnp.int32)
 
     def touch(leaves: list[Any]) -> Any:
@@ -67,9 +70,11 @@ def barrier_on(*arrays: Any) -> None:
         if isinstance(leaf, jax.Array):
             groups.setdefault(frozenset(leaf.sharding.device_set), []).append(leaf)
     markers: dict[frozenset[Any], Any] = getattr(_pending, "markers", {})
-    for devices, leaves in groups.items():  # one program per set of devices
+    # one program per set of devices
+    for devices, leaves in groups.items():
         before = markers.get(devices)
-        markers[devices] = touch(leaves if before is None else [*leaves, before])  # covers the ones before it
+        # covers the ones before it
+        markers[devices] = touch(leaves if before is None else [*leaves, before])
     _pending.markers = markers
 
 
@@ -93,11 +98,13 @@ class JaxEvent:
     def __init__(self, seed: Any, tick: Callable[[Any], Any], clock: Callable[[], float]) -> None:
         self._seed, self._tick, self._clock = seed, tick, clock
         self._markers: list[Any] = []
-        self.observed_at: float | None = None  # clock() when first seen complete
+        # clock() when first seen complete
+        self.observed_at: float | None = None
 
     def record(self) -> None:
         markers = _take_pending()
-        markers.append(self._tick(self._seed))  # queued after the step's work on this device
+        # queued after the step's work on this device
+        markers.append(self._tick(self._seed))
         self._markers, self.observed_at = markers, None
 
     def query(self) -> bool:
@@ -113,7 +120,8 @@ class JaxEvent:
 
     def _observe(self) -> None:
         if self._markers or self.observed_at is None:
-            self._markers = []  # drop the markers: nothing left to wait for
+            # nothing left to wait for
+            self._markers = []
             self.observed_at = self._clock()
 
 
@@ -152,11 +160,13 @@ class TimedJaxEvent(JaxEvent):
         self.idle_at = self._clock()
 
     def elapsed_time(self, end: JaxEvent) -> float:
-        """Milliseconds between the completions of ``self`` and ``end`` (observed, or a marker's idle record)."""
+        """Milliseconds between the completions of ``self`` and ``end`` (observed, or a marker's
+        idle record)."""
         start, stop = _completed_at(self), _completed_at(end)
         if start is None or stop is None:
             raise RuntimeError(
-                "elapsed_time() needs both events recorded and seen complete; call query() or synchronize() first"
+                "elapsed_time() needs both events recorded and seen complete; call query() or "
+                "synchronize() first"
             )
         return (stop - start) * 1000.0
 
@@ -178,7 +188,8 @@ def _parse_device(jax: Any, device: Any) -> Any:
     if not index.isdigit() or int(index) >= len(devices):
         raise ValueError(
             f"device={device!r} names no JAX device: 'jax:N' takes an index into jax.devices(), "
-            f"which has {len(devices)} ({devices}); use 'jax:0' .. 'jax:{len(devices) - 1}' or 'jax'"
+            f"which has {len(devices)} ({devices}); use 'jax:0' .. 'jax:{len(devices) - 1}' or "
+            "'jax'"
         )
     return devices[int(index)]
 
@@ -201,8 +212,10 @@ def jax_events(
     """
     jax = _jax()
     target = _parse_device(jax, device)
-    seed = jax.device_put(jax.numpy.zeros((), jax.numpy.int32), target)  # commits the barrier to target
+    # commits the barrier to target
+    seed = jax.device_put(jax.numpy.zeros((), jax.numpy.int32), target)
     tick, _ = _programs()
-    tick(seed)  # compiles the barrier now, not in the first record(); runs async, nobody waits
+    # compiles the barrier now, not in the first record(); runs async, nobody waits
+    tick(seed)
     kind = TimedJaxEvent if timing else JaxEvent
     return lambda: kind(seed, tick, clock)

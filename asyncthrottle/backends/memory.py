@@ -29,11 +29,13 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def rss_bytes() -> int:
-    """The resident memory of this process (Linux ``/proc/self/statm``): a probe for the CPU and JAX on the CPU."""
+    """The resident memory of this process (Linux ``/proc/self/statm``): a probe for the CPU and JAX
+    on the CPU."""
     try:
         with open("/proc/self/statm", "rb") as statm:
             return int(statm.read().split()[1]) * _PAGE
-    except OSError:  # not Linux: the peak, the best the resource module offers
+    # not Linux: the peak, the best the resource module offers
+    except OSError:
         import resource
 
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
@@ -50,11 +52,15 @@ def cuda_probe(device: Any) -> MemoryProbe:
     import torch
 
     cuda = torch.cuda
-    host_stats = getattr(cuda, "host_memory_stats_as_nested_dict", None) or getattr(cuda, "host_memory_stats", None)
+    host_stats = (
+        getattr(cuda, "host_memory_stats_as_nested_dict", None)
+        or getattr(cuda, "host_memory_stats", None)
+    )
     trusted = bytes_trusted(torch.__version__)
     if host_stats is None:
-        _log.warning("asyncthrottle: torch %s has no torch.cuda.host_memory_stats() (torch >= 2.7 has): max_memory's "
-                     "CUDA probe sees device memory only; pass memory= to count pinned host memory", torch.__version__)
+        _log.warning("asyncthrottle: torch %s has no torch.cuda.host_memory_stats() (torch >= 2.7 "
+                     "has): max_memory's CUDA probe sees device memory only; pass memory= to count "
+                     "pinned host memory", torch.__version__)
     elif not trusted:
         log_untrusted(torch.__version__)
 
@@ -77,8 +83,9 @@ def jax_probe(device: Any) -> MemoryProbe:
     stats = target.memory_stats()
     if not stats or "bytes_in_use" not in stats:
         raise ValueError(
-            f"max_memory: the JAX device {target} reports no memory_stats() (got {stats!r}), so there is no "
-            "default probe; pass memory=, e.g. memory=asyncthrottle.memory.rss_bytes for this process's resident memory"
+            f"max_memory: the JAX device {target} reports no memory_stats() (got {stats!r}), so "
+            "there is no default probe; pass memory=, e.g. memory=asyncthrottle.memory.rss_bytes "
+            "for this process's resident memory"
         )
 
     def probe() -> int:

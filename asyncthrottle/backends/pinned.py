@@ -1,4 +1,5 @@
-"""Pinned host memory held by live blocks, read from ``torch.cuda.host_memory_stats()`` on every torch that has it.
+"""Pinned host memory held by live blocks, read from ``torch.cuda.host_memory_stats()`` on every
+torch that has it.
 
 What each torch version reports (read in its ``aten/src/ATen/core/CachingHostAllocator.h``):
 
@@ -30,18 +31,23 @@ from collections.abc import Mapping
 from typing import Any
 
 _log = logging.getLogger("asyncthrottle")
-_said = False  # log_untrusted() has spoken
+# log_untrusted() has spoken
+_said = False
 
-BYTES_TRUSTED_FROM = (2, 14)  # the first torch whose in-use byte count was read and found right
+# the first torch whose in-use byte count was read and found right
+BYTES_TRUSTED_FROM = (2, 14)
 # (in use bytes, in use blocks, pool bytes, pool blocks) in each naming
 _NAMES = (
-    ("active_bytes", "active_requests", "allocated_bytes", "allocations"),  # torch 2.10 on
-    ("allocated_bytes", "allocation", "reserved_bytes", "segment"),  # torch 2.7-2.9
+    # torch 2.10 on
+    ("active_bytes", "active_requests", "allocated_bytes", "allocations"),
+    # torch 2.7-2.9
+    ("allocated_bytes", "allocation", "reserved_bytes", "segment"),
 )
 
 
 def flatten(stats: Mapping[str, Any]) -> dict[str, Any]:
-    """The nested form (``{"active_bytes": {"current": 1}}``) flat, as ``{"active_bytes.current": 1}``."""
+    """The nested form (``{"active_bytes": {"current": 1}}``) flat, as
+    ``{"active_bytes.current": 1}``."""
     flat: dict[str, Any] = {}
     for key, value in stats.items():
         if isinstance(value, Mapping):
@@ -52,7 +58,8 @@ def flatten(stats: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def bytes_trusted(version: str) -> bool:
-    """Whether torch ``version``'s in-use byte count can be read as is (see the module docstring)."""
+    """Whether torch ``version``'s in-use byte count can be read as is (see the module
+    docstring)."""
     parts = []
     for part in version.split("+")[0].split(".")[:2]:
         digits = "".join(c for c in part if c.isdigit())
@@ -60,7 +67,9 @@ def bytes_trusted(version: str) -> bool:
     return tuple(parts) >= BYTES_TRUSTED_FROM
 
 
-def pinned_in_use(stats: Mapping[str, Any], which: str = "current", *, trust_bytes: bool = True) -> int:
+def pinned_in_use(
+    stats: Mapping[str, Any], which: str = "current", *, trust_bytes: bool = True
+) -> int:
     """Pinned host bytes held by live blocks, from ``host_memory_stats()`` (flat or nested).
 
     Args:
@@ -75,7 +84,14 @@ def pinned_in_use(stats: Mapping[str, Any], which: str = "current", *, trust_byt
         pool's peak (an upper bound: no peak of blocks in use is kept).
     """
     flat = flatten(stats)
-    naming = next((names for names in _NAMES if f"{names[0]}.{which}" in flat or f"{names[1]}.current" in flat), None)
+    naming = next(
+        (
+            names
+            for names in _NAMES
+            if f"{names[0]}.{which}" in flat or f"{names[1]}.current" in flat
+        ),
+        None,
+    )
     if naming is None:
         return 0
     used, blocks, pool, pool_blocks = (flat.get(f"{name}.{which}") for name in naming)
@@ -94,7 +110,8 @@ def log_untrusted(version: str) -> None:
         return
     _said = True
     _log.warning(
-        "asyncthrottle: torch %s's host_memory_stats() in-use byte count of pinned memory cannot be trusted "
-        "(it never falls after a non_blocking copy before torch %d.%d); max_memory's CUDA probe estimates it from "
-        "the blocks in use times the pool's mean block size", version, *BYTES_TRUSTED_FROM,
+        "asyncthrottle: torch %s's host_memory_stats() in-use byte count of pinned memory cannot "
+        "be trusted (it never falls after a non_blocking copy before torch %d.%d); max_memory's "
+        "CUDA probe estimates it from the blocks in use times the pool's mean block size",
+        version, *BYTES_TRUSTED_FROM,
     )

@@ -9,8 +9,10 @@ from typing import Any
 
 from ..core.events import Event
 
-_UNKNOWN = 1 << 62  # what _count answers where the interpreter keeps no reference counts
-_count: Callable[[Any], int] = getattr(sys, "getrefcount", lambda obj: _UNKNOWN)  # CPython's
+# what _count answers where the interpreter keeps no reference counts
+_UNKNOWN = 1 << 62
+# sys.getrefcount where the interpreter has one (CPython)
+_count: Callable[[Any], int] = getattr(sys, "getrefcount", lambda obj: _UNKNOWN)
 
 
 def _refs_of_oldest(ring: deque[Any]) -> int:
@@ -20,10 +22,12 @@ def _refs_of_oldest(ring: deque[Any]) -> int:
 
 
 def _alone() -> int:
-    """The count of an event held by the ring alone, or -1 when counts cannot tell (never reuse then)."""
+    """The count of an event held by the ring alone, or -1 when counts cannot tell (never reuse
+    then)."""
     ring: deque[Any] = deque([object()])
     free = _refs_of_oldest(ring)
-    holder = ring[0]  # one more reference, as a Deferred or a pending queue would hold
+    # one more reference, as a Deferred or a pending queue would hold
+    holder = ring[0]
     held = _refs_of_oldest(ring)
     del holder
     return free if held == free + 1 < _UNKNOWN else -1
@@ -63,20 +67,23 @@ class EventPool:
         self._make, self.limit = make, limit
         self._ring: deque[Event] = deque()
         self._alone = _ALONE
-        self.made = 0  # events made so far (the rest of the calls reused one)
+        # events made so far (the rest of the calls reused one)
+        self.made = 0
 
     def __call__(self) -> Event:
         ring = self._ring
         if ring:
             event = ring[0]
-            if _count(event) <= self._alone:  # the ring's reference is the only one
+            # the ring's reference is the only one
+            if _count(event) <= self._alone:
                 ring.rotate(-1)
                 return event
         event = self._make()
         self.made += 1
         ring.append(event)
         if len(ring) > self.limit:
-            ring.popleft()  # still held (a kept Deferred, a deep queue): forget it, never reuse it
+            # still held (a kept Deferred, a deep queue): forget it, never reuse it
+            ring.popleft()
         return event
 
     def __len__(self) -> int:

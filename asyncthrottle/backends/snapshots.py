@@ -1,4 +1,5 @@
-"""The device side of deferred CUDA tensors: pinned ring buffers, copies, and current-stream keys."""
+"""The device side of deferred CUDA tensors: pinned ring buffers, copies, and current-stream
+keys."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ __all__ = ["CudaSnapshots"]
 
 
 class CudaSnapshots:
-    """Pinned host buffers and non-blocking copies into them, for ``Throttle.defer`` of CUDA tensors.
+    """Pinned host buffers and non-blocking copies into them, for ``Throttle.defer`` of CUDA
+    tensors.
 
     A copy is enqueued on the current stream; the stream is known by its key,
     the ``(stream_id, device_index, device_type)`` tuple torch keeps in C++,
@@ -29,7 +31,8 @@ class CudaSnapshots:
         return self._torch.empty(nbytes, dtype=self._torch.uint8, pin_memory=True)
 
     def event(self) -> Any:
-        """No event per slot: the step's own event covers the copy, and the slot is reused after it retires."""
+        """No event per slot: the step's own event covers the copy, and the slot is reused after it
+        retires."""
         return None
 
     def stream_key(self, index: int | None) -> Any:
@@ -47,5 +50,6 @@ class CudaSnapshots:
         return stream
 
     def copy(self, host: Any, tensor: Any) -> None:
-        """Enqueue the copy of device ``tensor`` into pinned ``host`` on the current stream; never blocks."""
+        """Enqueue the copy of device ``tensor`` into pinned ``host`` on the current stream; never
+        blocks."""
         host.copy_(tensor, non_blocking=True)

@@ -13,7 +13,8 @@ _NAMED = ("cuda", "xpu", "mps")
 
 
 def _torch() -> Any:
-    import torch  # deferred: `import asyncthrottle` stays cheap
+    # deferred: `import asyncthrottle` stays cheap
+    import torch
 
     return torch
 
@@ -33,7 +34,8 @@ def detect_device() -> str:
         if accelerator.is_available():
             return str(accelerator.current_accelerator().type)
         return "cpu"
-    for name in _NAMED:  # torch < 2.6
+    # torch < 2.6
+    for name in _NAMED:
         module = getattr(torch, name, None)
         if module is not None and module.is_available():
             return name
@@ -58,18 +60,21 @@ def _parse_device(device: Any, option: str = "device") -> Any:
         return device
     if not isinstance(device, str):
         raise TypeError(
-            f"{option} must be None, a str such as 'cuda' or 'cuda:1', or a torch.device, got {type(device).__name__}"
+            f"{option} must be None, a str such as 'cuda' or 'cuda:1', or a torch.device, got "
+            f"{type(device).__name__}"
         )
     try:
         return torch.device(device)
     except RuntimeError as exc:
         raise ValueError(
-            f"{option}={device!r} is not a device torch knows ({exc}); try 'cuda', 'mps', 'xpu' or 'cpu'"
+            f"{option}={device!r} is not a device torch knows ({exc}); try 'cuda', 'mps', 'xpu' or "
+            "'cpu'"
         ) from None
 
 
 class TorchEvent:
-    """A torch event recorded on a stream chosen at record time; one object is re-recorded step after step.
+    """A torch event recorded on a stream chosen at record time; one object is re-recorded step
+    after step.
 
     ``query`` and ``synchronize`` are the torch event's own methods (no Python
     call in between on the per-step path).
@@ -97,10 +102,12 @@ class TorchEvent:
         capturing: Callable[[], bool] | None = None,
         current: Callable[[], Any] | None = None,
     ) -> None:
-        self._event, self._stream, self._capturing, self._current = event, stream, capturing, current
+        self._event, self._stream = event, stream
+        self._capturing, self._current = capturing, current
         self._after: list[Any] = []
         self.query = event.query
-        self.synchronize = event.synchronize  # host-device sync when called: the caller chose to block
+        # host-device sync when called: the caller chose to block
+        self.synchronize = event.synchronize
 
     @property
     def records_on_current(self) -> bool:
@@ -108,7 +115,8 @@ class TorchEvent:
         return self._stream is None or callable(self._stream)
 
     def wait_stream(self, stream: Any) -> None:
-        """Order this event after the work enqueued on ``stream`` so far (joined when it is next recorded).
+        """Order this event after the work enqueued on ``stream`` so far (joined when it is next
+        recorded).
 
         Deferred values copied on a side stream use it, so the step's event covers their copies.
         """
@@ -118,9 +126,9 @@ class TorchEvent:
         capturing = self._capturing
         if capturing is not None and capturing():
             raise RuntimeError(
-                "asyncthrottle cannot record an event while a CUDA graph is being captured on the current "
-                "stream: call the throttle (its wrapper's next(), step(), mark(), drain()) outside the "
-                "captured region, e.g. around graph.replay()"
+                "asyncthrottle cannot record an event while a CUDA graph is being captured on the "
+                "current stream: call the throttle (its wrapper's next(), step(), mark(), drain()) "
+                "outside the captured region, e.g. around graph.replay()"
             )
         stream = self._stream
         if stream is not None and callable(stream):
@@ -133,10 +141,13 @@ class TorchEvent:
             self._event.record(stream)
 
     def _join(self, stream: Any) -> None:
-        target = stream if stream is not None else self._current() if self._current is not None else None
+        target = (
+            stream if stream is not None else self._current() if self._current is not None else None
+        )
         for other in self._after:
             if target is not None and other != target:
-                target.wait_stream(other)  # enqueues a wait on the device; never blocks the host
+                # enqueues a wait on the device; never blocks the host
+                target.wait_stream(other)
         self._after = []
 
     def elapsed_time(self, end: TorchEvent) -> float:
@@ -145,22 +156,29 @@ class TorchEvent:
 
 def _raw_factory(torch: Any, device: Any, *, blocking: bool, timing: bool) -> Callable[[], Any]:
     kind = device.type
-    if kind == "mps":  # its record() takes no stream: no Python Stream object per step either
+    # its record() takes no stream: no Python Stream object per step either
+    if kind == "mps":
         return functools.partial(torch.mps.event.Event, enable_timing=timing)
     if kind == "cuda" and (blocking or not hasattr(torch, "Event")):
-        # torch.Event ignores blocking=; only torch.cuda.Event makes synchronize() sleep in the driver.
+        # torch.Event ignores blocking=; only torch.cuda.Event makes synchronize() sleep in the
+        # driver.
         return functools.partial(torch.cuda.Event, enable_timing=timing, blocking=blocking)
     if kind == "xpu" and not hasattr(torch, "Event"):
         return functools.partial(torch.xpu.Event, enable_timing=timing)
     if not hasattr(torch, "Event"):
-        raise RuntimeError(f"device={str(device)!r} needs torch.Event (torch >= 2.4); upgrade torch")
-    return functools.partial(torch.Event, device=device, enable_timing=timing)  # timing off: cheaper records
+        raise RuntimeError(
+            f"device={str(device)!r} needs torch.Event (torch >= 2.4); upgrade torch"
+        )
+    # timing off: cheaper records
+    return functools.partial(torch.Event, device=device, enable_timing=timing)
 
 
 def _stream_of(torch: Any, device: Any, generic: bool) -> Callable[[], Any] | None:
-    """What a step records on: None is the current stream (found in C++ by ``torch.Event.record()``)."""
+    """What a step records on: None is the current stream (found in C++ by
+    ``torch.Event.record()``)."""
     if device.type == "mps" or device.index is None:
-        return None  # MPS has one stream per device; else the current stream of the current device
+        # MPS has one stream per device; else the current stream of the current device
+        return None
     module = getattr(torch, device.type, None)
     if module is None or not hasattr(module, "current_stream"):
         return functools.partial(torch.accelerator.current_stream, device.index)
@@ -169,7 +187,8 @@ def _stream_of(torch: Any, device: Any, generic: bool) -> Callable[[], Any] | No
         return functools.partial(current_stream, index)
     current_device = module.current_device
 
-    def stream() -> Any:  # the named device is the current one (the usual case): no Stream object
+    # the named device is the current one (the usual case): no Stream object
+    def stream() -> Any:
         return None if current_device() == index else current_stream(index)
 
     return stream
@@ -204,7 +223,8 @@ def resolve_events(
     if device_kind(device) == "jax":
         if streams is not None:
             raise ValueError(
-                "streams= does not apply to JAX devices; cover other devices with asyncthrottle.jax.barrier_on()"
+                "streams= does not apply to JAX devices; cover other devices with "
+                "asyncthrottle.jax.barrier_on()"
             )
         from .jax import jax_events
 
@@ -212,24 +232,29 @@ def resolve_events(
     torch_device = _parse_device(device if device is not None else detect_device())
     if torch_device.type == "cpu":
         if streams:
-            raise ValueError("streams= was given but the device is the CPU, which has no streams; drop streams=")
+            raise ValueError("streams= was given but the device is the CPU, which has no streams; "
+                             "drop streams=")
         return None
     torch = _torch()
     if not _is_available(torch, torch_device.type):
         raise RuntimeError(
             f"device={str(torch_device)!r} was requested but is not available here "
-            f"(torch.{torch_device.type}.is_available() is False); pass device=None to auto-detect or device='cpu'"
+            f"(torch.{torch_device.type}.is_available() is False); pass device=None to auto-detect "
+            "or device='cpu'"
         )
     raw = _raw_factory(torch, torch_device, blocking=blocking, timing=timing)
     cuda = torch_device.type == "cuda"
     capturing = torch.cuda.is_current_stream_capturing if cuda else None
-    current_cuda = functools.partial(torch.cuda.current_stream, torch_device.index) if cuda else None
+    current_cuda = (
+        functools.partial(torch.cuda.current_stream, torch_device.index) if cuda else None
+    )
     if streams is None:
         generic = getattr(raw, "func", None) is getattr(torch, "Event", False)
         current = _stream_of(torch, torch_device, generic)
         return EventPool(lambda: TorchEvent(raw(), current, capturing, current_cuda))
     if torch_device.type == "mps":
-        raise ValueError("streams= does not apply to MPS, which has one stream per device; drop streams=")
+        raise ValueError("streams= does not apply to MPS, which has one stream per device; drop "
+                         "streams=")
     if isinstance(streams, (str, bytes)) or not isinstance(streams, Sequence) or not streams:
         raise ValueError(f"streams must be a non-empty list of streams, got {streams!r}")
     fixed = tuple(streams)
@@ -237,8 +262,12 @@ def resolve_events(
 
 
 def device_kind(device: Any = None) -> str:
-    """The backend ``resolve_events(device)`` picks: ``"cpu"``, ``"cuda"``, ``"mps"``, ``"jax"``, ..."""
-    if (isinstance(device, str) and device.split(":")[0] == "jax") or type(device).__module__.startswith("jax"):
+    """The backend ``resolve_events(device)`` picks: ``"cpu"``, ``"cuda"``, ``"mps"``, ``"jax"``,
+    ..."""
+    if (
+        (isinstance(device, str) and device.split(":")[0] == "jax")
+        or type(device).__module__.startswith("jax")
+    ):
         return "jax"
     return str(_parse_device(device if device is not None else detect_device()).type)
 
@@ -252,34 +281,44 @@ def cuda_module() -> Any:
     return torch.cuda if torch.cuda.is_available() else None
 
 
-def mover(to: Any, kind: str, device: Any, *, synchronous: bool, streams: Any = None) -> tuple[Any, Any]:
-    """``to=`` on a throttle of backend ``kind``: ``(target torch.device, CudaCopy or None)``; see ``Backend.mover``.
+def mover(
+    to: Any, kind: str, device: Any, *, synchronous: bool, streams: Any = None
+) -> tuple[Any, Any]:
+    """``to=`` on a throttle of backend ``kind``: ``(target torch.device, CudaCopy or None)``; see
+    ``Backend.mover``.
 
-    ``streams`` are the throttle's ``streams=``: each batch's copy is ordered before every one of them.
+    ``streams`` are the throttle's ``streams=``: each batch's copy is ordered before every one of
+    them.
     """
     torch = _torch()
     target = _parse_device(to, "to")
     if kind not in ("events", target.type):
         raise ValueError(
-            f"to={to!r} moves batches to {target.type}, but the throttle runs on {kind} (device={device!r}); "
-            "the throttle's events must cover the steps that read the batches: pass the same device to both"
+            f"to={to!r} moves batches to {target.type}, but the throttle runs on {kind} "
+            f"(device={device!r}); the throttle's events must cover the steps that read the "
+            "batches: pass the same device to both"
         )
     if target.type != "cpu" and not _is_available(torch, target.type):
         known = hasattr(torch, target.type)
-        why = f"torch.{target.type}.is_available() is False" if known else "torch has no such backend"
+        why = (
+            f"torch.{target.type}.is_available() is False" if known else "torch has no such backend"
+        )
         raise RuntimeError(
             f"to={to!r} was requested but {target.type} is not available here ({why}); "
             "pass to=None to leave batches where the source puts them, or to='cpu'"
         )
     if synchronous or target.type != "cuda":
         return target, None
-    target = torch.device("cuda", torch.cuda.current_device() if target.index is None else target.index)
+    target = torch.device(
+        "cuda", torch.cuda.current_device() if target.index is None else target.index
+    )
     if kind == "cuda":
         index = torch.device(device).index if device is not None else None
         if (torch.cuda.current_device() if index is None else index) != target.index:
             raise ValueError(
                 f"to={to!r} is cuda:{target.index} but the throttle records on device={device!r}; "
-                "its events must cover the steps that read the batches: pass the same device to both"
+                "its events must cover the steps that read the batches: pass the same device to "
+                "both"
             )
     from .copies import CudaCopy
 

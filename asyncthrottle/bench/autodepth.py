@@ -1,4 +1,5 @@
-"""``depth="auto"`` against fixed depths, on loops whose host work varies: the hiccup loop and two steady ones.
+"""``depth="auto"`` against fixed depths, on loops whose host work varies: the hiccup loop and two
+steady ones.
 
 Run it as ``python -m asyncthrottle bench --autodepth`` (or ``python -m
 asyncthrottle.bench.autodepth``). Each loop runs on the real-time simulated
@@ -30,7 +31,8 @@ from ..throttle import Throttle
 
 __all__ = ["DEVICE_S", "LOOPS", "drive", "host_seconds", "main", "measure"]
 
-DEVICE_S = 0.010  # device seconds per step in every loop
+# device seconds per step in every loop
+DEVICE_S = 0.010
 LOOPS = ("hiccup", "device-bound", "host-bound")
 _MODES: tuple[int | str, ...] = (1, 2, 3, 4, 6, "auto")
 
@@ -46,10 +48,10 @@ def host_seconds(loop: str, step: int) -> float:
     raise ValueError(f"loop must be one of {', '.join(LOOPS)}, got {loop!r}")
 
 
-def drive(
-    thr: Throttle, loop: str, steps: int, *, host: Callable[[float], None], launch: Callable[[float], Any]
-) -> None:
-    """One pass of ``loop`` under ``thr``: each step the host works, then launches ``DEVICE_S`` of device work."""
+def drive(thr: Throttle, loop: str, steps: int, *, host: Callable[[float], None],
+          launch: Callable[[float], Any]) -> None:
+    """One pass of ``loop`` under ``thr``: each step the host works, then launches ``DEVICE_S`` of
+    device work."""
     for step in thr.wrap(range(steps)):
         host(host_seconds(loop, step))
         launch(DEVICE_S)
@@ -95,14 +97,18 @@ def _summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
-    head = f"{'loop':<13} {'mode':<6} {'steps/s median (min-max)':>25} {'max in flight':>14} {'depth at end':>12}"
+    head = (f"{'loop':<13} {'mode':<6} {'steps/s median (min-max)':>25} {'max in flight':>14} "
+            f"{'depth at end':>12}")
     lines = [head + "  verdict"]
     for row in rows:
-        rate = f"{row['steps_per_s_median']:.1f} ({row['steps_per_s_min']:.1f}-{row['steps_per_s_max']:.1f})"
-        most = f"{row['max_in_flight_median']:g} ({row['max_in_flight_min']}-{row['max_in_flight_max']})"
+        rate = (f"{row['steps_per_s_median']:.1f} ({row['steps_per_s_min']:.1f}-"
+                f"{row['steps_per_s_max']:.1f})")
+        most = (f"{row['max_in_flight_median']:g} ({row['max_in_flight_min']}-"
+                f"{row['max_in_flight_max']})")
         depths = "/".join(str(d) for d in row["final_depths"])
         lines.append(
-            f"{row['loop']:<13} {row['mode']:<6} {rate:>25} {most:>14} {depths:>12}  {'/'.join(row['verdicts'])}"
+            f"{row['loop']:<13} {row['mode']:<6} {rate:>25} {most:>14} {depths:>12}  "
+            f"{'/'.join(row['verdicts'])}"
         )
     return "\n".join(lines)
 
@@ -121,18 +127,21 @@ def _mode(text: str) -> int | str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure each loop under each mode and print a table (or JSON)."""
-    parser = argparse.ArgumentParser(prog="python -m asyncthrottle bench --autodepth", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m asyncthrottle bench --autodepth",
+                                     description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--loops", default=",".join(LOOPS), help=f"comma-separated subset of {','.join(LOOPS)}")
-    parser.add_argument("--modes", type=lambda t: [_mode(p) for p in t.split(",")], default=list(_MODES),
-                        help="depths and/or auto (default 1,2,3,4,6,auto)")
+    parser.add_argument("--loops", default=",".join(LOOPS),
+                        help=f"comma-separated subset of {','.join(LOOPS)}")
+    parser.add_argument("--modes", type=lambda t: [_mode(p) for p in t.split(",")],
+                        default=list(_MODES), help="depths and/or auto (default 1,2,3,4,6,auto)")
     parser.add_argument("--steps", type=int, default=200, help="steps per run (default 200)")
     parser.add_argument("--repeat", type=int, default=5, help="runs per mode (default 5)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
     loops = [part.strip() for part in args.loops.split(",") if part.strip()]
     if not loops or any(loop not in LOOPS for loop in loops):
-        parser.error(f"--loops must be a comma-separated subset of {','.join(LOOPS)}, got {args.loops!r}")
+        parser.error(f"--loops must be a comma-separated subset of {','.join(LOOPS)}, got "
+                     f"{args.loops!r}")
     if args.steps < 10 or args.repeat < 1:
         parser.error(f"--steps must be >= 10 and --repeat >= 1, got {args.steps} and {args.repeat}")
     rows = []
@@ -140,10 +149,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for mode in args.modes:
             rows.append(_summarise([measure(loop, mode, args.steps) for _ in range(args.repeat)]))
     if args.json:
-        print(json.dumps({"steps": args.steps, "repeat": args.repeat, "device_s": DEVICE_S, "rows": rows}, indent=2))
+        print(json.dumps({"steps": args.steps, "repeat": args.repeat, "device_s": DEVICE_S,
+                          "rows": rows}, indent=2))
         return 0
-    print(f"depth='auto' vs fixed depths on the real-time simulated device: {DEVICE_S * 1e3:g} ms of device work "
-          f"per step, {args.steps} steps, median of {args.repeat} runs (min-max)")
+    print(f"depth='auto' vs fixed depths on the real-time simulated device: {DEVICE_S * 1e3:g} ms "
+          f"of device work per step, {args.steps} steps, median of {args.repeat} runs (min-max)")
     print(_table(rows))
     return 0
 

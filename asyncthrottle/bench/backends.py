@@ -41,7 +41,8 @@ class CudaBench:
         self.device = torch.device(device)
         self.name = f"cuda ({torch.cuda.get_device_name(self.device)})"
         self._events = resolve_events(self.device)
-        assert self._events is not None  # a CUDA device always has events
+        # a CUDA device always has events
+        assert self._events is not None
         self._keep: list[Any] = []
 
     def events(self) -> EventFactory:
@@ -49,14 +50,16 @@ class CudaBench:
         return self._events
 
     def throttle_options(self) -> dict[str, Any]:
-        """A Throttle here takes ``device=``: the library's own (pooled) events and default options."""
+        """A Throttle here takes ``device=``: the library's own (pooled) events and default
+        options."""
         return {"device": self.device}
 
     def synchronize(self) -> None:
         self._torch.cuda.synchronize(self.device)  # host-device sync: the caller asked for one
 
     def add_one(self) -> Callable[[], None]:
-        x = self._torch.ones((1, 2), device=self.device)  # the seed's (d2l's) x
+        # the seed's (d2l's) x
+        x = self._torch.ones((1, 2), device=self.device)
 
         def step() -> None:
             x + 1
@@ -68,20 +71,23 @@ class CudaBench:
         a = torch.randn((n, n), device=self.device)
 
         def step() -> None:
-            torch.mm(a, a)  # enqueued; the product is not read
+            # enqueued; the product is not read
+            torch.mm(a, a)
 
         return step
 
     def train_step(self) -> Callable[[], None]:
         torch = self._torch
-        model = torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+        model = torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(),
+                                    torch.nn.Linear(512, 10))
         model.to(self.device)
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         x = torch.randn((256, 784), device=self.device)
         y = torch.randint(0, 10, (256,), device=self.device)
         self._keep.append((model, opt, x, y))
 
-        def step() -> None:  # no .item(), no host read: nothing here syncs
+        # no .item(), no host read: nothing here syncs
+        def step() -> None:
             opt.zero_grad(set_to_none=True)
             torch.nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
@@ -104,7 +110,8 @@ class SimCost:
 
     def __post_init__(self) -> None:
         if not (self.host_s >= 0 and self.device_s >= 0 and self.launches >= 1):
-            raise ValueError(f"a simulated cost needs host_s >= 0, device_s >= 0 and launches >= 1, got {self}")
+            raise ValueError("a simulated cost needs host_s >= 0, device_s >= 0 and launches >= 1, "
+                             f"got {self}")
 
 
 DEFAULT_COSTS: Mapping[str, SimCost] = {
@@ -137,7 +144,8 @@ class SimulatedBench:
     def __init__(self, costs: Mapping[str, SimCost] | None = None) -> None:
         unknown = set(costs or ()) - set(DEFAULT_COSTS)
         if unknown:
-            raise ValueError(f"unknown simulated workloads {sorted(unknown)}; choose from {sorted(DEFAULT_COSTS)}")
+            raise ValueError(f"unknown simulated workloads {sorted(unknown)}; choose from "
+                             f"{sorted(DEFAULT_COSTS)}")
         self.costs = {**DEFAULT_COSTS, **(costs or {})}
         self.device = ProcessDevice()
 
@@ -148,7 +156,9 @@ class SimulatedBench:
         self.device.synchronize()  # host-device sync: waits for the device process
 
     def _workload(self, cost: SimCost, scale: float = 1.0) -> Callable[[], None]:
-        device, host_s, device_s, launches = self.device, cost.host_s, cost.device_s * scale, cost.launches
+        device, host_s, device_s, launches = (
+            self.device, cost.host_s, cost.device_s * scale, cost.launches,
+        )
 
         def step() -> None:
             for _ in range(launches):
@@ -170,7 +180,8 @@ class SimulatedBench:
         self.device.close()
 
 
-def pick_backend(name: str = "auto", *, sim_costs: Mapping[str, SimCost] | None = None) -> BenchBackend:
+def pick_backend(name: str = "auto", *,
+                 sim_costs: Mapping[str, SimCost] | None = None) -> BenchBackend:
     """The backend ``--backend name`` asks for; ``"auto"`` is CUDA > JAX (if installed) > simulated.
 
     Raises:
@@ -186,10 +197,12 @@ def pick_backend(name: str = "auto", *, sim_costs: Mapping[str, SimCost] | None 
             from .jax_backend import JaxBench  # type: ignore[import-not-found,unused-ignore]
 
             backend: BenchBackend = JaxBench()
-        except ImportError as exc:  # jax is an optional extra
+        except ImportError as exc:
+            # jax is an optional extra
             if name == "jax":
                 raise RuntimeError(
-                    f"--backend jax needs jax ({exc}); pip install 'asyncthrottle[jax]', or use --backend simulated"
+                    f"--backend jax needs jax ({exc}); pip install 'asyncthrottle[jax]', or use "
+                    "--backend simulated"
                 ) from None
         else:
             return backend

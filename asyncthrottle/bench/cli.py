@@ -16,15 +16,15 @@ __all__ = ["main"]
 
 _EPILOG = """\
 examples:
-  python -m asyncthrottle bench                       # all three experiments, best backend here
+  python -m asyncthrottle bench              # all three experiments, best backend here
   python -m asyncthrottle bench --backend simulated --json
-  python -m asyncthrottle bench --plot inflight.png   # needs pip install 'asyncthrottle[plot]'
+  python -m asyncthrottle bench --plot inflight.png  # needs pip install 'asyncthrottle[plot]'
   python -m asyncthrottle bench --sim-cost add=5:50 --experiments add
-  python -m asyncthrottle bench --overhead            # the core's per-step overhead instead
-  python -m asyncthrottle bench --waits               # each wait strategy, 50 us to 10 ms steps
-  python -m asyncthrottle bench --autodepth           # depth='auto' vs fixed depths (simulated device)
-  python -m asyncthrottle bench --prefetch --backend cuda  # to= vs apex-style and non_blocking copies
-  python -m asyncthrottle bench --values              # defer(loss) vs float(loss) vs MaxText's throttler
+  python -m asyncthrottle bench --overhead   # the core's per-step overhead instead
+  python -m asyncthrottle bench --waits      # each wait strategy, 50 us to 10 ms steps
+  python -m asyncthrottle bench --autodepth  # depth='auto' vs fixed depths (simulated device)
+  python -m asyncthrottle bench --prefetch --backend cuda  # to= vs apex-style, non_blocking copies
+  python -m asyncthrottle bench --values     # defer(loss) vs float(loss) vs MaxText's throttler
 """
 
 
@@ -32,7 +32,8 @@ def _int_list(text: str) -> list[int]:
     try:
         values = [int(part) for part in text.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated ints >= 1 such as 1,2,4, got {text!r}") from None
+        raise argparse.ArgumentTypeError("expected comma-separated ints >= 1 such as 1,2,4, got "
+                                         f"{text!r}") from None
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"depths must be ints >= 1 such as 1,2,4, got {text!r}")
     return values
@@ -80,28 +81,41 @@ def _sim_cost(text: str) -> tuple[str, SimCost]:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m asyncthrottle bench",
-        description="The seed's experiments, measured: each workload synchronised every step, fully "
-        "asynchronous, and throttled, beside the seed's cost model.",
+        description="The seed's experiments, measured: each workload synchronised every step, "
+        "fully asynchronous, and throttled, beside the seed's cost model.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--overhead", action="store_true", help="run the core's overhead benchmark (other flags go to it)")
-    p.add_argument("--waits", action="store_true", help="run the wait-strategy sweep (other flags go to it)")
-    p.add_argument("--autodepth", action="store_true", help="run depth='auto' vs fixed depths (other flags go to it)")
-    p.add_argument("--prefetch", action="store_true", help="run to= vs the usual copies (other flags go to it)")
+    p.add_argument("--overhead", action="store_true",
+                   help="run the core's overhead benchmark (other flags go to it)")
+    p.add_argument("--waits", action="store_true",
+                   help="run the wait-strategy sweep (other flags go to it)")
+    p.add_argument("--autodepth", action="store_true",
+                   help="run depth='auto' vs fixed depths (other flags go to it)")
+    p.add_argument("--prefetch", action="store_true",
+                   help="run to= vs the usual copies (other flags go to it)")
     p.add_argument("--values", action="store_true",
-                   help="run deferred values vs float(loss) and MaxText's throttler (other flags go to it)")
-    p.add_argument("--backend", choices=BACKENDS, default="auto", help="auto: cuda, else jax, else simulated")
-    p.add_argument("--experiments", type=_experiments, default=[e.key for e in EXPERIMENTS], help="e.g. add,matmul")
-    p.add_argument("--depths", type=_int_list, default=[1, 2, 4], help="throttled depths (default 1,2,4)")
-    p.add_argument("--scale", type=_positive(float), default=1.0, help="multiply every experiment's step count")
-    p.add_argument("--repeat", type=_positive(int), default=1, help="runs per mode; the fastest is kept")
+                   help="run deferred values vs float(loss) and MaxText's throttler (other flags "
+                        "go to it)")
+    p.add_argument("--backend", choices=BACKENDS, default="auto",
+                   help="auto: cuda, else jax, else simulated")
+    p.add_argument("--experiments", type=_experiments, default=[e.key for e in EXPERIMENTS],
+                   help="e.g. add,matmul")
+    p.add_argument("--depths", type=_int_list, default=[1, 2, 4],
+                   help="throttled depths (default 1,2,4)")
+    p.add_argument("--scale", type=_positive(float), default=1.0,
+                   help="multiply every experiment's step count")
+    p.add_argument("--repeat", type=_positive(int), default=1,
+                   help="runs per mode; the fastest is kept")
     p.add_argument("--wait", choices=("poll", "spin", "block", "hybrid"), default="hybrid",
                    help="the throttle's wait strategy (default: the library's, hybrid)")
-    p.add_argument("--sim-cost", type=_sim_cost, action="append", default=[], metavar="NAME=HOST_US:DEVICE_US",
-                   help="simulated per-launch host and device microseconds for add, matmul or train")
+    p.add_argument("--sim-cost", type=_sim_cost, action="append", default=[],
+                   metavar="NAME=HOST_US:DEVICE_US",
+                   help="simulated per-launch host and device microseconds for add, matmul or "
+                        "train")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
-    p.add_argument("--plot", metavar="FILE.png", help="save in-flight depth over time per mode (needs matplotlib)")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="save in-flight depth over time per mode (needs matplotlib)")
     return p
 
 
@@ -135,11 +149,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (RuntimeError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if args.plot:  # fail before measuring, not after
+    # fail before measuring, not after
+    if args.plot:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            print("error: --plot needs matplotlib: pip install 'asyncthrottle[plot]'", file=sys.stderr)
+            print("error: --plot needs matplotlib: pip install 'asyncthrottle[plot]'",
+                  file=sys.stderr)
             return 2
     notes: list[str] = []
     chosen = [e for e in EXPERIMENTS if e.key in args.experiments]
@@ -151,7 +167,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
     finally:
         backend.close()
-    label = f"{backend.name}" + (" -- SIMULATED, not a real accelerator" if backend.simulated else "")
+    label = f"{backend.name}" + (
+        " -- SIMULATED, not a real accelerator" if backend.simulated else ""
+    )
     if args.plot:
         plot_timelines(results, args.plot, title=f"asyncthrottle bench: {label}")
     if args.json:
@@ -163,7 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     header = [
         "asyncthrottle bench: the seed's experiments, measured",
         f"backend: {label}; wait={args.wait!r}; fastest of {args.repeat} run(s) per mode",
-        f"machine: {info['platform']}, {info['cpus']} CPUs, Python {info['python']}, torch {info.get('torch', '-')}",
+        f"machine: {info['platform']}, {info['cpus']} CPUs, Python {info['python']}, torch "
+        f"{info.get('torch', '-')}",
         *(f"note: {n}" for n in notes),
     ]
     print(to_text(results, header))

@@ -1,4 +1,5 @@
-"""A CUDA device for the wait sweep: ``torch.cuda._sleep`` kernels calibrated to last a given time."""
+"""A CUDA device for the wait sweep: ``torch.cuda._sleep`` kernels calibrated to last a given
+time."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ class CudaSleepBench:
         import torch
 
         if not torch.cuda.is_available():
-            raise RuntimeError("--backend cuda needs a CUDA GPU, but torch.cuda.is_available() is False here")
+            raise RuntimeError("--backend cuda needs a CUDA GPU, but torch.cuda.is_available() is "
+                               "False here")
         self._torch = torch
         self.device = torch.device(device)
         self.name = f"cuda ({torch.cuda.get_device_name(self.device)}), torch.cuda._sleep kernels"
@@ -35,7 +37,9 @@ class CudaSleepBench:
         with torch.cuda.device(self.device):
             torch.cuda._sleep(cycles // 10)  # type: ignore[no-untyped-call]  # warm-up: loads the kernel
             for _ in range(5):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start, end = (
+                    torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True),
+                )
                 start.record()
                 torch.cuda._sleep(cycles)  # type: ignore[no-untyped-call]
                 end.record()
@@ -51,7 +55,8 @@ class CudaSleepBench:
         self._torch.cuda.synchronize(self.device)  # host-device sync: between runs
 
     def throttle_options(self) -> dict[str, Any]:
-        return {"device": self.device}  # the throttle's own CUDA events (blocking ones for wait="block")
+        # the throttle's own CUDA events (blocking ones for wait="block")
+        return {"device": self.device}
 
     def close(self) -> None:
         self.synchronize()

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..core.events import EventFactory
 from ..backends.jax import _jax, _parse_device, jax_events
+from ..core.events import EventFactory
 
 __all__ = ["JaxBench"]
 
@@ -19,7 +19,8 @@ class _TrainStep:
         k1, k2, k3 = jax.random.split(key, 3)
         put = jax.device_put
         self.params = put(
-            {"w1": jax.random.normal(k1, (width, width)) / width**0.5, "w2": jnp.zeros((width, 1))}, device
+            {"w1": jax.random.normal(k1, (width, width)) / width**0.5, "w2": jnp.zeros((width, 1))},
+            device,
         )
         self.x = put(jax.random.normal(k2, (batch, width)), device)
         self.y = put(jnp.sin(self.x[:, :1]) + 0.1 * jax.random.normal(k3, (batch, 1)), device)
@@ -36,7 +37,8 @@ class _TrainStep:
         self._sgd = jax.jit(sgd)
 
     def __call__(self) -> None:
-        self.params, self.loss = self._sgd(self.params, self.x, self.y)  # dispatch only: never reads a value
+        # dispatch only: never reads a value
+        self.params, self.loss = self._sgd(self.params, self.x, self.y)
 
 
 class JaxBench:
@@ -61,7 +63,8 @@ class JaxBench:
         self._device = _parse_device(self._jax, device)
         self.name = f"jax-{self._device.platform} (XLA, asynchronous dispatch)"
         self._key = self._jax.random.key(seed)
-        self._latest: dict[str, Any] = {}  # each workload's latest output, for synchronize()
+        # each workload's latest output, for synchronize()
+        self._latest: dict[str, Any] = {}
         self._events = jax_events(self._device)
 
     def events(self) -> EventFactory:
@@ -96,7 +99,8 @@ class JaxBench:
         """One SGD step (forward, backward, update) of a 256-wide MLP on a fixed batch."""
         self._key, key = self._jax.random.split(self._key)
         step = _TrainStep(self._jax, self._device, key)
-        self._latest["train_step"] = step  # synchronize() waits for its latest parameters
+        # synchronize() waits for its latest parameters
+        self._latest["train_step"] = step
         return step
 
     def close(self) -> None:

@@ -1,4 +1,5 @@
-"""The seed's cost model: launch (t1), device (t2) and sync (t3) costs, measured and used to predict."""
+"""The seed's cost model: launch (t1), device (t2) and sync (t3) costs, measured and used to
+predict."""
 
 from __future__ import annotations
 
@@ -95,7 +96,8 @@ def measure_costs(
     if repeats < 1:
         raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
     backend.synchronize()  # host-device sync: start from an idle device
-    t3 = statistics.median(_timed(backend.synchronize, clock) for _ in range(repeats))  # syncs on an idle device
+    # syncs on an idle device
+    t3 = statistics.median(_timed(backend.synchronize, clock) for _ in range(repeats))
     t1s, t2s = [], []
     for _ in range(repeats):
         backend.synchronize()  # host-device sync: each burst starts on an idle device

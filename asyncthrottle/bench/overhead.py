@@ -39,7 +39,10 @@ from ..testing.procdevice import ProcessDevice
 from ..throttle import Throttle
 from .reference import Reference, generator_throttle
 
-__all__ = ["main", "measure_beside", "measure_interrupt", "measure_overhead", "measure_trace", "measure_waits"]
+__all__ = [
+    "main", "measure_beside", "measure_interrupt", "measure_overhead", "measure_trace",
+    "measure_waits",
+]
 
 
 class _NoopEvent:
@@ -67,7 +70,8 @@ class _TimedNoopEvent(_NoopEvent):
 
 
 def _best_loop_s(make_iterable: Callable[[], Iterable[Any]], repeats: int) -> float:
-    """The least disturbed of ``repeats`` loops over ``make_iterable()``: this thread's CPU seconds."""
+    """The least disturbed of ``repeats`` loops over ``make_iterable()``: this thread's CPU
+    seconds."""
     best = float("inf")
     for _ in range(repeats):
         iterable = make_iterable()
@@ -99,27 +103,29 @@ def _medians(per_run: dict[str, list[float]]) -> dict[str, Any]:
     return result
 
 
-def _rounds(
-    loops: dict[str, Callable[[], Iterable[Any]]], steps: int, runs: int, best_of: int, ratio_to: str | None = None
-) -> dict[str, Any]:
-    """Per-step thread CPU us of each loop over the bare one: median and range of ``runs`` rotating rounds.
+def _rounds(loops: dict[str, Callable[[], Iterable[Any]]], steps: int, runs: int, best_of: int,
+            ratio_to: str | None = None) -> dict[str, Any]:
+    """Per-step thread CPU us of each loop over the bare one: median and range of ``runs`` rotating
+    rounds.
 
-    With ``ratio_to``, also each loop's overhead over that loop's in the same round (``<name>_x``: the
-    median of the per-round ratios, and ``<name>_range_x``).
+    With ``ratio_to``, also each loop's overhead over that loop's in the same round (``<name>_x``:
+    the median of the per-round ratios, and ``<name>_range_x``).
     """
     names = list(loops)
     per_run: dict[str, list[float]] = {name: [] for name in names if name != "bare"}
     bare_us: list[float] = []
     for run in range(runs):
         shift = run % len(names)
-        seconds = {name: _best_loop_s(loops[name], best_of) for name in names[shift:] + names[:shift]}
+        seconds = {
+            name: _best_loop_s(loops[name], best_of) for name in names[shift:] + names[:shift]
+        }
         bare_us.append(seconds["bare"] / steps * 1e6)
         for name in per_run:
             per_run[name].append((seconds[name] - seconds["bare"]) / steps * 1e6)
     ratios: dict[str, Any] = {}
     if ratio_to is not None:
         for name, values in per_run.items():
-            per_round = [v / r for v, r in zip(values, per_run[ratio_to]) if r > 0]
+            per_round = [v / r for v, r in zip(values, per_run[ratio_to], strict=False) if r > 0]
             if per_round and name != ratio_to:
                 ratios[f"{name}_x"] = statistics.median(per_round)
                 ratios[f"{name}_range_x"] = (min(per_round), max(per_round))
@@ -145,16 +151,17 @@ def measure_overhead(
     loops: dict[str, Callable[[], Iterable[Any]]] = {"bare": lambda: data}
     for name, case in _OVERHEAD_CASES.items():
         loops[name] = partial(_throttled, data, {**case(), **extra})
-    loops["reference"] = lambda: Reference(data, _NoopEvent, 2)  # the hand-written loop, same events, depth 2
+    # the hand-written loop, same events, depth 2
+    loops["reference"] = lambda: Reference(data, _NoopEvent, 2)
     loops["generator"] = lambda: generator_throttle(data, _NoopEvent, 2)
     return _rounds(loops, steps, runs, best_of, ratio_to="generator")
 
 
-def measure_beside(
-    throttle_options: dict[str, Any], reference_events: EventFactory, *, steps: int = 100_000, runs: int = 5,
-    best_of: int = 3, depths: tuple[int, ...] = (1, 2),
-) -> dict[str, Any]:
-    """Per-step host cost of the throttle beside the reference loop, on one backend, in the same rounds.
+def measure_beside(throttle_options: dict[str, Any], reference_events: EventFactory, *,
+                   steps: int = 100_000, runs: int = 5, best_of: int = 3,
+                   depths: tuple[int, ...] = (1, 2)) -> dict[str, Any]:
+    """Per-step host cost of the throttle beside the reference loop, on one backend, in the same
+    rounds.
 
     Cases: ``throttle_none`` (depth None), and per depth ``d``: ``throttle_d``
     (default options), ``throttle_d_no_sampling`` (``sample_every=None``) and
@@ -167,7 +174,8 @@ def measure_beside(
         "bare": lambda: data, "throttle_none": partial(_throttled, data, throttle_options, None)}
     for d in depths:
         loops[f"throttle_{d}"] = partial(_throttled, data, throttle_options, d)
-        loops[f"throttle_{d}_no_sampling"] = partial(_throttled, data, {**throttle_options, "sample_every": None}, d)
+        loops[f"throttle_{d}_no_sampling"] = partial(_throttled, data,
+                                                     {**throttle_options, "sample_every": None}, d)
         loops[f"reference_{d}"] = partial(Reference, data, reference_events, d)
     return {"depths": depths, **_rounds(loops, steps, runs, best_of)}
 
@@ -176,31 +184,39 @@ def _cuda_beside(steps: int, runs: int) -> dict[str, Any]:
     import torch
 
     if not torch.cuda.is_available():
-        raise RuntimeError("--backend cuda needs a CUDA GPU, but torch.cuda.is_available() is False here")
-    reference = partial(torch.Event, device=torch.device("cuda"), enable_timing=False)  # what the issue's loop pools
+        raise RuntimeError("--backend cuda needs a CUDA GPU, but torch.cuda.is_available() is "
+                           "False here")
+    # what the issue's loop pools
+    reference = partial(torch.Event, device=torch.device("cuda"), enable_timing=False)
     result = measure_beside({"device": "cuda"}, reference, steps=steps, runs=runs)
-    torch.cuda.synchronize()  # host-device sync: the measured loops drained already; nothing is left behind
+    torch.cuda.synchronize()  # host-device sync: the loops drained already; nothing is left
     return {"backend": f"cuda ({torch.cuda.get_device_name()})", **result}
 
 
 def _print_beside(machine: str, result: dict[str, Any]) -> None:
     print(f"machine: {machine}; backend: {result['backend']}")
-    print(f"host cost per step over a bare loop (empty body): thread CPU us, median of {result['runs']} rounds "
-          f"[range], each the best of {result['best_of']} loops of {result['steps']:,} steps")
+    print("host cost per step over a bare loop (empty body): thread CPU us, median of "
+          f"{result['runs']} rounds [range], each the best of {result['best_of']} loops of "
+          f"{result['steps']:,} steps")
     low, high = result["throttle_none_range_us"]
     print(f"  {'depth None':<10} throttle {result['throttle_none_us']:.3f} [{low:.3f}..{high:.3f}]")
     bare = result["bare_us"]
     for d in result["depths"]:
         ref = result[f"reference_{d}_us"]
         cells = []
-        for label, key in (("throttle", f"throttle_{d}"), ("sample_every=None", f"throttle_{d}_no_sampling")):
-            cost = result[f"{key}_us"]  # the loop's speed relative to the reference's: (bare + ref) / (bare + cost)
-            cells.append(f"{label} {cost:.3f} us ({(bare + ref) / (bare + cost):.2f}x the reference's speed)")
+        for label, key in (
+            ("throttle", f"throttle_{d}"), ("sample_every=None", f"throttle_{d}_no_sampling"),
+        ):
+            # the loop's speed relative to the reference's: (bare + ref) / (bare + cost)
+            cost = result[f"{key}_us"]
+            cells.append(f"{label} {cost:.3f} us ({(bare + ref) / (bare + cost):.2f}x the "
+                         "reference's speed)")
         print(f"  {'depth ' + str(d):<10} reference {ref:.3f} us; " + "; ".join(cells))
 
 
 def _loop_cpu_s(thr: Throttle, data: list[int]) -> float:
-    """The loop's CPU seconds on this thread: time-slicing by other processes on a shared machine is left out."""
+    """The loop's CPU seconds on this thread: time-slicing by other processes on a shared machine is
+    left out."""
     start = time.thread_time()
     for _item in thr.wrap(data):
         pass
@@ -210,7 +226,8 @@ def _loop_cpu_s(thr: Throttle, data: list[int]) -> float:
 def measure_trace(
     steps: int = 200_000, runs: int = 7, capacity: int = 10_000, best_of: int = 3
 ) -> list[dict[str, Any]]:
-    """Microseconds per step that ``trace=capacity`` adds, per backend: median and range over ``runs``.
+    """Microseconds per step that ``trace=capacity`` adds, per backend: median and range over
+    ``runs``.
 
     Each run times the loop with ``trace=0`` and with ``trace=capacity``,
     each the best of ``best_of`` loops (the least disturbed), back to back in
@@ -230,31 +247,40 @@ def measure_trace(
         base: list[float] = []
         traced: list[float] = []
         for run in range(runs):
-            order = ((0, base), (capacity, traced)) if run % 2 == 0 else ((capacity, traced), (0, base))
+            order = (
+                ((0, base), (capacity, traced)) if run % 2 == 0 else ((capacity, traced), (0, base))
+            )
             for trace, out in order:
-                best = min(_loop_cpu_s(Throttle(2, trace=trace, **options), data) for _ in range(best_of))
+                best = min(
+                    _loop_cpu_s(Throttle(2, trace=trace, **options), data) for _ in range(best_of)
+                )
                 out.append(best / steps * 1e6)
         added = sorted(t - b for b, t in zip(base, traced, strict=True))
-        rows.append({
-            "backend": label, "runs": runs, "best_of": best_of, "steps": steps, "trace": capacity,
-            "off_us": statistics.median(base), "on_us": statistics.median(traced),
-            "added_us": statistics.median(added), "added_min_us": added[0], "added_max_us": added[-1],
-        })
+        rows.append(
+            {
+                "backend": label, "runs": runs, "best_of": best_of, "steps": steps,
+                "trace": capacity, "off_us": statistics.median(base),
+                "on_us": statistics.median(traced), "added_us": statistics.median(added),
+                "added_min_us": added[0], "added_max_us": added[-1],
+            }
+        )
     return rows
 
 
 def _print_trace(rows: list[dict[str, Any]]) -> None:
     r0 = rows[0]
     print(f"machine: {_machine()}")
-    print(f"trace={r0['trace']:,} over trace=0: thread CPU us/step, median of {r0['runs']} paired runs "
-          f"(each the best of {r0['best_of']} loops of {r0['steps']:,} steps)")
-    print(f"  {'backend':<24} {'trace=0':>8} {'trace=N':>8} {'added':>7}  {'range of added':>16}  (target <= 1)")
+    print(f"trace={r0['trace']:,} over trace=0: thread CPU us/step, median of {r0['runs']} paired "
+          f"runs (each the best of {r0['best_of']} loops of {r0['steps']:,} steps)")
+    print(f"  {'backend':<24} {'trace=0':>8} {'trace=N':>8} {'added':>7}  {'range of added':>16}  "
+          "(target <= 1)")
     for r in rows:
-        print(f"  {r['backend']:<24} {r['off_us']:>8.3f} {r['on_us']:>8.3f} {r['added_us']:>+7.3f}  "
-              f"{r['added_min_us']:>+7.3f}..{r['added_max_us']:<+7.3f}")
+        print(f"  {r['backend']:<24} {r['off_us']:>8.3f} {r['on_us']:>8.3f} "
+              f"{r['added_us']:>+7.3f}  {r['added_min_us']:>+7.3f}..{r['added_max_us']:<+7.3f}")
 
 
-def _run_simulated(wait: str, depth: int | None, steps: int, device_s: float, launch_s: float) -> dict[str, float]:
+def _run_simulated(wait: str, depth: int | None, steps: int, device_s: float,
+                   launch_s: float) -> dict[str, float]:
     with ProcessDevice(launch_s=launch_s) as device:
         thr = Throttle(depth, events=device.event, wait=wait)
         cpu0, start = time.thread_time(), time.perf_counter()
@@ -263,13 +289,16 @@ def _run_simulated(wait: str, depth: int | None, steps: int, device_s: float, la
         wall = time.perf_counter() - start
         cpu = time.thread_time() - cpu0
     stats = thr.stats
-    return {"steps_per_s": steps / wall, "host_cpu": cpu / wall, "max_in_flight": stats.max_in_flight}
+    return {
+        "steps_per_s": steps / wall, "host_cpu": cpu / wall, "max_in_flight": stats.max_in_flight,
+    }
 
 
 def measure_waits(
     steps: int = 400, device_s: float = 2e-3, launch_s: float = 1e-4, repeats: int = 3
 ) -> list[dict[str, Any]]:
-    """Throughput of each wait strategy on the simulated device at depth 1 and 2 (best of ``repeats``)."""
+    """Throughput of each wait strategy on the simulated device at depth 1 and 2 (best of
+    ``repeats``)."""
     rows: list[dict[str, Any]] = []
     for depth in (1, 2):
         for wait in ("spin", "block", "poll", "hybrid"):
@@ -314,25 +343,34 @@ def measure_interrupt(wait: str = "hybrid", delay_s: float = 0.3) -> float:
 
 
 def _machine() -> str:
-    return f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.system()}"
+    return (f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+            f"{platform.system()}")
 
 
 def _print(result: dict[str, Any]) -> None:
     o = result["overhead"]
     print(f"machine: {result['machine']}")
-    print(f"per-step overhead over a bare loop: thread CPU, median of {o['runs']} rounds [range] (each the best of "
-          f"{o['best_of']} loops of {o['steps']:,} steps; bare loop {o['bare_us']:.3f} us/step):")
+    print(f"per-step overhead over a bare loop: thread CPU, median of {o['runs']} rounds [range] "
+          f"(each the best of {o['best_of']} loops of {o['steps']:,} steps; bare loop "
+          f"{o['bare_us']:.3f} us/step):")
     for name, label, target in (
         ("null", "null backend (CPU)", "(target <= 0.3)"),
         ("noop_events", "Python no-op events", ""),
-        ("timed_events", "timeable no-op events", "(target <= 1: default telemetry, device timing on)"),
+        (
+            "timed_events", "timeable no-op events",
+            "(target <= 1: default telemetry, device timing on)",
+        ),
         ("timed_events_no_sampling", "  same, sample_every=None", "(device timing off)"),
         ("reference", "15-line reference loop", "(no-op events, depth 2: the bar on CUDA)"),
-        ("generator", "10-line generator", "(a new no-op event per step, depth 2: the bar on the CPU)"),
+        (
+            "generator", "10-line generator",
+            "(a new no-op event per step, depth 2: the bar on the CPU)",
+        ),
     ):
         low, high = o[f"{name}_range_us"]
         print(f"  {label:<25} {o[name + '_us']:+.3f} us/step [{low:+.3f}..{high:+.3f}]  {target}")
-    print("the same, over the 10-line generator in each round (median [range] of the per-round ratios):")
+    print("the same, over the 10-line generator in each round (median [range] of the per-round "
+          "ratios):")
     for name, label, target in (
         ("noop_events", "Python no-op events", "(target <= 3: no device timing)"),
         ("timed_events_no_sampling", "timeable, sample_every=None", "(target <= 3)"),
@@ -341,31 +379,34 @@ def _print(result: dict[str, Any]) -> None:
         low, high = o[f"{name}_range_x"]
         print(f"  {label:<27} {o[name + '_x']:5.2f}x [{low:.2f}..{high:.2f}]  {target}")
     print("wait strategies on the simulated device (real time, GIL-free child process):")
-    print(f"  {'depth':>5} {'wait':>6} {'steps/s':>9} {'vs spin':>8} {'host CPU':>9} {'max in flight':>14}")
+    print(f"  {'depth':>5} {'wait':>6} {'steps/s':>9} {'vs spin':>8} {'host CPU':>9} "
+          f"{'max in flight':>14}")
     for r in result["waits"]:
-        print(
-            f"  {r['depth']:>5} {r['wait']:>6} {r['steps_per_s']:>9.1f} {r['vs_spin']:>8.1%} "
-            f"{r['host_cpu']:>9.0%} {r['max_in_flight']:>14}"
-        )
+        print(f"  {r['depth']:>5} {r['wait']:>6} {r['steps_per_s']:>9.1f} {r['vs_spin']:>8.1%} "
+              f"{r['host_cpu']:>9.0%} {r['max_in_flight']:>14}")
     latency = ", ".join(f"{wait} {ms:.2f} ms" for wait, ms in result["interrupt_ms"].items())
     print(f"Ctrl-C latency in a hung step's wait: {latency} (target < 100)")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the core's benchmark and print (or ``--json``) the figures."""
-    parser = argparse.ArgumentParser(prog="python -m asyncthrottle bench --overhead", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m asyncthrottle bench --overhead",
+                                     description=__doc__)
     parser.add_argument("--steps", type=int, default=300_000, help="steps of the overhead loops")
     parser.add_argument("--wait-steps", type=int, default=400, help="steps per wait-strategy run")
     parser.add_argument("--device-ms", type=float, default=2.0, help="simulated device ms per step")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
-    parser.add_argument("--trace", type=int, metavar="N", help="measure instead what trace=N adds per step")
-    parser.add_argument("--runs", type=int, default=7, help="rounds of the overhead loops (median and range)")
+    parser.add_argument("--trace", type=int, metavar="N",
+                        help="measure instead what trace=N adds per step")
+    parser.add_argument("--runs", type=int, default=7,
+                        help="rounds of the overhead loops (median and range)")
     parser.add_argument("--backend", choices=("cpu", "cuda"), default="cpu",
                         help="cuda: the throttle beside the reference loop on the GPU instead")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.wait_steps < 1 or args.runs < 1 or args.device_ms <= 0:
-        parser.error(f"--steps, --wait-steps and --runs must be >= 1 and --device-ms > 0, got --steps {args.steps} "
-                     f"--wait-steps {args.wait_steps} --runs {args.runs} --device-ms {args.device_ms}")
+        parser.error("--steps, --wait-steps and --runs must be >= 1 and --device-ms > 0, got "
+                     f"--steps {args.steps} --wait-steps {args.wait_steps} --runs {args.runs} "
+                     f"--device-ms {args.device_ms}")
     if args.backend == "cuda":
         try:
             beside = _cuda_beside(min(args.steps, 100_000), args.runs)
@@ -379,9 +420,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.trace is not None:
         if args.trace < 1 or args.runs < 1:
-            parser.error(f"--trace and --runs must be ints >= 1, got --trace {args.trace} --runs {args.runs}")
+            parser.error(f"--trace and --runs must be ints >= 1, got --trace {args.trace} --runs "
+                         f"{args.runs}")
         rows = measure_trace(min(args.steps, 100_000), args.runs, args.trace)
-        print(json.dumps({"machine": _machine(), "trace": rows}, indent=2)) if args.json else _print_trace(rows)
+        print(json.dumps({"machine": _machine(), "trace": rows}, indent=2)) if args.json else (
+            _print_trace(rows))
         return 0
     result = {
         "machine": _machine(),

@@ -41,7 +41,8 @@ MODES = ("to", "apex", "non_blocking", "non_blocking_depth_none")
 
 
 class ApexPrefetcher:
-    """NVIDIA apex's ImageNet ``data_prefetcher``, as copied into many repositories (tuples of tensors)."""
+    """NVIDIA apex's ImageNet ``data_prefetcher``, as copied into many repositories (tuples of
+    tensors)."""
 
     def __init__(self, loader: Any, device: Any) -> None:
         import torch
@@ -63,7 +64,8 @@ class ApexPrefetcher:
     def __iter__(self) -> Iterator[Any]:
         while True:
             current = self._torch.cuda.current_stream(self._device)
-            current.wait_stream(self._stream)  # the whole side stream, as apex does
+            # the whole side stream, as apex does
+            current.wait_stream(self._stream)
             batch = self._next
             if batch is None:
                 return
@@ -74,7 +76,8 @@ class ApexPrefetcher:
 
 
 class _Batches:
-    """A map-style dataset whose items are whole batches (use ``batch_size=None``); ``k`` distinct ones."""
+    """A map-style dataset whose items are whole batches (use ``batch_size=None``); ``k`` distinct
+    ones."""
 
     def __init__(self, batches: list[Any], steps: int) -> None:
         self.batches, self.steps = batches, steps
@@ -91,18 +94,22 @@ class _Batches:
         return self.batches[i % len(self.batches)]
 
 
-def measure(mode: str, args: argparse.Namespace, data: _Batches, launch: Callable[[float], None]) -> dict[str, Any]:
+def measure(mode: str, args: argparse.Namespace, data: _Batches,
+            launch: Callable[[float], None]) -> dict[str, Any]:
     """One run of ``mode``: steps/s, syncs per step, pinned bytes sampled every 100 steps."""
     import torch
 
     device = torch.device(args.device)
     pin = mode != "to" and device.type == "cuda"
-    dataset: Any = data  # a map-style dataset by protocol (no torch import at module level)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=None, shuffle=False, num_workers=0, pin_memory=pin)
+    # a map-style dataset by protocol (no torch import at module level)
+    dataset: Any = data
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, shuffle=False, num_workers=0,
+                                         pin_memory=pin)
     source: Any = ApexPrefetcher(loader, device) if mode == "apex" else loader
     depth = None if mode == "non_blocking_depth_none" else args.depth
     audit = "warn" if device.type == "cuda" else None
-    thr = Throttle(depth, device=device, to=device if mode == "to" else None, detect_sync=audit, sample_every=None)
+    thr = Throttle(depth, device=device, to=device if mode == "to" else None, detect_sync=audit,
+                   sample_every=None)
     ring, host = [], []
     trusted = bytes_trusted(torch.__version__)
     acc = torch.zeros((), device=device)
@@ -110,13 +117,16 @@ def measure(mode: str, args: argparse.Namespace, data: _Batches, launch: Callabl
     for step, (x, y) in enumerate(thr.wrap(source)):
         if mode.startswith("non_blocking"):
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        acc += x.sum() + y.sum()  # the step reads its whole batch
+        # the step reads its whole batch
+        acc += x.sum() + y.sum()
         launch(args.device_ms / 1000)
         if step % 100 == 99:
             ring.append(thr.stats.pinned_bytes)
-            stats = torch.cuda.host_memory_stats() if device.type == "cuda" else {}  # counters: no sync
+            # counters: no sync
+            stats = torch.cuda.host_memory_stats() if device.type == "cuda" else {}
             host.append(pinned_in_use(stats, trust_bytes=trusted))
-    wall = time.perf_counter() - start  # the pass drained at its end
+    # the pass drained at its end
+    wall = time.perf_counter() - start
     audited = thr.sync_audit
     return {
         "mode": mode, "depth": depth, "steps_per_s": len(data) / wall,
@@ -125,14 +135,16 @@ def measure(mode: str, args: argparse.Namespace, data: _Batches, launch: Callabl
     }
 
 
-def _report(runs: dict[str, list[dict[str, Any]]], batch_bytes: int, args: argparse.Namespace) -> list[str]:
+def _report(runs: dict[str, list[dict[str, Any]]], batch_bytes: int,
+            args: argparse.Namespace) -> list[str]:
     rate = {mode: statistics.median(r["steps_per_s"] for r in rs) for mode, rs in runs.items()}
     mib = 2**20
-    lines = [f"{'mode':<26}{'depth':>6}{'steps/s':>10}{'syncs/step':>12}{'pinned in use, max MiB':>24}"
-             f"{'ring MiB (first..last)':>24}"]
+    lines = [f"{'mode':<26}{'depth':>6}{'steps/s':>10}{'syncs/step':>12}"
+             f"{'pinned in use, max MiB':>24}{'ring MiB (first..last)':>24}"]
     for mode, rs in runs.items():
         last = rs[-1]
-        syncs = "-" if last["syncs_per_step"] is None else f"{max(r['syncs_per_step'] for r in rs):.2f}"
+        syncs = ("-" if last["syncs_per_step"] is None
+                 else f"{max(r['syncs_per_step'] for r in rs):.2f}")
         used = max((max(r["pinned_in_use"], default=0) for r in rs), default=0) / mib
         ring = last["ring_bytes"]
         ring_text = f"{ring[0] / mib:.1f}..{ring[-1] / mib:.1f}" if ring and ring[-1] else "-"
@@ -152,13 +164,18 @@ def _report(runs: dict[str, list[dict[str, Any]]], batch_bytes: int, args: argpa
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m asyncthrottle bench --prefetch", description=__doc__.splitlines()[0])
-    p.add_argument("--backend", choices=("cuda", "cpu"), default="cuda", help="cpu: a smoke run, figures mean nothing")
+    p = argparse.ArgumentParser(prog="python -m asyncthrottle bench --prefetch",
+                                description=__doc__.splitlines()[0])
+    p.add_argument("--backend", choices=("cuda", "cpu"), default="cuda",
+                   help="cpu: a smoke run, figures mean nothing")
     p.add_argument("--steps", type=int, default=1000, help="steps per run (default 1000)")
-    p.add_argument("--batch-mib", type=float, default=8.0, help="MiB per batch (default 8; the target needs >= 4)")
-    p.add_argument("--device-ms", type=float, default=3.0, help="device time per step (default 3 ms)")
+    p.add_argument("--batch-mib", type=float, default=8.0,
+                   help="MiB per batch (default 8; the target needs >= 4)")
+    p.add_argument("--device-ms", type=float, default=3.0,
+                   help="device time per step (default 3 ms)")
     p.add_argument("--depth", type=int, default=2)
-    p.add_argument("--repeat", type=int, default=2, help="interleaved runs per mode; the median is kept")
+    p.add_argument("--repeat", type=int, default=2,
+                   help="interleaved runs per mode; the median is kept")
     p.add_argument("--modes", default=",".join(MODES), help=f"a subset of {','.join(MODES)}")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
     return p
@@ -174,7 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               "--backend cpu runs the same loops as a smoke test", file=sys.stderr)
         return 2
     args.device = "cuda" if args.backend == "cuda" else "cpu"
-    modes = [m for m in args.modes.split(",") if m in MODES and (args.backend == "cuda" or m != "apex")]
+    modes = [m for m in args.modes.split(",")
+             if m in MODES and (args.backend == "cuda" or m != "apex")]
     launch: Callable[[float], None] = lambda seconds: None  # noqa: E731
     if args.backend == "cuda":
         from .cuda_sleep import CudaSleepBench
@@ -183,18 +201,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     batch_bytes = int(args.batch_mib * 2**20)
     data = _Batches.make(torch, batch_bytes, args.steps)
     batch_bytes = sum(t.numel() * t.element_size() for t in data.batches[0])
-    for mode in modes:  # warm-up: CUDA context, kernels, allocators, pinned pools
+    # warm-up: CUDA context, kernels, allocators, pinned pools
+    for mode in modes:
         measure(mode, args, _Batches(data.batches, min(50, args.steps)), launch)
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     for _ in range(args.repeat):
         for mode in modes:
             runs[mode].append(measure(mode, args, data, launch))
-            print(f"# {mode}: {runs[mode][-1]['steps_per_s']:.1f} steps/s", file=sys.stderr, flush=True)  # as it goes
+            # as it goes
+            print(f"# {mode}: {runs[mode][-1]['steps_per_s']:.1f} steps/s", file=sys.stderr,
+                  flush=True)
     if args.json:
         print(json.dumps({"batch_bytes": batch_bytes, "args": vars(args), "runs": runs}, indent=2))
         return 0
-    print(f"bench --prefetch: {args.backend}, {batch_bytes / 2**20:.1f} MiB batches, {args.device_ms} ms of device "
-          f"work per step, {args.steps} steps, median of {args.repeat}; torch {torch.__version__}")
+    print(f"bench --prefetch: {args.backend}, {batch_bytes / 2**20:.1f} MiB batches, "
+          f"{args.device_ms} ms of device work per step, {args.steps} steps, median of "
+          f"{args.repeat}; torch {torch.__version__}")
     lines = _report(runs, batch_bytes, args)
-    print("\n".join(lines if args.backend == "cuda" else [*lines[:len(runs) + 1], "(cpu: a smoke run, no targets)"]))
+    print("\n".join(lines if args.backend == "cuda"
+                    else [*lines[: len(runs) + 1], "(cpu: a smoke run, no targets)"]))
     return 0

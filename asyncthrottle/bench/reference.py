@@ -1,4 +1,5 @@
-"""The reference loops the throttle's per-step cost is held to: a 10-line generator and a 15-line event ring."""
+"""The reference loops the throttle's per-step cost is held to: a 10-line generator and a 15-line
+event ring."""
 
 from __future__ import annotations
 
@@ -46,14 +47,16 @@ class Reference(Generic[T]):
         self.iterable, self.new_event, self.depth, self.clock = iterable, new_event, depth, clock
         self.max_in_flight = 0
         self.wait_s = 0.0
-        self.pending: deque[Event] = deque()  # recorded steps not waited for yet
+        # recorded steps not waited for yet
+        self.pending: deque[Event] = deque()
 
     def __iter__(self) -> Iterator[T]:
         depth, slots = self.depth, self.depth + 1
         ring = [self.new_event() for _ in range(slots)]
         pending = self.pending
         for i, item in enumerate(self.iterable):
-            while len(pending) >= depth:  # the bound: step i - depth completes before step i starts
+            # the bound: step i - depth completes before step i starts
+            while len(pending) >= depth:
                 self._wait(pending.popleft())
             yield item
             event = ring[i % slots]
@@ -61,7 +64,8 @@ class Reference(Generic[T]):
             pending.append(event)
             if len(pending) > self.max_in_flight:
                 self.max_in_flight = len(pending)
-        while pending:  # the end: every step
+        # the end: every step
+        while pending:
             self._wait(pending.popleft())
 
     def _wait(self, event: Event) -> None:

@@ -1,4 +1,5 @@
-"""The benchmark's outputs: a text table, a JSON document, and a plot of in-flight depth over time."""
+"""The benchmark's outputs: a text table, a JSON document, and a plot of in-flight depth over
+time."""
 
 from __future__ import annotations
 
@@ -13,13 +14,16 @@ from .seed import ASYNC, ExperimentResult, ModeResult
 __all__ = ["MODEL_TEXT", "Deadline", "machine", "plot_timelines", "say", "to_json", "to_text"]
 
 MODEL_TEXT = (
-    "cost model (the seed's): t1 = host time to launch one step (a burst of launches, timed on the host),\n"
-    "  t2 = device time per step (what is left to drain after the burst), t3 = one sync on an idle device;\n"
-    "  sync ~ n(t1+t2+t3); async ~ t1 + n t2 + t3 (n t1 + t2 + t3 if the host is slower);\n"
-    "  depth d ~ n max(t1, t2, (t1+t2+t3)/d) + min(t1, t2) + t3 (depth 1: the sync model)"
+    "cost model (the seed's): t1 = host time to launch one step (a burst of launches, timed on the "
+    "host),\n  t2 = device time per step (what is left to drain after the burst), t3 = one sync on "
+    "an idle device;\n  sync ~ n(t1+t2+t3); async ~ t1 + n t2 + t3 (n t1 + t2 + t3 if the host is "
+    "slower);\n  depth d ~ n max(t1, t2, (t1+t2+t3)/d) + min(t1, t2) + t3 (depth 1: the sync "
+    "model)"
 )
 
-_HEADER = ("mode", "steps/s", "vs async", "max in flight", "host wait", "wall s", "model s", "model err")
+_HEADER = (
+    "mode", "steps/s", "vs async", "max in flight", "host wait", "wall s", "model s", "model err",
+)
 
 
 class Deadline:
@@ -33,7 +37,8 @@ class Deadline:
     ``cap.spent()``, and stop a timed loop at ``cap.at(run_s)``.
     """
 
-    def __init__(self, seconds: float | None, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, seconds: float | None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.seconds, self.clock = seconds, clock
         self.start = clock()
 
@@ -54,7 +59,8 @@ class Deadline:
 
 
 def say(line: str = "") -> None:
-    """Print one line of a bench's output at once (flushed), so a cut-short run shows what it measured."""
+    """Print one line of a bench's output at once (flushed), so a cut-short run shows what it
+    measured."""
     print(line, flush=True)
 
 
@@ -109,7 +115,9 @@ def to_text(experiments: Sequence[ExperimentResult], header: Sequence[str] = ())
         rows = [_HEADER, *(_row(r, async_rate) for r in exp.results)]
         widths = [max(len(row[i]) for row in rows) for i in range(len(_HEADER))]
         for row in rows:
-            cells = [row[0].ljust(widths[0])] + [cell.rjust(w) for cell, w in zip(row[1:], widths[1:], strict=True)]
+            cells = [row[0].ljust(widths[0])] + [
+                cell.rjust(w) for cell, w in zip(row[1:], widths[1:], strict=True)
+            ]
             lines.append("  " + "  ".join(cells))
     return "\n".join(lines)
 
@@ -136,7 +144,10 @@ def to_json(experiments: Sequence[ExperimentResult], **context: Any) -> dict[str
             for r in exp.results
         ]
         doc["experiments"].append(
-            {"key": exp.key, "title": exp.title, "steps": exp.steps, "costs": exp.costs.as_dict(), "modes": modes}
+            {
+                "key": exp.key, "title": exp.title, "steps": exp.steps,
+                "costs": exp.costs.as_dict(), "modes": modes,
+            }
         )
     return doc
 
@@ -157,7 +168,8 @@ def plot_timelines(experiments: Sequence[ExperimentResult], path: str, title: st
     for ax, exp in zip(axes, experiments, strict=True):
         for result in exp.results:
             if result.timeline is None:
-                raise ValueError(f"mode {result.mode!r} of {exp.key!r} has no timeline; run with sample=True")
+                raise ValueError(f"mode {result.mode!r} of {exp.key!r} has no timeline; run with "
+                                 "sample=True")
             times = [t for t, _ in result.timeline]
             counts = [n for _, n in result.timeline]
             ax.step(times, counts, where="post", label=result.mode, linewidth=1.2)

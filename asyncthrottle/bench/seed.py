@@ -1,4 +1,5 @@
-"""The seed's experiments: each workload synchronised every step, fully asynchronous, and throttled."""
+"""The seed's experiments: each workload synchronised every step, fully asynchronous, and
+throttled."""
 
 from __future__ import annotations
 
@@ -7,15 +8,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..throttle import Throttle
 from ..core.waits import WaitStrategy
+from ..throttle import Throttle
 from .backend import BenchBackend
 from .model import CostModel, measure_costs
 from .reference import Reference
 
 __all__ = [
-    "EXPERIMENTS", "REFERENCE", "Experiment", "ExperimentResult", "ModeResult", "modes", "run_experiment", "run_mode",
-    "throttle_options",
+    "EXPERIMENTS", "REFERENCE", "Experiment", "ExperimentResult", "ModeResult", "modes",
+    "run_experiment", "run_mode", "throttle_options",
 ]
 
 
@@ -37,16 +38,23 @@ EXPERIMENTS: tuple[Experiment, ...] = (
 
 SYNC = "sync"
 ASYNC = "async"
-REFERENCE = "reference"  # the 15-line loop: a ring of depth + 1 events re-recorded in turn (bench.reference)
+# the 15-line loop: a ring of depth + 1 events re-recorded in turn (bench.reference)
+REFERENCE = "reference"
 
 
 def modes(depths: Sequence[int]) -> list[tuple[str, int | None]]:
-    """The modes in table order: (label, depth the cost model uses); each throttled depth beside the reference."""
-    return [(SYNC, 1), (ASYNC, None)] + [(f"depth {d}", d) for d in depths] + [(f"{REFERENCE} {d}", d) for d in depths]
+    """The modes in table order: (label, depth the cost model uses); each throttled depth beside the
+    reference."""
+    return (
+        [(SYNC, 1), (ASYNC, None)]
+        + [(f"depth {d}", d) for d in depths]
+        + [(f"{REFERENCE} {d}", d) for d in depths]
+    )
 
 
 def throttle_options(backend: BenchBackend) -> dict[str, Any]:
-    """How the bench makes a Throttle on ``backend``: the options it asks for, else ``events=backend.events()``.
+    """How the bench makes a Throttle on ``backend``: the options it asks for, else
+    ``events=backend.events()``.
 
     A backend with ``throttle_options()`` (CUDA: ``device=``) gets the library's own events and
     default options, device timing included, as a user who writes ``device="cuda"`` does.
@@ -112,7 +120,8 @@ def run_mode(
         assert depth is not None
         return _run_reference(backend, op, steps, mode, depth, model, clock=clock, sample=sample)
     throttled = mode not in (SYNC, ASYNC)
-    thr = Throttle(depth if throttled else None, wait=wait, clock=clock, **throttle_options(backend))
+    thr = Throttle(depth if throttled else None, wait=wait, clock=clock,
+                   **throttle_options(backend))
     timeline: list[tuple[float, int]] | None = [] if sample else None
     synced = 0.0
     backend.synchronize()  # host-device sync: every mode starts on an idle device
@@ -124,11 +133,13 @@ def run_mode(
             if timeline is not None:
                 timeline.append((clock() - start, thr.stats.in_flight))
             before = clock()
-            backend.synchronize()  # host-device sync every step: the seed's synchronous mode
+            backend.synchronize()  # host-device sync: every step, the seed's synchronous mode
             synced += clock() - before
-        thr.drain()  # retires the last event; the device is already idle
+        # retires the last event; the device is already idle
+        thr.drain()
     else:
-        for _ in thr.wrap(range(steps)):  # drains at the end: a host-device sync on the last step
+        # drains at the end: a host-device sync on the last step
+        for _ in thr.wrap(range(steps)):
             op()
             if timeline is not None:
                 timeline.append((clock() - start, thr.stats.in_flight + 1))
@@ -146,16 +157,15 @@ def run_mode(
     )
 
 
-def _run_reference(
-    backend: BenchBackend, op: Callable[[], None], steps: int, mode: str, depth: int, model: CostModel, *,
-    clock: Callable[[], float], sample: bool,
-) -> ModeResult:
+def _run_reference(backend: BenchBackend, op: Callable[[], None], steps: int, mode: str, depth: int,
+                   model: CostModel, *, clock: Callable[[], float], sample: bool) -> ModeResult:
     """The reference loop at ``depth``, timed like :func:`run_mode` times the throttle."""
     loop = Reference(range(steps), backend.events(), depth, clock=clock)
     timeline: list[tuple[float, int]] | None = [] if sample else None
     backend.synchronize()  # host-device sync: every mode starts on an idle device
     start = clock()
-    for _ in loop:  # waits for every step at the end
+    # waits for every step at the end
+    for _ in loop:
         op()
         if timeline is not None:
             timeline.append((clock() - start, len(loop.pending) + 1))
@@ -179,7 +189,8 @@ class ExperimentResult:
         for result in self.results:
             if result.mode == mode:
                 return result
-        raise KeyError(f"no mode {mode!r} in experiment {self.key!r}; have {[r.mode for r in self.results]}")
+        raise KeyError(f"no mode {mode!r} in experiment {self.key!r}; have "
+                       f"{[r.mode for r in self.results]}")
 
 
 def run_experiment(
@@ -195,11 +206,16 @@ def run_experiment(
     """Measure the costs, then run every mode ``repeat`` times and keep each mode's fastest run."""
     steps = max(1, round(experiment.steps * scale))
     op = experiment.make(backend)
-    for _ in range(min(steps, 10)):  # warm-up: allocations, kernel selection, thread wake-ups
+    # warm-up: allocations, kernel selection, thread wake-ups
+    for _ in range(min(steps, 10)):
         op()
-    costs = measure_costs(backend, op, k=max(1, min(50, steps)), clock=options.get("clock", time.perf_counter))
+    costs = measure_costs(backend, op, k=max(1, min(50, steps)),
+                          clock=options.get("clock", time.perf_counter))
     results = []
     for mode, depth in modes(depths):
-        runs = [run_mode(backend, op, steps, mode, depth, costs, sample=sample, **options) for _ in range(repeat)]
+        runs = [
+            run_mode(backend, op, steps, mode, depth, costs, sample=sample, **options)
+            for _ in range(repeat)
+        ]
         results.append(min(runs, key=lambda run: run.wall_s))
     return ExperimentResult(experiment.key, experiment.title, steps, costs, tuple(results))

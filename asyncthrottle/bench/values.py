@@ -1,4 +1,5 @@
-"""``python -m asyncthrottle bench --values``: what keeping the loss on the host every step costs, per backend.
+"""``python -m asyncthrottle bench --values``: what keeping the loss on the host every step costs,
+per backend.
 
 On each backend present (JAX everywhere jax is installed, CUDA where there is a
 GPU), at a tiny step and at a device-bound one, depth 2, the same jitted (or
@@ -49,7 +50,10 @@ def _jax_loops(width: int, batch: int) -> dict[str, Loop]:
     import jax.numpy as jnp
 
     k1, k2, k3 = jax.random.split(jax.random.key(0), 3)
-    params = {"w1": jax.random.normal(k1, (width, width)) * 0.1, "w2": jax.random.normal(k2, (width, 1)) * 0.1}
+    params = {
+        "w1": jax.random.normal(k1, (width, width)) * 0.1,
+        "w2": jax.random.normal(k2, (width, 1)) * 0.1,
+    }
     x = jax.random.normal(k3, (batch, width))
     y = jnp.sum(x, axis=1, keepdims=True)
 
@@ -60,7 +64,8 @@ def _jax_loops(width: int, batch: int) -> dict[str, Loop]:
         loss, grads = jax.value_and_grad(loss_fn)(p)
         return jax.tree.map(lambda a, g: a - 1e-3 * g, p, grads), loss
 
-    step = jax.jit(train, donate_argnums=0)  # the parameters are donated every step, as in training
+    # the parameters are donated every step, as in training
+    step = jax.jit(train, donate_argnums=0)
     state = [step(params)[0]]
     jax.block_until_ready(state[0])  # type: ignore[no-untyped-call]
     logged: list[float] = []
@@ -107,8 +112,10 @@ def _jax_loops(width: int, batch: int) -> dict[str, Loop]:
         jax.block_until_ready(p)  # type: ignore[no-untyped-call]
         state[0] = p
 
-    return {"defer": defer, "defer-block": lambda n: defer(n, "block"), "float": every, "maxtext": maxtext,
-            "plain": plain}
+    return {
+        "defer": defer, "defer-block": lambda n: defer(n, "block"), "float": every,
+        "maxtext": maxtext, "plain": plain,
+    }
 
 
 def _cuda_loops(width: int, batch: int) -> dict[str, Loop]:
@@ -164,14 +171,17 @@ def _cuda_loops(width: int, batch: int) -> dict[str, Loop]:
         for _ in thr.wrap(range(n)):
             thr.defer(step(), name="loss")
 
-    return {"defer": defer, "defer-block": lambda n: defer(n, "block"), "float": every, "maxtext": maxtext,
-            "plain": plain}
+    return {
+        "defer": defer, "defer-block": lambda n: defer(n, "block"), "float": every,
+        "maxtext": maxtext, "plain": plain,
+    }
 
 
 def measure(loops: dict[str, Loop], steps: int, rounds: int) -> dict[str, list[float]]:
     """Microseconds per step of each loop, one figure per round; rounds alternate the order."""
     for loop in loops.values():
-        loop(min(steps, 20))  # warm: compilation, allocators, the first events
+        # warm: compilation, allocators, the first events
+        loop(min(steps, 20))
     times: dict[str, list[float]] = {name: [] for name in loops}
     for r in range(rounds):
         order = list(loops) if r % 2 == 0 else list(reversed(loops))
@@ -191,7 +201,9 @@ def _backends(choice: str) -> list[str]:
             found.append("jax")
         except ImportError:
             if choice == "jax":
-                raise RuntimeError("--backend jax needs jax: pip install 'asyncthrottle[jax]'") from None
+                raise RuntimeError(
+                    "--backend jax needs jax: pip install 'asyncthrottle[jax]'"
+                ) from None
     if choice in ("auto", "cuda"):
         try:
             import torch
@@ -199,7 +211,8 @@ def _backends(choice: str) -> list[str]:
             if torch.cuda.is_available():
                 found.append("cuda")
             elif choice == "cuda":
-                raise RuntimeError("--backend cuda needs a CUDA GPU (torch.cuda.is_available() is False)")
+                raise RuntimeError("--backend cuda needs a CUDA GPU (torch.cuda.is_available() is "
+                                   "False)")
         except ImportError:
             if choice == "cuda":
                 raise RuntimeError("--backend cuda needs torch with CUDA") from None
@@ -211,8 +224,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backend", choices=("auto", "jax", "cuda"), default="auto",
                    help="auto: every backend present (JAX, and CUDA where there is a GPU)")
-    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per size (default 5; the median)")
-    p.add_argument("--scale", type=float, default=1.0, help="multiply every size's step count (default 1)")
+    p.add_argument("--rounds", type=int, default=5,
+                   help="interleaved rounds per size (default 5; the median)")
+    p.add_argument("--scale", type=float, default=1.0,
+                   help="multiply every size's step count (default 1)")
     args = p.parse_args(argv)
     if args.rounds < 1 or args.scale <= 0:
         p.error(f"--rounds must be >= 1 and --scale > 0, got {args.rounds} and {args.scale}")
@@ -225,8 +240,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("bench --values: no backend here (needs jax, or torch with a CUDA GPU)")
         return 0
     print("asyncthrottle bench --values: the loss on the host every step, depth 2")
-    print(f"machine: {platform.platform()}, Python {platform.python_version()}; {args.rounds} interleaved "
-          "rounds; us/step median [min-max]; speed vs maxtext (> 1: faster)")
+    print(f"machine: {platform.platform()}, Python {platform.python_version()}; {args.rounds} "
+          "interleaved rounds; us/step median [min-max]; speed vs maxtext (> 1: faster)")
     for backend in backends:
         sizes, make = (JAX_SIZES, _jax_loops) if backend == "jax" else (CUDA_SIZES, _cuda_loops)
         for label, width, batch, steps in sizes:

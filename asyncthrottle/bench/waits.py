@@ -33,7 +33,8 @@ __all__ = ["WAITS", "WaitBench", "main", "measure_thread", "measure_waits", "run
 
 WAITS = ("spin", "block", "poll", "hybrid")
 STEPS_US = (50, 100, 300, 1000, 10000)
-RUN_CAP = 4.0  # a timed run stops after this many times its planned length
+# a timed run stops after this many times its planned length
+RUN_CAP = 4.0
 Row = dict[str, Any]
 
 
@@ -82,8 +83,9 @@ def _spin(seconds: float) -> None:
         pass
 
 
-def run_loop(bench: WaitBench, wait: str, depth: int, step_s: float, steps: int, host_s: float = 5e-6,
-             warmup: int = 5, stop_at: float | None = None) -> dict[str, float]:
+def run_loop(bench: WaitBench, wait: str, depth: int, step_s: float, steps: int,
+             host_s: float = 5e-6, warmup: int = 5,
+             stop_at: float | None = None) -> dict[str, float]:
     """One timed throttled loop (after ``warmup`` untimed steps on the same throttle).
 
     It stops early at ``time.perf_counter() >= stop_at``; the rate is then over
@@ -92,12 +94,14 @@ def run_loop(bench: WaitBench, wait: str, depth: int, step_s: float, steps: int,
     thr = Throttle(depth, wait=wait, **bench.throttle_options())
     bench.synchronize()  # host-device sync: each run starts on an idle device
     launch = bench.launch
-    for _ in thr.wrap(range(warmup)):  # lets a learning wait see a few waits first
+    # lets a learning wait see a few waits first
+    for _ in thr.wrap(range(warmup)):
         _spin(host_s)
         launch(step_s)
     done = 0
     cpu0, start = time.thread_time(), time.perf_counter()
-    for _ in thr.wrap(range(steps)):  # drains at the end: a host-device sync on the last step
+    # drains at the end: a host-device sync on the last step
+    for _ in thr.wrap(range(steps)):
         _spin(host_s)
         launch(step_s)
         done += 1
@@ -105,8 +109,10 @@ def run_loop(bench: WaitBench, wait: str, depth: int, step_s: float, steps: int,
             break
     thr.drain()  # host-device sync: after a capped run's break (a no-op after a full pass)
     wall = time.perf_counter() - start
-    return {"steps_per_s": done / wall, "cpu_s": time.thread_time() - cpu0, "wall_s": wall, "steps": done,
-            "capped": float(done < steps)}
+    return {
+        "steps_per_s": done / wall, "cpu_s": time.thread_time() - cpu0, "wall_s": wall,
+        "steps": done, "capped": float(done < steps),
+    }
 
 
 def _steps_for(step_s: float, run_s: float) -> int:
@@ -145,7 +151,8 @@ def measure_waits(bench: WaitBench, *, waits: Sequence[str] = WAITS, depths: Seq
     return rows
 
 
-def _cells(runs: dict[str, list[dict[str, float]]], depth: int, step_us: float, steps: int) -> list[Row]:
+def _cells(runs: dict[str, list[dict[str, float]]], depth: int, step_us: float,
+           steps: int) -> list[Row]:
     """One row per wait of one (depth, step) cell, each against spin's median."""
     spin = runs.get("spin")
     spin_rate = statistics.median(r["steps_per_s"] for r in spin) if spin else float("nan")
@@ -190,7 +197,8 @@ def measure_thread(bench: WaitBench, *, waits: Sequence[str] = WAITS, depth: int
                    steps_us: Sequence[float] = (1000, 10000), repeats: int = 3, run_s: float = 0.3,
                    host_s: float = 5e-6, cap: Deadline | None = None,
                    on_row: Callable[[Row], None] | None = None) -> list[Row]:
-    """A counting Python thread beside the throttled loop: its share of its solo rate, and the loop's rate.
+    """A counting Python thread beside the throttled loop: its share of its solo rate, and the
+    loop's rate.
 
     The share is the median rate beside the loop over the median solo rate (solo: the host
     asleep in the kernel, the device idle), with each run's rate over that median as min-max.
@@ -206,20 +214,29 @@ def measure_thread(bench: WaitBench, *, waits: Sequence[str] = WAITS, depth: int
             if cap.spent():
                 return rows
             solo, beside, loop, alone = [], [], [], []
-            for _ in range(repeats):  # interleaved, so that a noisy moment hits both sides
+            # interleaved, so that a noisy moment hits both sides
+            for _ in range(repeats):
                 alone.append(run_loop(bench, wait, depth, step_s, steps, host_s,
                                       stop_at=cap.at(RUN_CAP * run_s))["steps_per_s"])
                 started = _start_counter()
-                time.sleep(run_s)  # the host idle in the kernel: the thread's solo rate
+                # the host idle in the kernel: the thread's solo rate
+                time.sleep(run_s)
                 solo.append(_stop(*started))
                 started = _start_counter()
                 loop.append(run_loop(bench, wait, depth, step_s, steps, host_s,
                                      stop_at=cap.at(RUN_CAP * run_s))["steps_per_s"])
                 beside.append(_stop(*started))
             kept = [b / statistics.median(solo) for b in beside]
-            row = {"depth": depth, "step_us": step_us, "wait": wait,
-                   "thread_kept": {**_summary(kept), "median": statistics.median(beside) / statistics.median(solo)},
-                   "loop_steps_per_s": _summary(loop), "loop_alone_steps_per_s": _summary(alone)}
+            row = {
+                "depth": depth,
+                "step_us": step_us,
+                "wait": wait,
+                "thread_kept": {
+                    **_summary(kept), "median": statistics.median(beside) / statistics.median(solo),
+                },
+                "loop_steps_per_s": _summary(loop),
+                "loop_alone_steps_per_s": _summary(alone),
+            }
             rows.append(row)
             if on_row is not None:
                 on_row(row)
@@ -244,8 +261,10 @@ def _wait_row(r: Row) -> None:
 
 
 def _thread_header() -> None:
-    say("a Python thread counting beside the loop: share of its solo rate kept, and the loop's steps/s")
-    say(f"{'depth':>5} {'step':>7} {'wait':>7} {'thread kept':>11} {'[min-max]':>13} {'loop steps/s':>12} {'alone':>7}")
+    say("a Python thread counting beside the loop: share of its solo rate kept, and the loop's "
+        "steps/s")
+    say(f"{'depth':>5} {'step':>7} {'wait':>7} {'thread kept':>11} {'[min-max]':>13} "
+        f"{'loop steps/s':>12} {'alone':>7}")
 
 
 def _thread_row(r: Row) -> None:
@@ -257,7 +276,8 @@ def _thread_row(r: Row) -> None:
 
 def _skipped(what: str, done: int, planned: int, max_s: float | None) -> None:
     if done < planned:
-        say(f"{what}: {planned - done} of {planned} rows skipped: the time cap (--max-s {max_s:g}) was spent")
+        say(f"{what}: {planned - done} of {planned} rows skipped: the time cap (--max-s {max_s:g}) "
+            "was spent")
 
 
 def _run(bench: WaitBench, args: argparse.Namespace, doc: dict[str, Any]) -> None:
@@ -266,17 +286,19 @@ def _run(bench: WaitBench, args: argparse.Namespace, doc: dict[str, Any]) -> Non
     live = not args.json
     if live:
         _waits_header(doc)
-    doc["waits"] = measure_waits(bench, waits=args.strategies, steps_us=args.steps_us, repeats=args.repeats,
-                                 run_s=args.run_s, cap=cap, on_row=_wait_row if live else None)
+    doc["waits"] = measure_waits(bench, waits=args.strategies, steps_us=args.steps_us,
+                                 repeats=args.repeats, run_s=args.run_s, cap=cap,
+                                 on_row=_wait_row if live else None)
     if live:
-        _skipped("wait sweep", len(doc["waits"]), 2 * len(args.steps_us) * len(args.strategies), args.max_s)
+        _skipped("wait sweep", len(doc["waits"]), 2 * len(args.steps_us) * len(args.strategies),
+                 args.max_s)
     doc["thread"] = []
     if args.no_thread:
         return
     if live:
         _thread_header()
-    doc["thread"] = measure_thread(bench, waits=args.strategies, repeats=max(3, args.repeats // 2), cap=cap,
-                                   on_row=_thread_row if live else None)
+    doc["thread"] = measure_thread(bench, waits=args.strategies, repeats=max(3, args.repeats // 2),
+                                   cap=cap, on_row=_thread_row if live else None)
     if live:
         _skipped("thread table", len(doc["thread"]), 2 * len(args.strategies), args.max_s)
 
@@ -286,20 +308,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m asyncthrottle bench --waits", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backend", choices=("simulated", "cuda"), default="simulated")
-    p.add_argument("--strategies", type=lambda t: t.split(","), default=list(WAITS), help="e.g. spin,hybrid")
-    p.add_argument("--steps-us", type=lambda t: [float(x) for x in t.split(",")], default=list(STEPS_US))
+    p.add_argument("--strategies", type=lambda t: t.split(","), default=list(WAITS),
+                   help="e.g. spin,hybrid")
+    p.add_argument("--steps-us", type=lambda t: [float(x) for x in t.split(",")],
+                   default=list(STEPS_US))
     p.add_argument("--repeats", type=int, default=5, help="runs per cell; the median is reported")
     p.add_argument("--run-s", type=float, default=0.15, help="seconds per timed run")
     p.add_argument("--no-thread", action="store_true", help="skip the concurrent-thread table")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument("--max-s", type=float, default=None,
-                   help="stop starting new rows after this many seconds (default: no cap); skipped rows are named")
+                   help="stop starting new rows after this many seconds (default: no cap); skipped "
+                        "rows are named")
     args = p.parse_args(argv)
     bad = [w for w in args.strategies if w not in WAITS]
     if bad or args.repeats < 1 or args.run_s <= 0 or min(args.steps_us) <= 0:
-        p.error(f"--strategies must be a subset of {','.join(WAITS)}, --repeats >= 1, --run-s and --steps-us > 0; "
-                f"got strategies={args.strategies}, repeats={args.repeats}, run_s={args.run_s}, "
-                f"steps_us={args.steps_us}")
+        p.error(f"--strategies must be a subset of {','.join(WAITS)}, --repeats >= 1, --run-s and "
+                f"--steps-us > 0; got strategies={args.strategies}, repeats={args.repeats}, "
+                f"run_s={args.run_s}, steps_us={args.steps_us}")
     if args.max_s is not None and not args.max_s > 0:
         p.error(f"--max-s must be a number of seconds > 0, got {args.max_s}; e.g. --max-s 60")
     if args.backend == "cuda":

@@ -1,4 +1,5 @@
-"""The depth rule: the queue of step events, its hooks, the events protocol, the waits and the errors.
+"""The depth rule: the queue of step events, its hooks, the events protocol, the waits and the
+errors.
 
 Nothing here imports anything outside ``asyncthrottle.core`` (no torch, no numpy).
 """

@@ -32,6 +32,6 @@ class ThrottleTimeout(TimeoutError):
 def not_ended(step: int) -> str:
     """The message for a read of step ``step``'s values before the step was recorded."""
     return (
-        f"step {step} has not ended yet (its event is recorded when the loop moves on): read deferred "
-        "values after their step, e.g. in on_complete, thr.latest, or a later step"
+        f"step {step} has not ended yet (its event is recorded when the loop moves on): read "
+        "deferred values after their step, e.g. in on_complete, thr.latest, or a later step"
     )

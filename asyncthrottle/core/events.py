@@ -56,7 +56,8 @@ class MultiEvent:
             event.synchronize()  # host-device sync: the caller asked to block.
 
     def wait_stream(self, stream: object) -> None:
-        """Order the step after ``stream``'s work: the first (main) stream joins it when recorded."""
+        """Order the step after ``stream``'s work: the first (main) stream joins it when
+        recorded."""
         join = getattr(self.events[0], "wait_stream", None)
         if join is not None:
             join(stream)

@@ -31,12 +31,18 @@ class HostTimes:
 
     def __init__(self, clock: Callable[[], float], core: Core) -> None:
         self._clock, self._core = clock, core
-        self.fetch_s = 0.0  # host seconds taking batches (or between steps)
-        self.outside_wait_s = 0.0  # host seconds blocked on the device between passes
-        self._closed_s = 0.0  # wall seconds of the passes that ended
-        self.started: float | None = None  # when the current pass began (None: between passes)
-        self.step_end = 0.0  # when the last step ended (the fetch time of begin_step() loops)
-        core.subscribe(self)  # on_wait
+        # host seconds taking batches (or between steps)
+        self.fetch_s = 0.0
+        # host seconds blocked on the device between passes
+        self.outside_wait_s = 0.0
+        # wall seconds of the passes that ended
+        self._closed_s = 0.0
+        # when the current pass began (None: between passes)
+        self.started: float | None = None
+        # when the last step ended (the fetch time of begin_step() loops)
+        self.step_end = 0.0
+        # its on_wait hook
+        core.subscribe(self)
 
     def begin(self, now: float) -> None:
         """A pass starts now, unless one is running."""

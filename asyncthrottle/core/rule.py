@@ -10,9 +10,12 @@ from .errors import ThrottleTimeout, not_ended
 from .events import Event, EventFactory
 from .waits import WaitStrategy
 
-_HISTOGRAM_BUCKETS = 64  # in-flight histogram size at most (the last bucket counts "that many or more")
-_HOOKS = ("before_record", "on_record", "on_drop", "on_dry", "on_fetch", "holds", "on_handout", "on_idle",
-          "on_retire", "on_wait_begin", "on_wait", "on_pause")
+# in-flight histogram size at most (the last bucket counts "that many or more")
+_HISTOGRAM_BUCKETS = 64
+_HOOKS = (
+    "before_record", "on_record", "on_drop", "on_dry", "on_fetch", "holds", "on_handout", "on_idle",
+    "on_retire", "on_wait_begin", "on_wait", "on_pause",
+)
 
 
 class Subscriber:
@@ -32,7 +35,8 @@ class Subscriber:
         """``step``'s event was recorded at host time ``now`` (None on a synchronous backend)."""
 
     def on_drop(self, step: int) -> None:
-        """``step`` ends without an event (its body raised, or its event could not be recorded): drop its data.
+        """``step`` ends without an event (its body raised, or its event could not be recorded):
+        drop its data.
 
         The next step reuses the number ``step``.
         """
@@ -41,17 +45,20 @@ class Subscriber:
         """The device ran dry during ``step``'s loop body (see ``Core.dry``)."""
 
     def on_fetch(self, step: int, start: float, seconds: float) -> None:
-        """The host took ``step``'s batch from the source (the wrapper), or waited between steps (``begin_step``)."""
+        """The host took ``step``'s batch from the source (the wrapper), or waited between steps
+        (``begin_step``)."""
 
     def holds(self) -> bool:
-        """Before a hand-out, with steps in flight: True makes the host wait for the oldest one first.
+        """Before a hand-out, with steps in flight: True makes the host wait for the oldest one
+        first.
 
         For budgets other than the depth (memory); asked again after each wait.
         """
         return False
 
     def on_handout(self, step: int, in_flight: int, now: float) -> None:
-        """``step`` may start: it is handed to the host with ``in_flight`` earlier steps unfinished."""
+        """``step`` may start: it is handed to the host with ``in_flight`` earlier steps
+        unfinished."""
 
     def on_idle(self, step: int) -> None:
         """``step`` is handed out while nothing is queued on the device (it starves)."""
@@ -60,17 +67,21 @@ class Subscriber:
         """``step`` (and every step before it) is seen complete; called in step order."""
 
     def on_wait_begin(self, step: int) -> None:
-        """The host is about to block on ``step``'s event (``core.draining`` says whether in ``drain()``)."""
+        """The host is about to block on ``step``'s event (``core.draining`` says whether in
+        ``drain()``)."""
 
     def on_wait(self, step: int, start: float, seconds: float) -> None:
-        """The host blocked ``seconds`` from ``start`` waiting for ``step``'s event (also after an interrupt)."""
+        """The host blocked ``seconds`` from ``start`` waiting for ``step``'s event (also after an
+        interrupt)."""
 
     def on_pause(self, now: float) -> None:
-        """The loop left its pass at host time ``now``: until the next step, the time is not the loop's."""
+        """The loop left its pass at host time ``now``: until the next step, the time is not the
+        loop's."""
 
 
 class EventSupplier(Protocol):
-    """A part that supplies the event of chosen steps (device timing: timing events on sampled steps only).
+    """A part that supplies the event of chosen steps (device timing: timing events on sampled steps
+    only).
 
     The core asks it only at the step it named (:meth:`Core.supply_from`, then
     :meth:`Core.supply_next` for each next one), so every other step costs one
@@ -89,8 +100,8 @@ class Core:
     """Steps in flight and the rule that bounds them; knows devices only as events.
 
     Besides the rule, the core counts what it sees on the way: waits, hand-outs
-    by steps in flight (``histogram``), hand-outs with nothing queued
-    (``starved``), and loop bodies during which the device ran dry (``dry``):
+    by steps in flight (``histogram``; ``histogram[0]``: with nothing queued,
+    the device starving), and loop bodies during which the device ran dry (``dry``):
     at the record of step ``n``, step ``n - 1`` is still queued (it was
     unfinished at ``n``'s hand-out, or it would have been retired there) and
     its event already reports completion -- idle that opened inside the body,
@@ -118,10 +129,11 @@ class Core:
     """
 
     __slots__ = (
-        "_telling", "_untold", "before_record", "clock", "completed", "depth", "draining", "dry", "histogram",
-        "holds", "last_dry", "limit", "max_in_flight", "new_event", "on_drop", "on_dry", "on_fetch",
-        "on_handout", "on_idle", "on_pause", "on_record", "on_retire", "on_wait", "on_wait_begin", "pending",
-        "starved", "steps", "supplied_step", "supplier", "timeout", "top", "wait_s", "wait_strategy", "waits",
+        "_telling", "_untold", "before_record", "clock", "completed", "depth", "draining", "dry",
+        "histogram", "holds", "last_dry", "limit", "max_in_flight", "new_event", "on_drop",
+        "on_dry", "on_fetch", "on_handout", "on_idle", "on_pause", "on_record", "on_retire",
+        "on_wait", "on_wait_begin", "pending", "steps", "supplied_step", "supplier",
+        "timeout", "top", "wait_s", "wait_strategy", "waits",
     )
 
     def __init__(
@@ -132,22 +144,27 @@ class Core:
         timeout: float | None,
         clock: Callable[[], float],
     ) -> None:
-        self.new_event, self.wait_strategy, self.timeout, self.clock = new_event, wait, timeout, clock
+        self.new_event, self.wait_strategy = new_event, wait
+        self.timeout, self.clock = timeout, clock
         self.pending: deque[Event] = deque()
         self.steps = self.completed = 0
-        self.waits = self.starved = self.max_in_flight = self.dry = 0
-        self.last_dry = -1  # the last step recorded after a dry body
+        self.waits = self.max_in_flight = self.dry = 0
+        # the last step recorded after a dry body
+        self.last_dry = -1
         self.wait_s = 0.0
-        self.draining = False  # drain() is waiting
+        self.draining = False
         self.histogram = [0]
         self.depth: int | None = None
         self.limit: int | None = None
-        # One part (an EventSupplier: device timing) may supply the event of one upcoming step, and be told
-        # when that step is handed out with nothing queued: a comparison per step on every other step.
+        # One part (an EventSupplier: device timing) may supply the event of one upcoming step, and
+        # be told when that step is handed out with nothing queued: a comparison per step on every
+        # other step.
         self.supplied_step = -1
         self.supplier: Any = None
-        self._telling = False  # retirements are being told (they never nest)
-        self._untold: deque[int] = deque()  # steps retired while telling, told in order after
+        # retirements are being told (they never nest)
+        self._telling = False
+        # steps retired while telling, told in order after
+        self._untold: deque[int] = deque()
         self.before_record: list[Callable[..., Any]] = []
         self.on_record: list[Callable[..., Any]] = []
         self.on_drop: list[Callable[..., Any]] = []
@@ -174,7 +191,8 @@ class Core:
         buckets = min(depth or _HISTOGRAM_BUCKETS, _HISTOGRAM_BUCKETS - 1) + 1
         if buckets > len(self.histogram):
             self.histogram.extend([0] * (buckets - len(self.histogram)))
-        self.top = len(self.histogram) - 1  # the last bucket counts "top or more"
+        # the last bucket counts "top or more"
+        self.top = len(self.histogram) - 1
 
     def subscribe(self, part: object) -> None:
         """Call ``part``'s hooks (the methods of :class:`Subscriber` it defines) from now on."""
@@ -193,11 +211,13 @@ class Core:
         self.stop_supply(part)
 
     def supply_from(self, part: EventSupplier, step: int) -> None:
-        """``part`` supplies the event of ``step`` (``part.supply_event(step)``); it replaces any other supplier."""
+        """``part`` supplies the event of ``step`` (``part.supply_event(step)``); it replaces any
+        other supplier."""
         self.supplier, self.supplied_step = part, step
 
     def supply_next(self, part: EventSupplier, step: int) -> None:
-        """``part`` supplies the event of ``step`` next; ignored once ``part`` let go (it may do so while asked)."""
+        """``part`` supplies the event of ``step`` next; ignored once ``part`` let go (it may do so
+        while asked)."""
         if self.supplier is part:
             self.supplied_step = step
 
@@ -209,10 +229,12 @@ class Core:
     # -- the rule ----------------------------------------------------------
 
     def record(self, now: float) -> int:
-        """End of a step: one event, recorded after the step's work was enqueued. Returns the step."""
+        """End of a step: one event, recorded after the step's work was enqueued. Returns the
+        step."""
         step = self.steps
         new_event = self.new_event
-        if new_event is None:  # synchronous: the step is complete as it ends
+        # synchronous: the step is complete as it ends
+        if new_event is None:
             self.completed = self.steps = step + 1
             if self.on_record:
                 for hook in tuple(self.on_record):
@@ -225,7 +247,8 @@ class Core:
             for hook in tuple(self.before_record):
                 hook(step, event)
         try:
-            event.record()  # may raise (CUDA graph capture): then the step is not counted
+            # may raise (CUDA graph capture): then the step is not counted
+            event.record()
         except BaseException:
             self.drop()
             raise
@@ -235,7 +258,8 @@ class Core:
         queued = len(pending)
         if queued > self.max_in_flight:
             self.max_in_flight = queued
-        if queued > 1 and pending[-2].query():  # the device ran dry in this body (a query, never a sync)
+        # the device ran dry in this body (a query, never a sync)
+        if queued > 1 and pending[-2].query():
             self.dry += 1
             self.last_dry = step
             for hook in tuple(self.on_dry):
@@ -246,7 +270,8 @@ class Core:
         return step
 
     def drop(self) -> None:
-        """The step being run ends without an event: its parts drop it (its number is used again)."""
+        """The step being run ends without an event: its parts drop it (its number is used
+        again)."""
         for hook in tuple(self.on_drop):
             hook(self.steps)
 
@@ -271,26 +296,27 @@ class Core:
                 while pending and any(hold() for hold in holds):
                     self.wait_for(self.completed)
                     self.retire()
-            if pending and pending[0].query():  # retire finished steps without blocking
+            # retire finished steps without blocking
+            if pending and pending[0].query():
                 if self.on_retire:
                     retire = self.retire
                     retire()
                     while pending and pending[0].query():
                         retire()
-                else:  # nobody to tell: the retirements are two operations each
+                else:
+                    # nobody to tell: the retirements are two operations each
                     pending.popleft()
-                    done = self.completed + 1
+                    self.completed += 1
                     while pending and pending[0].query():
                         pending.popleft()
-                        done += 1
-                    self.completed = done
+                        self.completed += 1
             queued = len(pending)
             if queued:
                 top = self.top
                 self.histogram[queued if queued < top else top] += 1
             else:
+                # The device starves: histogram[0] counts these hand-outs.
                 self.histogram[0] += 1
-                self.starved += 1
                 if self.steps == self.supplied_step:
                     self.supplier.supplied_idle(self.steps)
                 if self.on_idle:
@@ -313,8 +339,9 @@ class Core:
         start = clock()
         done = False
         try:
-            done = self.wait_strategy(event, self.timeout)  # host-device sync, required by the rule or the caller
-        finally:  # an interrupted wait (Ctrl-C) still counts
+            done = self.wait_strategy(event, self.timeout)  # host-device sync: rule or caller asks
+        finally:
+            # an interrupted wait (Ctrl-C) still counts
             waited = clock() - start
             self.waits += 1
             self.wait_s += waited
@@ -333,20 +360,24 @@ class Core:
             self._tell_retired(step)
 
     def _tell_retired(self, step: int) -> None:
-        """Tell every part of ``step``'s retirement, then of the steps retired meanwhile: in order, never nested."""
+        """Tell every part of ``step``'s retirement, then of the steps retired meanwhile: in order,
+        never nested."""
         untold = self._untold
         untold.append(step)
-        if self._telling:  # a part waited while being told of an earlier step: that one comes first
+        # a part waited while being told of an earlier step: that one comes first
+        if self._telling:
             return
         self._telling = True
         error: BaseException | None = None
         try:
-            while untold:  # steps left by an interrupted telling (Ctrl-C in a callback) go first
+            # steps left by an interrupted telling (Ctrl-C in a callback) go first
+            while untold:
                 step = untold.popleft()
                 for hook in tuple(self.on_retire):
                     try:
                         hook(step)
-                    except Exception as exc:  # a user's callback: the other parts still hear of the step
+                    except Exception as exc:
+                        # a user's callback: the other parts still hear of the step
                         error = error or exc
         finally:
             self._telling = False
@@ -358,7 +389,8 @@ class Core:
         if step >= self.steps:
             raise RuntimeError(not_ended(step))
         if self.completed <= step:
-            self.wait_for(step)  # one wait: on an in-order queue the steps before it are done too
+            # one wait: on an in-order queue the steps before it are done too
+            self.wait_for(step)
         while self.completed <= step:
             self.wait_for(self.completed)
             self.retire()

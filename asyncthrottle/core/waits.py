@@ -30,7 +30,8 @@ class WaitStrategy(Protocol):
     honours_timeout: bool
 
     def __call__(self, event: Event, timeout: float | None, waited: float = 0.0) -> bool:
-        """Wait for ``event``; return False if ``timeout`` seconds passed first (``waited`` counts against it)."""
+        """Wait for ``event``; return False if ``timeout`` seconds passed first (``waited`` counts
+        against it)."""
 
 
 class Spin:
@@ -48,7 +49,8 @@ class Spin:
         self._clock = clock
 
     def __call__(self, event: Event, timeout: float | None, waited: float = 0.0) -> bool:
-        """``waited``: seconds this wait already lasted (a stall report interrupted it); counts against ``timeout``."""
+        """``waited``: seconds this wait already lasted (a stall report interrupted it); counts
+        against ``timeout``."""
         if timeout is None:
             event.synchronize()  # host-device sync: the depth rule requires this step.
             return True
@@ -107,17 +109,20 @@ class Poll:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if not 0 < max_sleep_s <= 0.1:
-            raise ValueError(f"max_sleep_s must be in (0, 0.1] to keep Ctrl-C responsive, got {max_sleep_s!r}")
+            raise ValueError("max_sleep_s must be in (0, 0.1] to keep Ctrl-C responsive, got "
+                             f"{max_sleep_s!r}")
         if not 0 <= min_sleep_s <= max_sleep_s:
             raise ValueError(f"min_sleep_s must be in [0, max_sleep_s], got {min_sleep_s!r}")
         if spin_s < 0 or fraction <= 0:
-            raise ValueError(f"spin_s must be >= 0 and fraction > 0, got {spin_s!r} and {fraction!r}")
+            raise ValueError(f"spin_s must be >= 0 and fraction > 0, got {spin_s!r} and "
+                             f"{fraction!r}")
         self.spin_s, self.fraction = spin_s, fraction
         self.min_sleep_s, self.max_sleep_s = min_sleep_s, max_sleep_s
         self._clock, self._sleep = clock, sleep
 
     def __call__(self, event: Event, timeout: float | None, waited: float = 0.0) -> bool:
-        """``waited``: seconds this wait already lasted (a stall report interrupted it): the slices go on growing."""
+        """``waited``: seconds this wait already lasted (a stall report interrupted it): the slices
+        go on growing."""
         start = self._clock() - waited
         while not event.query():
             waited = self._clock() - start
@@ -126,14 +131,16 @@ class Poll:
             if waited < self.spin_s:
                 continue
             nap = min(self.max_sleep_s, max(self.min_sleep_s, waited * self.fraction))
-            if timeout is not None:  # stop at the deadline, but always move on (a fake clock rounds)
+            # stop at the deadline, but always move on (a fake clock rounds)
+            if timeout is not None:
                 nap = max(min(nap, timeout - waited), self.min_sleep_s, 1e-9)
             self._sleep(nap)
         return True
 
 
 class Hybrid:
-    """Sleep until just before the event is predicted to complete, then spin: spin's speed, little CPU.
+    """Sleep until just before the event is predicted to complete, then spin: spin's speed, little
+    CPU.
 
     Each wait is timed; the prediction is a low quantile of the last ``history``
     wait durations (a strategy object belongs to one throttle, so these are one
@@ -193,22 +200,29 @@ class Hybrid:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if history < 1 or not 1 <= min_samples <= history:
-            raise ValueError(f"history must be >= 1 and min_samples in [1, history], got {history!r}, {min_samples!r}")
+            raise ValueError("history must be >= 1 and min_samples in [1, history], got "
+                             f"{history!r}, {min_samples!r}")
         if not 0 <= quantile <= 1:
-            raise ValueError(f"quantile must be in [0, 1], got {quantile!r}; 0.25 wakes early on a quarter of waits")
+            raise ValueError(f"quantile must be in [0, 1], got {quantile!r}; 0.25 wakes early on a "
+                             "quarter of waits")
         if not 0 < max_sleep_s <= 0.1:
-            raise ValueError(f"max_sleep_s must be in (0, 0.1] to keep Ctrl-C responsive, got {max_sleep_s!r}")
+            raise ValueError("max_sleep_s must be in (0, 0.1] to keep Ctrl-C responsive, got "
+                             f"{max_sleep_s!r}")
         if min(jitter, slack_s, spin_s, min_sleep_s) < 0 or fraction <= 0:
             raise ValueError(
                 "jitter, slack_s, spin_s and min_sleep_s must be >= 0 and fraction > 0, got "
                 f"{jitter!r}, {slack_s!r}, {spin_s!r}, {min_sleep_s!r}, {fraction!r}"
             )
-        self.quantile, self.min_samples, self.jitter, self.slack_s = quantile, min_samples, jitter, slack_s
-        self.spin_s, self.fraction, self.min_sleep_s, self.max_sleep_s = spin_s, fraction, min_sleep_s, max_sleep_s
+        self.quantile, self.min_samples = quantile, min_samples
+        self.jitter, self.slack_s = jitter, slack_s
+        self.spin_s, self.fraction = spin_s, fraction
+        self.min_sleep_s, self.max_sleep_s = min_sleep_s, max_sleep_s
         self.yield_gil = yield_gil
         self._clock, self._sleep = clock, sleep
-        self._waits: deque[float] = deque(maxlen=history)  # seconds from each call to seen complete
-        self._overshoots: deque[float] = deque([1e-4], maxlen=8)  # Linux: ~70-100 us until measured
+        # seconds from each call to seen complete
+        self._waits: deque[float] = deque(maxlen=history)
+        # Linux: ~70-100 us until measured
+        self._overshoots: deque[float] = deque([1e-4], maxlen=8)
 
     def predict(self) -> float | None:
         """Seconds the next wait is expected to take, or None before ``min_samples`` waits."""
@@ -219,48 +233,63 @@ class Hybrid:
 
     @property
     def overshoot_s(self) -> float:
-        """How late a sleep is expected to return: the second largest of the last 8 (one outlier ignored)."""
+        """How late a sleep is expected to return: the second largest of the last 8 (one outlier
+        ignored)."""
         ordered = sorted(self._overshoots)
         return ordered[-2] if len(ordered) > 1 else ordered[-1]
 
     def __call__(self, event: Event, timeout: float | None, waited: float = 0.0) -> bool:
-        """``waited``: seconds this wait already lasted (a stall report interrupted it): it resumes where it was."""
+        """``waited``: seconds this wait already lasted (a stall report interrupted it): it resumes
+        where it was."""
         clock, query = self._clock, event.query
         now = clock()
         start = now - waited
         deadline = float("inf") if timeout is None else start + timeout
         predicted = self.predict()
         margin = self.overshoot_s + self.slack_s + self.jitter * (predicted or 0.0)
-        slept_from: float | None = None  # when the last sleep began (the event was unfinished then)
-        if predicted is not None:  # 1. sleep until shortly before the predicted completion
+        # when the last sleep began (the event was unfinished then)
+        slept_from: float | None = None
+        # 1. sleep until shortly before the predicted completion
+        if predicted is not None:
             wake = min(start + predicted - margin, deadline)
-            approach = max(4 * self.overshoot_s, predicted / 8)  # the last nap's length, at most
-            while wake - now >= self.min_sleep_s and (now == start or wake - now > self.overshoot_s):
+            # the last nap's length, at most
+            approach = max(4 * self.overshoot_s, predicted / 8)
+            while wake - now >= self.min_sleep_s and (
+                now == start or wake - now > self.overshoot_s
+            ):
                 if query():
                     break
                 slept_from = now
-                remaining = wake - now  # a long wait ends with a short nap, so that an event that completes
-                nap = remaining - approach if remaining > 2 * approach else remaining  # in it leaves a tight
-                self._nap(min(nap, self.max_sleep_s))  # lower bound (see _done below)
+                # A long wait ends with a short nap, so that an event that completes in it leaves a
+                # tight lower bound (see _done below).
+                remaining = wake - now
+                nap = remaining - approach if remaining > 2 * approach else remaining
+                self._nap(min(nap, self.max_sleep_s))
                 now = clock()
-            if query():  # done while the host slept: record the lower bound, so that an early
-                return self._done(start, clock() if slept_from is None else slept_from)  # wake measures it
-        spin = max(self.spin_s, 2 * margin if predicted is not None else 0.0) if not waited else 0.0  # resumed:
-        spin_until = min(now + spin, deadline)  # it spun at its start already
+            # Done while the host slept: record the lower bound, so that an early wake measures it.
+            if query():
+                return self._done(start, clock() if slept_from is None else slept_from)
+        # Resumed (waited > 0): it spun at its start already.
+        spin = max(self.spin_s, 2 * margin if predicted is not None else 0.0) if not waited else 0.0
+        spin_until = min(now + spin, deadline)
         yield_gil = self.yield_gil
-        while not query():  # 2. spin, briefly
+        # 2. spin, briefly
+        while not query():
             now = clock()
             if now >= spin_until:
                 break
             if yield_gil:
-                os.sched_yield()  # releases the GIL to other Python threads
+                # releases the GIL to other Python threads
+                os.sched_yield()
         else:
             return self._done(start, clock())
-        while not query():  # 3. the prediction was early (or absent): growing sleeps
+        # 3. the prediction was early (or absent): growing sleeps
+        while not query():
             now = clock()
             if now >= deadline:
                 return False
-            nap = min(self.max_sleep_s, max(self.min_sleep_s, (now - start) * self.fraction), deadline - now)
+            nap = min(self.max_sleep_s, max(self.min_sleep_s, (now - start) * self.fraction),
+                      deadline - now)
             self._nap(nap)
         return self._done(start, clock())
 
@@ -274,14 +303,17 @@ class Hybrid:
         return True
 
 
-_BY_NAME: dict[str, Callable[[], WaitStrategy]] = {"spin": Spin, "block": Block, "poll": Poll, "hybrid": Hybrid}
+_BY_NAME: dict[str, Callable[[], WaitStrategy]] = {
+    "spin": Spin, "block": Block, "poll": Poll, "hybrid": Hybrid,
+}
 
 
 def resolve_wait(wait: str | WaitStrategy) -> WaitStrategy:
     """Turn ``wait=`` into a strategy object, or explain what is allowed."""
     if isinstance(wait, str):
         if wait not in _BY_NAME:
-            raise ValueError(f"wait must be one of {sorted(_BY_NAME)} or a WaitStrategy, got {wait!r}")
+            raise ValueError(f"wait must be one of {sorted(_BY_NAME)} or a WaitStrategy, got "
+                             f"{wait!r}")
         return _BY_NAME[wait]()
     if isinstance(wait, type):
         raise TypeError(

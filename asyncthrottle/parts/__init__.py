@@ -21,15 +21,16 @@ from .syncdetect import SyncDetect
 from .timing import DeviceTiming, TimingStats
 from .trace import Trace
 
-# Built in this order (a part may use the parts before it: ``Build.part``), told of each notification
-# in this order, and shown in this order by ``Stats.summary()``.
+# Built in this order (a part may use the parts before it: ``Build.part``), told of each
+# notification in this order, and shown in this order by ``Stats.summary()``.
 PARTS = (
-    DeviceTiming, Sections, MemoryBudget, DepthController, StallWatch, RankScores, Prefetch, ProfilerRanges,
-    NvtxRanges, Trace, SyncDetect, NonFiniteWatch,
+    DeviceTiming, Sections, MemoryBudget, DepthController, StallWatch, RankScores, Prefetch,
+    ProfilerRanges, NvtxRanges, Trace, SyncDetect, NonFiniteWatch,
 )
 
 
 @dataclasses.dataclass(frozen=True)
-class PartStats(NonFiniteStats, PrefetchStats, MemoryStats, RankStats, SectionStats, StallStats, AutoDepthStats,
-                TimingStats):
-    """The parts' fields of :class:`~asyncthrottle.Stats` (a dataclass lists the last base's fields first)."""
+class PartStats(NonFiniteStats, PrefetchStats, MemoryStats, RankStats, SectionStats, StallStats,
+                AutoDepthStats, TimingStats):
+    """The parts' fields of :class:`~asyncthrottle.Stats` (a dataclass lists the last base's fields
+    first)."""

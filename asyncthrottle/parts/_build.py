@@ -22,12 +22,14 @@ class Build:
         backend: the resolved device.
         options: every option of the throttle, already checked.
         clock: the throttle's host clock.
-        values: the throttle's deferred values (``values.listen`` hears each step's values on the host).
+        values: the throttle's deferred values (``values.listen`` hears each step's values on the
+            host).
     """
 
-    def __init__(self, core: Core, backend: Backend, options: Mapping[str, Any], clock: Callable[[], float],
-                 values: Completions | None = None) -> None:
-        self.core, self.backend, self.options, self.clock, self.values = core, backend, options, clock, values
+    def __init__(self, core: Core, backend: Backend, options: Mapping[str, Any],
+                 clock: Callable[[], float], values: Completions | None = None) -> None:
+        self.core, self.backend, self.options = core, backend, options
+        self.clock, self.values = clock, values
         self.built: dict[type, Any] = {}
 
     def part(self, kind: type[P]) -> P | None:
@@ -36,7 +38,8 @@ class Build:
 
 
 class Part:
-    """A feature of the throttle, in a module of its own under ``asyncthrottle/parts/``; subclasses override.
+    """A feature of the throttle, in a module of its own under ``asyncthrottle/parts/``; subclasses
+    override.
 
     It owns its options (``OPTIONS``, checked by :meth:`check` on every backend
     before anything is built), builds itself when they turn it on
@@ -56,11 +59,13 @@ class Part:
 
     @classmethod
     def build(cls, at: Build) -> Any:
-        """The part for these options, subscribed to ``at.core``; None when the options leave it off."""
+        """The part for these options, subscribed to ``at.core``; None when the options leave it
+        off."""
         raise NotImplementedError
 
     def fields(self) -> dict[str, Any]:
-        """This part's fields of a :class:`~asyncthrottle.Stats` snapshot (never blocks or syncs)."""
+        """This part's fields of a :class:`~asyncthrottle.Stats` snapshot (never blocks or
+        syncs)."""
         return {}
 
     @staticmethod

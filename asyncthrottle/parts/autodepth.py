@@ -1,4 +1,5 @@
-"""``depth="auto"``: watch for the device running dry inside the loop body, and raise the depth when it does.
+"""``depth="auto"``: watch for the device running dry inside the loop body, and raise the depth when
+it does.
 
 The core notes, as each step is recorded, whether the step before it -- still
 unfinished when this step was handed out -- has already completed: the device
@@ -18,8 +19,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._options import check_int
-from .memory import MemoryBudget
 from ._build import Part
+from .memory import MemoryBudget
 
 if TYPE_CHECKING:
     from ..core.rule import Core
@@ -28,25 +29,33 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("asyncthrottle")
 
-DEFAULT_MAX_DEPTH = 8  # depth="auto" never goes deeper unless told
-AUTO_START = 2  # the depth auto starts at (FSDP's and MaxText's fixed choice)
-_STRIKES = 2  # dry bodies, each after a wait, that it takes to raise the depth by one
-_WINDOW = 64  # steps within which those strikes must fall (a rare hiccup never adds up)
+# depth="auto" never goes deeper unless told
+DEFAULT_MAX_DEPTH = 8
+# the depth auto starts at (FSDP's and MaxText's fixed choice)
+AUTO_START = 2
+# dry bodies, each after a wait, that it takes to raise the depth by one
+_STRIKES = 2
+# steps within which those strikes must fall (a rare hiccup never adds up)
+_WINDOW = 64
 
 
 def _flat_changes(changes: tuple[tuple[int, int], ...]) -> dict[str, Any]:
-    return {"depth_changes": max(0, len(changes) - 1)}  # how many times depth='auto' raised the depth
+    # how many times depth='auto' raised the depth
+    return {"depth_changes": max(0, len(changes) - 1)}
 
 
 @dataclasses.dataclass(frozen=True)
 class AutoDepthStats:
     """The field of :class:`~asyncthrottle.Stats` that ``depth="auto"`` supplies."""
 
-    depth_changes: tuple[tuple[int, int], ...] = dataclasses.field(default=(), metadata={"flat": _flat_changes})
+    depth_changes: tuple[tuple[int, int], ...] = dataclasses.field(
+        default=(), metadata={"flat": _flat_changes}
+    )
 
 
 class DepthController(Part):
-    """A part that finds the depth a loop needs: starts at 2, raises it by one when the device runs dry.
+    """A part that finds the depth a loop needs: starts at 2, raises it by one when the device runs
+    dry.
 
     A *strike* is a dry loop body (``Core.dry``) of a step handed
     out with the queue full (``depth - 1`` steps in flight: the depth was the
@@ -79,7 +88,8 @@ class DepthController(Part):
     def check(options: Mapping[str, Any]) -> None:
         depth, max_depth = options["depth"], options["max_depth"]
         if depth == "auto":
-            check_int("max_depth", max_depth, minimum=1, rule="an int >= 1 (the deepest depth='auto' may go) or None",
+            check_int("max_depth", max_depth, minimum=1, rule="an int >= 1 (the deepest "
+                                                              "depth='auto' may go) or None",
                       fix=f"e.g. max_depth=16; None means {DEFAULT_MAX_DEPTH}")
         elif max_depth is not None:
             raise ValueError(
@@ -92,7 +102,9 @@ class DepthController(Part):
         if at.options["depth"] != "auto":
             return None
         max_depth = at.options["max_depth"]
-        return cls(at.core, DEFAULT_MAX_DEPTH if max_depth is None else max_depth, at.part(MemoryBudget))
+        return cls(
+            at.core, DEFAULT_MAX_DEPTH if max_depth is None else max_depth, at.part(MemoryBudget)
+        )
 
     def fields(self) -> dict[str, Any]:
         return {"depth_changes": tuple(self.changes)}
@@ -109,9 +121,12 @@ class DepthController(Part):
         start = min(AUTO_START, max_depth)
         core.set_depth(start)
         self.changes: list[tuple[int, int]] = [(core.steps, start)]
-        self._waited = False  # the host waited since the last dry body
-        self._full = -1  # the last step handed out with the queue full
-        self._strikes: list[int] = []  # steps of recent strikes since the last change
+        # the host waited since the last dry body
+        self._waited = False
+        # the last step handed out with the queue full
+        self._full = -1
+        # steps of recent strikes since the last change
+        self._strikes: list[int] = []
         self._budget_waits = budget.waits if budget is not None else 0
         core.subscribe(self)
 
@@ -137,7 +152,8 @@ class DepthController(Part):
             return
         budget = self.budget
         if budget is not None and (budget.waits > self._budget_waits or not budget.room_for(depth)):
-            self._budget_waits = budget.waits  # memory is (or would be) the bound: do not go deeper
+            # memory is (or would be) the bound: do not go deeper
+            self._budget_waits = budget.waits
             self._strikes = []
             return
         self._raise(step + 1, depth + 1)

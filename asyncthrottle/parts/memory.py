@@ -68,8 +68,8 @@ class MemoryBudget(Part):
                        fix="e.g. memory=asyncthrottle.memory.rss_bytes")
         if max_memory is None and memory is not None:
             raise ValueError(
-                f"memory={memory!r} was given without max_memory=; pass max_memory=<bytes> to set a budget "
-                "(the probe alone does nothing)"
+                f"memory={memory!r} was given without max_memory=; pass max_memory=<bytes> to set "
+                "a budget (the probe alone does nothing)"
             )
 
     @classmethod
@@ -92,7 +92,8 @@ class MemoryBudget(Part):
         peak = "-" if stats.memory_peak is None else f"{stats.memory_peak / 2**20:,.1f} MiB"
         return [
             f"  memory: budget {stats.max_memory / 2**20:,.1f} MiB, peak at a hand-out {peak}, "
-            f"{stats.memory_waits} waits for it, {stats.memory_over} hand-outs over it with nothing in flight"
+            f"{stats.memory_waits} waits for it, {stats.memory_over} hand-outs over it with "
+            "nothing in flight"
         ]
 
     def __init__(self, max_memory: int, probe: MemoryProbe) -> None:
@@ -100,16 +101,20 @@ class MemoryBudget(Part):
         self.waits = self.over = 0
         self.peak: int | None = None
         self.last: int | None = None
-        self.at: dict[int, int] = {}  # steps in flight at a hand-out -> the latest reading there
-        self._fresh = False  # `last` was read for the hand-out under way
-        self._holding = False  # the last holds() said over: the next wait is the budget's
+        # steps in flight at a hand-out -> the latest reading there
+        self.at: dict[int, int] = {}
+        # `last` was read for the hand-out under way
+        self._fresh = False
+        # the last holds() said over: the next wait is the budget's
+        self._holding = False
 
     def read(self) -> int:
         """Call the probe, checking what it returns."""
         value = self.probe()
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
             raise TypeError(
-                f"the memory probe {self.probe!r} must return the bytes held as a number >= 0, got {value!r}"
+                f"the memory probe {self.probe!r} must return the bytes held as a number >= 0, got "
+                f"{value!r}"
             )
         self.last = int(value)
         return self.last
@@ -117,12 +122,15 @@ class MemoryBudget(Part):
     def holds(self) -> bool:
         """Before a hand-out, with steps in flight: over the budget means wait for the oldest."""
         over = self.read() > self.max_memory
-        self._fresh = not over  # after a wait, the hand-out's reading is taken afresh
-        self._holding = over  # a wait that follows is the budget's (the core waits only if the step is unfinished)
+        # after a wait, the hand-out's reading is taken afresh
+        self._fresh = not over
+        # a wait that follows is the budget's (the core waits only if the step is unfinished)
+        self._holding = over
         return over
 
     def on_wait(self, step: int, start: float, seconds: float) -> None:
-        """The host waited: count it when the budget asked for it (an oldest step already done costs no wait)."""
+        """The host waited: count it when the budget asked for it (an oldest step already done costs
+        no wait)."""
         if self._holding:
             self._holding = False
             self.waits += 1

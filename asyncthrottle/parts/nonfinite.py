@@ -146,12 +146,9 @@ class NonFiniteWatch(Part):
             raise NonFiniteError(step, where, leaf, self.core.steps)
         if not self.warned:
             self.warned = True
-            warnings.warn(
-                describe(step, where, leaf, self.core.steps)
-                + "; later ones are counted in stats.nonfinite",
-                NonFiniteWarning,
-                stacklevel=2,
-            )
+            warnings.warn(describe(step, where, leaf, self.core.steps)
+                          + "; later ones are counted in stats.nonfinite", NonFiniteWarning,
+                          stacklevel=2)
 
 
 def _find(value: Any, where: str) -> tuple[str, Any] | None:
@@ -207,8 +204,8 @@ def _tensor_bad(torch: Any, tensor: Any) -> bool:
         if not (tensor.is_floating_point() or tensor.is_complex()):
             return False
         return tensor.numel() > 0 and not bool(torch.isfinite(tensor).all())
-    # a layout that does not read this way (sparse, quantized): never a loop's end
     except RuntimeError:
+        # a layout that does not read this way (sparse, quantized): never a loop's end
         return False
 
 
@@ -226,11 +223,8 @@ def _numpy_bad(value: Any) -> bool:
     if kind not in "fc":
         return False
     if value.size == 1:
-        number = (
-            value.item()
-            if isinstance(value, numpy.ndarray)
-            else (complex if kind == "c" else float)(value)
-        )
+        number = (value.item() if isinstance(value, numpy.ndarray)
+                  else (complex if kind == "c" else float)(value))
         # Python numbers: no numpy warning for inf - inf
         return bool(number - number != 0)
     return value.size > 0 and not bool(numpy.isfinite(value).all())

@@ -1,4 +1,5 @@
-"""``to=device``: each batch copied to the device one step ahead, staged through a ring of pinned buffers."""
+"""``to=device``: each batch copied to the device one step ahead, staged through a ring of pinned
+buffers."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ if TYPE_CHECKING:
     from ..stats import Stats
     from ._build import Build
 
-_ALIGN = 64  # bytes: each staged tensor starts at a multiple (any dtype may view it)
-UNBOUNDED_SLOTS = 4  # slots the ring keeps when depth=None bounds nothing
+# bytes: each staged tensor starts at a multiple (any dtype may view it)
+_ALIGN = 64
+# slots the ring keeps when depth=None bounds nothing
+UNBOUNDED_SLOTS = 4
 
 
 class Slot:
@@ -41,13 +44,18 @@ class PinnedRing:
     def __init__(self, model: CopyModel, limit: Callable[[], int]) -> None:
         self._model, self._limit = model, limit
         self.free: list[Slot] = []
-        self.busy: deque[Slot] = deque()  # in step order
-        self.size = 0  # bytes per slot: the largest batch seen
-        self.nbytes = 0  # pinned bytes the ring holds
-        self.overflows = 0  # batches staged by torch's own pinned pool: every slot was busy
+        # in step order
+        self.busy: deque[Slot] = deque()
+        # bytes per slot: the largest batch seen
+        self.size = 0
+        # pinned bytes the ring holds
+        self.nbytes = 0
+        # batches staged by torch's own pinned pool: every slot was busy
+        self.overflows = 0
 
     def take(self, step: int, need: int) -> Slot:
-        """A slot of at least ``need`` bytes for ``step``; beyond the limit, a transient one (no buffer)."""
+        """A slot of at least ``need`` bytes for ``step``; beyond the limit, a transient one (no
+        buffer)."""
         self.size = max(self.size, need)
         if self.free:
             slot = self.free.pop()
@@ -55,8 +63,10 @@ class PinnedRing:
             slot = Slot(None, 0, self._model.event(), step)
         else:
             self.overflows += 1
-            return Slot(None, 0, self._model.event(), step)  # not kept: torch pins its tensors
-        if slot.nbytes < need:  # grown only when a batch is larger than every batch before it
+            # not kept: torch pins its tensors
+            return Slot(None, 0, self._model.event(), step)
+        # grown only when a batch is larger than every batch before it
+        if slot.nbytes < need:
             self.nbytes += self.size - slot.nbytes
             slot.buffer, slot.nbytes = self._model.pin(self.size), self.size
         slot.step = step
@@ -78,7 +88,8 @@ class PrefetchStats:
 
 
 class Prefetch(Part):
-    """Copies each fetched batch to the device on a copy stream; the step that uses it waits on its event only.
+    """Copies each fetched batch to the device on a copy stream; the step that uses it waits on its
+    event only.
 
     The wrapper calls it with batch ``n + 1`` right after recording step
     ``n``, so the copy overlaps step ``n``. Host tensors are staged through
@@ -108,12 +119,14 @@ class Prefetch(Part):
 
     @classmethod
     def build(cls, at: Build) -> Prefetch | PlainTo | None:
-        """A :class:`Prefetch` where the backend has a copy model (CUDA), else a :class:`PlainTo`."""
+        """A :class:`Prefetch` where the backend has a copy model (CUDA), else a
+        :class:`PlainTo`."""
         if at.options["to"] is None:
             return None
         target, model = at.backend.mover(at.options["to"])
         if model is None:
-            return PlainTo(target, non_blocking=target.type != "cpu")  # ordered on the device's one queue
+            # ordered on the device's one queue
+            return PlainTo(target, non_blocking=target.type != "cpu")
         return cls(at.core, model)
 
     def fields(self) -> dict[str, Any]:
@@ -144,7 +157,8 @@ class Prefetch(Part):
     def __call__(self, batch: Any) -> Any:
         torch = sys.modules["torch"]
         pinned = self._model.is_pinned
-        staged: list[Any] = []  # host tensors to stage through the slot, in leaf order
+        # host tensors to stage through the slot, in leaf order
+        staged: list[Any] = []
         hosts = 0
 
         def plan(leaf: Any) -> Any:
@@ -157,7 +171,8 @@ class Prefetch(Part):
 
         _map(batch, plan)
         if not hosts:
-            return batch  # nothing on the host: nothing to copy, nothing to wait for
+            # nothing on the host: nothing to copy, nothing to wait for
+            return batch
         need = sum(_padded(t) for t in staged)
         slot = self.ring.take(self._core.steps, need)
         with self._model.copying():
@@ -167,7 +182,8 @@ class Prefetch(Part):
 
 
 class _Stager:
-    """Moves one batch's host tensors: through the slot's buffer (or torch's pinned pool), then to the device."""
+    """Moves one batch's host tensors: through the slot's buffer (or torch's pinned pool), then to
+    the device."""
 
     def __init__(self, torch: Any, model: CopyModel, slot: Slot, staged: set[int]) -> None:
         self._torch, self._model, self._slot, self._staged = torch, model, slot, staged
@@ -179,13 +195,15 @@ class _Stager:
         host = leaf
         if id(leaf) in self._staged:
             buffer = self._slot.buffer
-            if buffer is None:  # every slot busy: torch's caching host allocator pins it (safe, unbounded)
+            # every slot busy: torch's caching host allocator pins it (safe, unbounded)
+            if buffer is None:
                 host = self._model.pin_copy(leaf)
             else:
                 start, nbytes = self._offset, leaf.numel() * leaf.element_size()
                 self._offset += _padded(leaf)
                 host = buffer[start:start + nbytes].view(leaf.dtype).view(leaf.shape)
-                host.copy_(leaf)  # host memcpy into pinned memory; the device reads it after
+                # host memcpy into pinned memory; the device reads it after
+                host.copy_(leaf)
         return self._model.copy(host)
 
 
@@ -195,7 +213,8 @@ def _padded(tensor: Any) -> int:
 
 
 class PlainTo(Part):
-    """``.to(device)`` on every tensor of a batch: ``to=`` where there is no copy model (the CPU, MPS, XPU)."""
+    """``.to(device)`` on every tensor of a batch: ``to=`` where there is no copy model (the CPU,
+    MPS, XPU)."""
 
     def __init__(self, device: Any, non_blocking: bool = False) -> None:
         self.device, self.non_blocking = device, non_blocking

@@ -1,4 +1,5 @@
-"""The throttle's waits in other tools' timelines: torch.profiler ranges and NVTX ranges for Nsight Systems."""
+"""The throttle's waits in other tools' timelines: torch.profiler ranges and NVTX ranges for Nsight
+Systems."""
 
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ if TYPE_CHECKING:
     from ..core.rule import Core
     from ._build import Build
 
-WAIT_RANGE = "asyncthrottle.wait"  # the host blocks on a step before handing out the next one
-DRAIN_RANGE = "asyncthrottle.drain"  # the host blocks in drain() (the end of a pass)
-STEP_RANGE = "asyncthrottle.step"  # NVTX only: a step's body, from hand-out to record
+# the host blocks on a step before handing out the next one
+WAIT_RANGE = "asyncthrottle.wait"
+# the host blocks in drain() (the end of a pass)
+DRAIN_RANGE = "asyncthrottle.drain"
+# NVTX only: a step's body, from hand-out to record
+STEP_RANGE = "asyncthrottle.step"
 
 
 class ProfilerRanges(Part):
@@ -40,7 +44,8 @@ class ProfilerRanges(Part):
 
     def __init__(self, core: Core) -> None:
         self._core = core
-        self._open: Any = None  # the range entered for the wait in progress
+        # the range entered for the wait in progress
+        self._open: Any = None
         core.subscribe(self)
 
     def on_wait_begin(self, step: int) -> None:
@@ -54,14 +59,16 @@ class ProfilerRanges(Part):
 
     def on_wait(self, step: int, start: float, seconds: float) -> None:
         scope, self._open = self._open, None
-        if scope is not None:  # also after an interrupted wait: the core calls on_wait in a finally
+        # also after an interrupted wait: the core calls on_wait in a finally
+        if scope is not None:
             scope.__exit__(None, None, None)
 
 
 def _profiler_enabled(torch: Any) -> bool:
     try:
         return bool(torch._C._autograd._profiler_enabled())
-    except AttributeError:  # a torch without the private flag: the public module-level one
+    # a torch without the private flag: the public module-level one
+    except AttributeError:
         return bool(getattr(torch.autograd.profiler, "_is_profiler_enabled", False))
 
 
@@ -75,17 +82,21 @@ def nvtx_module() -> Any:
     try:
         import torch
     except ImportError:
-        raise ImportError("nvtx=True needs torch with CUDA: pip install 'asyncthrottle' (torch)") from None
+        raise ImportError(
+            "nvtx=True needs torch with CUDA: pip install 'asyncthrottle' (torch)"
+        ) from None
     if not torch.cuda.is_available():
         raise RuntimeError(
-            "nvtx=True pushes NVTX ranges for Nsight Systems, which needs CUDA, but torch.cuda.is_available() "
-            "is False here; pass nvtx=False (torch.profiler sees the waits without it)"
+            "nvtx=True pushes NVTX ranges for Nsight Systems, which needs CUDA, but "
+            "torch.cuda.is_available() is False here; pass nvtx=False (torch.profiler sees the "
+            "waits without it)"
         )
     return torch.cuda.nvtx
 
 
 class NvtxRanges(Part):
-    """NVTX ranges for Nsight Systems: ``asyncthrottle.wait``/``asyncthrottle.drain`` per wait, one per step.
+    """NVTX ranges for Nsight Systems: ``asyncthrottle.wait``/``asyncthrottle.drain`` per wait, one
+    per step.
 
     A wait is a pushed range named exactly so (nested in whatever range the
     host is in, and summed by name in Nsight's statistics); a
@@ -110,11 +121,13 @@ class NvtxRanges(Part):
 
     def __init__(self, core: Core, nvtx: Any) -> None:
         self._core, self._nvtx = core, nvtx
-        self._step: Any = None  # the open step range's handle
+        # the open step range's handle
+        self._step: Any = None
         core.subscribe(self)
 
     def on_handout(self, step: int, in_flight: int, now: float) -> None:
-        if self._step is not None:  # the previous step raised: it recorded nothing
+        # the previous step raised: it recorded nothing
+        if self._step is not None:
             self._nvtx.range_end(self._step)
         self._step = self._nvtx.range_start(f"{STEP_RANGE} {step}")
 
@@ -124,7 +137,8 @@ class NvtxRanges(Part):
             self._step = None
 
     def on_drop(self, step: int) -> None:
-        """The step ended without an event (``end_step(failed=True)``, a failed record): close its range."""
+        """The step ended without an event (``end_step(failed=True)``, a failed record): close its
+        range."""
         self.on_record(step, None, 0.0)
 
     def on_wait_begin(self, step: int) -> None:

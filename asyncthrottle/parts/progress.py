@@ -19,12 +19,15 @@ def make_bar(progress: Any, total: int | None) -> Any:
     elif callable(progress):
         bar_class = progress
     else:
-        raise TypeError(f"progress must be True, False, a dict of tqdm options or a tqdm class, got {progress!r}")
+        raise TypeError("progress must be True, False, a dict of tqdm options or a tqdm class, got "
+                        f"{progress!r}")
     if bar_class is None:
         try:
             from tqdm.auto import tqdm
         except ImportError:
-            raise ImportError("progress=True needs tqdm: pip install tqdm (or 'asyncthrottle')") from None
+            raise ImportError(
+                "progress=True needs tqdm: pip install tqdm (or 'asyncthrottle')"
+            ) from None
         bar_class = tqdm
     options.setdefault("total", total)
     return bar_class(**options)
@@ -47,7 +50,8 @@ def _scalar(value: Any) -> float | None:
     try:
         return float(value.item() if hasattr(value, "item") else value)
     except (TypeError, ValueError, RuntimeError, AttributeError):
-        return None  # not a scalar: not shown
+        # not a scalar: not shown
+        return None
 
 
 class Bar:
@@ -58,7 +62,8 @@ class Bar:
     def __init__(self, throttle: Throttle, bar: Any) -> None:
         self._throttle, self._bar = throttle, bar
         self._timer = getattr(bar, "_time", None)
-        throttle.subscribe(self)  # on_handout, until close()
+        # its hook: on_handout, until close()
+        throttle.subscribe(self)
 
     @classmethod
     def open(cls, throttle: Throttle, progress: Any, total: int | None) -> Bar | None:

@@ -1,4 +1,5 @@
-"""Straggler scores: each rank's recent median step time, all-gathered every ``ranks_every`` steps, never waited for."""
+"""Straggler scores: each rank's recent median step time, all-gathered every ``ranks_every`` steps,
+never waited for."""
 
 from __future__ import annotations
 
@@ -21,13 +22,15 @@ if TYPE_CHECKING:
     from ._build import Build
 
 _log = logging.getLogger("asyncthrottle")
-_KEY = "asyncthrottle/ranks_every/step/"  # + rank: the last step whose gather the rank started (default store)
+# + rank: the last step whose gather the rank started (default store)
+_KEY = "asyncthrottle/ranks_every/step/"
 
 
 def check_ranks_every(ranks_every: object) -> int | None:
     """``ranks_every=``: an int >= 1 (gather every that many steps) or None (off)."""
     return check_int("ranks_every", ranks_every, minimum=1,
-                     rule="an int >= 1 (gather the ranks' step times every that many steps) or None (off)",
+                     rule="an int >= 1 (gather the ranks' step times every that many steps) or "
+                          "None (off)",
                      fix="e.g. ranks_every=100")
 
 
@@ -39,12 +42,14 @@ def _flat_scores(scores: tuple[float, ...] | None) -> dict[str, Any]:
 class RankStats:
     """The fields of :class:`~asyncthrottle.Stats` that straggler scores supply."""
 
-    rank_scores: tuple[float, ...] | None = dataclasses.field(default=None, metadata={"flat": _flat_scores})
+    rank_scores: tuple[float, ...] | None = dataclasses.field(default=None,
+                                                              metadata={"flat": _flat_scores})
     slowest_rank: int | None = None
 
 
 def scores(medians: list[float]) -> tuple[tuple[float, ...], int | None]:
-    """Each rank's score (the fastest median over its own; NaN without one) and the rank with the lowest."""
+    """Each rank's score (the fastest median over its own; NaN without one) and the rank with the
+    lowest."""
     known = [m for m in medians if m > 0 and math.isfinite(m)]
     if not known:
         return tuple(math.nan for _ in medians), None
@@ -55,7 +60,8 @@ def scores(medians: list[float]) -> tuple[tuple[float, ...], int | None]:
 
 
 class RankScores(Part):
-    """A part of the throttle: this rank's recent median step time, gathered across ranks without a wait.
+    """A part of the throttle: this rank's recent median step time, gathered across ranks without a
+    wait.
 
     Step times come from the device timing samples (:class:`DeviceTiming`)
     when the device is timed, else from the host clock between records (on
@@ -99,7 +105,8 @@ class RankScores(Part):
         every = at.options["ranks_every"]
         if every is None:
             return None
-        return cls(at.core, every, at.part(DeviceTiming), at.options["sample_every"] or 1, at.part(Sections))
+        return cls(at.core, every, at.part(DeviceTiming), at.options["sample_every"] or 1,
+                   at.part(Sections))
 
     def fields(self) -> dict[str, Any]:
         return {"rank_scores": self.scores, "slowest_rank": self.slowest}
@@ -112,31 +119,41 @@ class RankScores(Part):
         listed = ", ".join(f"{score:.2f}" for score in scores)
         if slowest is None:
             return [f"  ranks: no step times yet (scores {listed})"]
-        return [f"  ranks: slowest is rank {slowest} (score {scores[slowest]:.2f}: the fastest rank's median step "
-                f"time over its own); scores by rank {listed}"]
+        return [f"  ranks: slowest is rank {slowest} (score {scores[slowest]:.2f}: the fastest "
+                f"rank's median step time over its own); scores by rank {listed}"]
 
     def __init__(self, core: Core, every: int, timing: DeviceTiming | None, sample_every: int,
                  sections: Sections | None = None) -> None:
         self.core, self.every, self.timing = core, every, timing
         per = sample_every if timing is not None else 1
-        self.samples: deque[float] = deque(maxlen=max(3, every // per))  # recent step times, seconds
+        # recent step times, seconds
+        self.samples: deque[float] = deque(maxlen=max(3, every // per))
         per = 1 if core.synchronous else sample_every
-        self.own: deque[float] = deque(maxlen=max(3, every // per))  # recent sums of sections, seconds
+        # recent sums of sections, seconds
+        self.own: deque[float] = deque(maxlen=max(3, every // per))
         self.scores: tuple[float, ...] | None = None
         self.slowest: int | None = None
-        self.gathers = 0  # gathers read
-        self._gather_at = every - 1  # the step at whose record the next gather starts
-        self._next = self._gather_at  # the next record that has anything to do
-        self._works: deque[tuple[Any, list[Any], int]] = deque()  # gathers in flight (work, rows, step), oldest first
-        self._group: Any = None  # the gather's group; False once gathering stopped (a rank never came)
-        self._timeout: Any = None  # the group's timeout (the default process group's)
-        self._last: float | None = None  # the last record's time (host samples)
+        self.gathers = 0
+        # the step at whose record the next gather starts
+        self._gather_at = every - 1
+        # the next record that has anything to do
+        self._next = self._gather_at
+        # gathers in flight (work, rows, step), oldest first
+        self._works: deque[tuple[Any, list[Any], int]] = deque()
+        # the gather's group; False once gathering stopped (a rank never came)
+        self._group: Any = None
+        # the group's timeout (the default process group's)
+        self._timeout: Any = None
+        # the last record's time (host samples)
+        self._last: float | None = None
         if timing is not None:
             timing.add_listener(self._on_sample)
         if sections is not None:
             sections.add_listener(self._on_sections)
-        self._next = 0  # the first record makes the group
-        core.subscribe(self)  # on_record, on_pause
+        # the first record makes the group
+        self._next = 0
+        # its hooks: on_record, on_pause
+        core.subscribe(self)
 
     def _on_sample(self, step: int, busy_s: float, idle_s: float) -> None:
         self.samples.append(busy_s)
@@ -147,7 +164,8 @@ class RankScores(Part):
 
     def on_record(self, step: int, event: object, now: float) -> None:
         timing = self.timing
-        if timing is None or not timing.enabled:  # no device timing: the host's step time
+        # no device timing: the host's step time
+        if timing is None or not timing.enabled:
             last, self._last = self._last, now
             if last is not None:
                 self.samples.append(now - last)
@@ -161,9 +179,11 @@ class RankScores(Part):
             self._next = step + 1 if self._works else self._gather_at
 
     def on_pause(self, now: float) -> None:
-        self._last = None  # the time between passes is no step's
+        # the time between passes is no step's
+        self._last = None
         works = self._works
-        while works:  # CPU tensors on the gather's own group: bounded by its timeout, never the device
+        # CPU tensors on the gather's own group: bounded by its timeout, never the device
+        while works:
             work, _, step = works[0]
             try:
                 work.wait()
@@ -171,26 +191,31 @@ class RankScores(Part):
                 self._stop(step, exc)
                 return
             self._poll()
-            if works and works[0][0] is work:  # done, yet not completed: never read it again
+            # done, yet not completed: never read it again
+            if works and works[0][0] is work:
                 works.popleft()
 
     def median(self) -> float:
-        """This rank's recent median step time (or own work, with sections) in seconds; NaN before any sample."""
+        """This rank's recent median step time (or own work, with sections) in seconds; NaN before
+        any sample."""
         ordered = sorted(self.own or self.samples)
         return ordered[len(ordered) // 2] if ordered else math.nan
 
     def _poll(self) -> None:
-        """Read every finished gather, oldest first; queries only (``is_completed``), never waits."""
+        """Read every finished gather, oldest first; queries only (``is_completed``), never
+        waits."""
         works = self._works
         while works and works[0][0].is_completed():
             work, rows, step = works[0]
             try:
-                work.wait()  # completed: returns at once, or raises what failed it
+                # completed: returns at once, or raises what failed it
+                work.wait()
             except Exception as exc:
                 self._stop(step, exc)
                 return
             works.popleft()
-            self.scores, self.slowest = scores([float(row[0]) for row in rows])  # CPU tensors: no sync
+            # CPU tensors: no sync
+            self.scores, self.slowest = scores([float(row[0]) for row in rows])
             self.gathers += 1
 
     def _dist(self) -> Any:
@@ -200,7 +225,8 @@ class RankScores(Part):
         return dist
 
     def _make_group(self, step: int) -> bool:
-        """Make the gather's gloo group (a collective) with the default group's timeout; False if it failed."""
+        """Make the gather's gloo group (a collective) with the default group's timeout; False if it
+        failed."""
         if self._group is not None:
             return self._group is not False
         dist = self._dist()
@@ -210,7 +236,8 @@ class RankScores(Part):
 
         try:
             self._timeout = dist.group.WORLD._get_backend(torch.device("cpu")).options._timeout
-        except Exception:  # another torch's internals (or no CPU backend): torch's default for gloo
+        # another torch's internals (or no CPU backend): torch's default for gloo
+        except Exception:
             self._timeout = dist.distributed_c10d._get_default_timeout("gloo")
         self._mark(dist, -1)
         try:
@@ -229,18 +256,21 @@ class RankScores(Part):
         self._mark(dist, step)
         mine = torch.tensor([self.median()], dtype=torch.float64)
         rows = [torch.full_like(mine, math.nan) for _ in range(dist.get_world_size(self._group))]
-        work = dist.all_gather(rows, mine, group=self._group, async_op=True)  # never waited for
+        # never waited for
+        work = dist.all_gather(rows, mine, group=self._group, async_op=True)
         self._works.append((work, rows, step))
 
     def _mark(self, dist: Any, step: int) -> None:
         """Tell the other ranks (the default store) the last step whose gather this rank started."""
         try:
             dist.distributed_c10d._get_default_store().set(_KEY + str(dist.get_rank()), str(step))
-        except Exception:  # no store to tell (another torch): a stopped rank is then not named
+        # no store to tell (another torch): a stopped rank is then not named
+        except Exception:
             pass
 
     def _behind(self, dist: Any, step: int) -> list[str]:
-        """The ranks whose last gather is before ``step`` (or that never started one), as told by the store."""
+        """The ranks whose last gather is before ``step`` (or that never started one), as told by
+        the store."""
         try:
             store = dist.distributed_c10d._get_default_store()
             behind = []
@@ -254,13 +284,17 @@ class RankScores(Part):
                     continue
                 last = int(store.get(key))
                 if last < step:
-                    behind.append(f"{rank} (" + (f"its last gather: step {last})" if last >= 0 else "no gather yet)"))
+                    behind.append(
+                        f"{rank} ("
+                        + (f"its last gather: step {last})" if last >= 0 else "no gather yet)")
+                    )
             return behind
         except Exception:
             return []
 
     def _stop(self, step: int, exc: BaseException | None, *, making: bool = False) -> None:
-        """A gather (or the group) failed: a rank stopped calling the throttle. Log once; scores unknown from now."""
+        """A gather (or the group) failed: a rank stopped calling the throttle. Log once; scores
+        unknown from now."""
         dist = self._dist()
         world = dist.get_world_size() if dist is not None else len(self.scores or ())
         rank = dist.get_rank() if dist is not None else -1
@@ -268,10 +302,18 @@ class RankScores(Part):
         waited = "some other rank" if not behind else "rank " + ", rank ".join(behind)
         what = "making the gather's gloo group" if making else f"the gather of step {step}"
         _log.warning(
-            "asyncthrottle: ranks_every: rank %d waited for %s at step %d (%s) for up to the process group's "
-            "timeout (%s) and gave up: a rank whose data ended early, or that never runs a throttle with "
-            "ranks_every=%d, stops the gathers (every rank must run the same steps); rank scores are unknown "
-            "from now on. (%s)", rank, waited, step, what, self._timeout, self.every, exc)
+            "asyncthrottle: ranks_every: rank %d waited for %s at step %d (%s) for up to the "
+            "process group's timeout (%s) and gave up: a rank whose data ended early, or that "
+            "never runs a throttle with ranks_every=%d, stops the gathers (every rank must run the "
+            "same steps); rank scores are unknown from now on. (%s)",
+            rank,
+            waited,
+            step,
+            what,
+            self._timeout,
+            self.every,
+            exc,
+        )
         self._group = False
         self._works.clear()
         self.scores, self.slowest = tuple(math.nan for _ in range(world)), None

@@ -1,4 +1,5 @@
-"""Sections: the device time of named phases of a step (forward, backward, a collective), never a sync."""
+"""Sections: the device time of named phases of a step (forward, backward, a collective), never a
+sync."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ if TYPE_CHECKING:
     from ..stats import Stats
     from ._build import Build
 
-_WINDOW = 64  # recent samples kept per section name (medians)
-# The open entry of a section in a step that is not sampled: (no start, outermost and not collective).
+# recent samples kept per section name (medians)
+_WINDOW = 64
+# The open entry of a section in a step that is not sampled: (no start, outermost and not
+# collective).
 _UNTIMED_OWN: tuple[Any, bool] = (None, True)
 _UNTIMED: tuple[Any, bool] = (None, False)
 
@@ -30,8 +33,10 @@ def _median(values: deque[float]) -> float:
 class SectionStats:
     """The fields of :class:`~asyncthrottle.Stats` that sections supply."""
 
-    sections: dict[str, float] | None = dataclasses.field(default=None, metadata={"flat": lambda s: {
-        f"section_ms_{name}": ms for name, ms in (s or {}).items()}})
+    sections: dict[str, float] | None = dataclasses.field(
+        default=None,
+        metadata={"flat": lambda s: {f"section_ms_{name}": ms for name, ms in (s or {}).items()}},
+    )
 
 
 class Section:
@@ -48,10 +53,13 @@ class Section:
         self._owner, self._core, self._name, self._collective = owner, owner.core, name, collective
 
     def __enter__(self) -> Section:
-        owner = self._owner  # the hot path, inline: a section is entered every step
+        # the hot path, inline: a section is entered every step
+        owner = self._owner
         name = self._name
-        step = self._core.steps  # the step being run (if one is)
-        if step != owner.step:  # the step's first section (a record resets owner.step): is a step open?
+        # the step being run, if any
+        step = self._core.steps
+        # the step's first section (a record resets owner.step): is a step open?
+        if step != owner.step:
             if not owner.in_step():
                 owner.refuse(name)
             owner.begin(step)
@@ -75,8 +83,8 @@ class Section:
         if entry is _UNTIMED_OWN or entry is _UNTIMED:
             return
         if entry is None:
-            raise RuntimeError(f"section({self._name!r}) was left but is not open in this step; enter it first "
-                               "(in the same step)")
+            raise RuntimeError(f"section({self._name!r}) was left but is not open in this step; "
+                               "enter it first (in the same step)")
         if owner.timed is None:
             owner.marks.append((self._name, entry[0], owner.clock(), entry[1]))
         else:
@@ -124,14 +132,22 @@ class Sections(Part):
         self.core, self.timed, self.clock = core, timed, clock
         self.synchronous = core.synchronous
         self.every = 1 if self.synchronous else every
-        self.step = -1  # the step whose sections are open or were timed, or -1
-        self.timing = False  # that step's sections are timed
-        self.subscribed = False  # hooks are added at the first section: a loop without sections pays nothing
-        self.in_step: Callable[[], bool] = lambda: False  # the throttle's: a step is open now
-        self.open_: dict[str, tuple[Any, bool]] = {}  # name -> (start, outermost and not collective)
-        self.marks: list[tuple[str, Any, Any, bool]] = []  # this step's sections: (name, start, end, own work)
-        self.waiting: deque[tuple[int, list[tuple[str, Any, Any, bool]]]] = deque()  # recorded, not yet read
-        self.recent: dict[str, deque[float]] = {}  # name -> recent device ms
+        # the step whose sections are open or were timed, or -1
+        self.step = -1
+        # that step's sections are timed
+        self.timing = False
+        # hooks are added at the first section: a loop without sections pays nothing
+        self.subscribed = False
+        # the throttle's: a step is open now
+        self.in_step: Callable[[], bool] = lambda: False
+        # name -> (start, outermost and not collective)
+        self.open_: dict[str, tuple[Any, bool]] = {}
+        # this step's sections: (name, start, end, own work)
+        self.marks: list[tuple[str, Any, Any, bool]] = []
+        # recorded, not yet read
+        self.waiting: deque[tuple[int, list[tuple[str, Any, Any, bool]]]] = deque()
+        # name -> recent device ms
+        self.recent: dict[str, deque[float]] = {}
         self.listeners: list[Callable[[int, float, dict[str, float]], None]] = []
         self.made: dict[tuple[str, bool], Section] = {}
 
@@ -141,25 +157,28 @@ class Sections(Part):
         made = self.made.get(key) if type(name) is str else None
         if made is None:
             if not isinstance(name, str) or not name:
-                raise TypeError(f"section name must be a non-empty str, e.g. section('forward'), got {name!r}")
+                raise TypeError("section name must be a non-empty str, e.g. section('forward'), "
+                                f"got {name!r}")
             made = self.made[key] = Section(self, name, collective)
         return made
 
     def add_listener(self, listener: Callable[[int, float, dict[str, float]], None]) -> None:
-        """Call ``listener(step, own_s, seconds_by_name)`` for each timed step (own work: see the class)."""
+        """Call ``listener(step, own_s, seconds_by_name)`` for each timed step (own work: see the
+        class)."""
         self.listeners.append(listener)
 
     # -- the sections ----------------------------------------------------------
 
     def refuse(self, name: str) -> None:
         raise RuntimeError(
-            f"section({name!r}) was entered outside a step: a section brackets part of a step, so enter it "
-            "inside the loop body (a wrapped loop's body, `with throttle.step():` or between begin_step() and "
-            "end_step())")
+            f"section({name!r}) was entered outside a step: a section brackets part of a step, so "
+            "enter it inside the loop body (a wrapped loop's body, `with throttle.step():` or "
+            "between begin_step() and end_step())")
 
     def nested(self, name: str, step: int) -> None:
-        raise RuntimeError(f"section({name!r}) was entered while already open in step {step}; sections of one "
-                           "name do not nest: leave it first, or give the inner one another name")
+        raise RuntimeError(f"section({name!r}) was entered while already open in step {step}; "
+                           "sections of one name do not nest: leave it first, or give the inner "
+                           "one another name")
 
     def begin(self, step: int) -> None:
         """The first section of ``step``: is it timed? (and, at the very first, subscribe)."""
@@ -182,15 +201,17 @@ class Sections(Part):
             if self.synchronous:
                 self._add(step, [(name, end - start, own) for name, start, end, own in marks])
             else:
-                if not self.waiting:  # retirements are heard only while a timed step waits to be read
+                # retirements are heard only while a timed step waits to be read
+                if not self.waiting:
                     self.core.on_retire.append(self.on_retire)
                 self.waiting.append((step, marks))
         if self.open_:
             left = list(self.open_)
             self.open_.clear()
-            raise RuntimeError(f"section(s) {', '.join(map(repr, left))} still open when step {step} was recorded: "
-                               "leave every section before the step ends (a `with` block does); the step counts, "
-                               "the open sections are not timed")
+            raise RuntimeError(f"section(s) {', '.join(map(repr, left))} still open when step "
+                               f"{step} was recorded: leave every section before the step ends (a "
+                               "`with` block does); the step counts, the open sections are not "
+                               "timed")
 
     def on_drop(self, step: int) -> None:
         self.step = -1
@@ -201,10 +222,15 @@ class Sections(Part):
         waiting = self.waiting
         while waiting and waiting[0][0] <= step:
             done, marks = waiting[0]
-            try:  # queries only: never read an unfinished event (the step's own event is complete)
-                timed = [(name, max(start.elapsed_time(end) / 1000.0, 0.0), own) for name, start, end, own in marks
-                         if start.query() and end.query()]
-            except Exception:  # events without timing: sections are not timed
+            try:
+                # queries only: never read an unfinished event (the step's own event is complete)
+                timed = [
+                    (name, max(start.elapsed_time(end) / 1000.0, 0.0), own)
+                    for name, start, end, own in marks
+                    if start.query() and end.query()
+                ]
+            except Exception:
+                # events without timing: sections are not timed
                 self.every = None
                 waiting.clear()
                 self.core.on_retire.remove(self.on_retire)
@@ -233,7 +259,8 @@ class Sections(Part):
     # -- results ---------------------------------------------------------------
 
     def fields(self) -> dict[str, Any]:
-        recent = dict(self.recent)  # a copy: another thread may read stats
+        # a copy: another thread may read stats
+        recent = dict(self.recent)
         if not recent:
             return {}
         return {"sections": {name: _median(kept) for name, kept in recent.items() if kept}}
@@ -244,5 +271,8 @@ class Sections(Part):
         if not sections:
             return []
         total = sum(sections.values())
-        return [f"  section {name}: {ms:.2f} ms/step (median)"
-                + (f", {ms / total:.0%} of the sections" if total else "") for name, ms in sections.items()]
+        return [
+            f"  section {name}: {ms:.2f} ms/step (median)"
+            + (f", {ms / total:.0%} of the sections" if total else "")
+            for name, ms in sections.items()
+        ]

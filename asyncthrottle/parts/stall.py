@@ -1,4 +1,5 @@
-"""The stall report: log once when the host has waited ``stall`` seconds for one step, never touching an event."""
+"""The stall report: log once when the host has waited ``stall`` seconds for one step, never
+touching an event."""
 
 from __future__ import annotations
 
@@ -24,9 +25,12 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("asyncthrottle")
 
-STALL_FLOOR_S = 30.0  # stall="auto" never reports a wait shorter than this (a compile, a slow first step)
-STALL_STEPS = 50  # stall="auto": this many of the loop's median step times
-_WATCHDOG_PERIOD_S = 0.5  # how often the watchdog thread looks (a report comes at most this late)
+# stall="auto" never reports a wait shorter than this (a compile, a slow first step)
+STALL_FLOOR_S = 30.0
+# stall="auto": this many of the loop's median step times
+STALL_STEPS = 50
+# how often the watchdog thread looks (a report comes at most this late)
+_WATCHDOG_PERIOD_S = 0.5
 
 
 def check_stall(stall: object) -> float | str | None:
@@ -34,17 +38,25 @@ def check_stall(stall: object) -> float | str | None:
     if stall is None or stall == "auto":
         return stall  # type: ignore[return-value]
     if isinstance(stall, str):
-        hint = "write it stall='auto'" if stall.strip().lower() == "auto" else "pass 'auto', seconds or None"
-        raise ValueError(f"stall must be 'auto', a number of seconds > 0 or None, got {stall!r}: {hint}")
+        hint = (
+            "write it stall='auto'"
+            if stall.strip().lower() == "auto"
+            else "pass 'auto', seconds or None"
+        )
+        raise ValueError(f"stall must be 'auto', a number of seconds > 0 or None, got {stall!r}: "
+                         f"{hint}")
     if isinstance(stall, bool) or not isinstance(stall, (int, float)):
         raise TypeError(f"stall must be 'auto', a number of seconds > 0 or None, got {stall!r}")
-    if not stall > 0 or math.isinf(stall):  # also rejects NaN
-        raise ValueError(f"stall must be 'auto', a finite number of seconds > 0 or None (off), got {stall!r}")
+    # also rejects NaN
+    if not stall > 0 or math.isinf(stall):
+        raise ValueError("stall must be 'auto', a finite number of seconds > 0 or None (off), got "
+                         f"{stall!r}")
     return float(stall)
 
 
 def rank() -> int | None:
-    """This process's rank under an initialized ``torch.distributed`` (never imports torch), else None."""
+    """This process's rank under an initialized ``torch.distributed`` (never imports torch), else
+    None."""
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return None
@@ -93,7 +105,8 @@ class StallWatch(Part):
 
     @classmethod
     def build(cls, at: Build) -> StallWatch | None:
-        """The watch, with the core's wait strategy wrapped; None when off or synchronous (nothing waits)."""
+        """The watch, with the core's wait strategy wrapped; None when off or synchronous (nothing
+        waits)."""
         stall, core = check_stall(at.options["stall"]), at.core
         if stall is None or core.synchronous:
             return None
@@ -108,28 +121,36 @@ class StallWatch(Part):
     def summary_lines(stats: Stats) -> list[str]:
         if not stats.stalls:
             return []
-        return [f"  stalls: {stats.stalls} waits reported as stalled (logged on the 'asyncthrottle' logger)"]
+        return [f"  stalls: {stats.stalls} waits reported as stalled (logged on the "
+                "'asyncthrottle' logger)"]
 
     def __init__(self, core: Core, stall: float | None, clock: Callable[[], float]) -> None:
         self.core, self.stall, self.clock = core, stall, clock
         self.reports = 0
-        self._waiting: tuple[int, float, float] | None = None  # (step, began, threshold) of the wait running
-        self._reported = -1  # the step reported last: one report per stall, even across retries
-        self._mark: tuple[int, float] | None = None  # (steps, time) at the last wait's start
+        # (step, began, threshold) of the wait running
+        self._waiting: tuple[int, float, float] | None = None
+        # the step reported last: one report per stall, even across retries
+        self._reported = -1
+        # (steps, time) at the last wait's start
+        self._mark: tuple[int, float] | None = None
         self._step_s: deque[float] = deque(maxlen=16)
         self._measured = 0
         self._auto = STALL_FLOOR_S
-        self._watchdog = False  # the waits hold the thread in the driver: the watchdog thread looks
-        core.subscribe(self)  # on_wait_begin, on_wait, on_pause
+        # the waits hold the thread in the driver: the watchdog thread looks
+        self._watchdog = False
+        # its hooks: on_wait_begin, on_wait, on_pause
+        core.subscribe(self)
 
     def threshold(self) -> float:
         """Seconds a wait may take before it is reported."""
         return self.stall if self.stall is not None else self._auto
 
     def wrap(self, wait: WaitStrategy, timeout: float | None) -> WaitStrategy:
-        """The strategy to wait with: ``wait`` with the report's deadline, or ``wait`` as is and a watchdog."""
+        """The strategy to wait with: ``wait`` with the report's deadline, or ``wait`` as is and a
+        watchdog."""
         if getattr(wait, "resumes", False) or (timeout is not None and wait.honours_timeout):
-            return _Deadline(wait, self)  # it checks a deadline anyway, and takes ``waited=`` to resume
+            # it checks a deadline anyway, and takes ``waited=`` to resume
+            return _Deadline(wait, self)
         self._watchdog = True
         return wait
 
@@ -138,7 +159,8 @@ class StallWatch(Part):
         if mark is not None and steps > mark[0]:
             self._step_s.append((now - mark[1]) / (steps - mark[0]))
             self._measured += 1
-            if self.stall is None and self._measured % 4 == 0:  # "auto": a new median every 4 measures
+            # "auto": a new median every 4 measures
+            if self.stall is None and self._measured % 4 == 0:
                 ordered = sorted(self._step_s)
                 self._auto = max(STALL_FLOOR_S, STALL_STEPS * ordered[len(ordered) // 2])
         self._mark = (steps, now)
@@ -152,10 +174,12 @@ class StallWatch(Part):
             _WATCHDOG.end(self)
 
     def on_pause(self, now: float) -> None:
-        self._mark = None  # the time between passes is no step's
+        # the time between passes is no step's
+        self._mark = None
 
     def look(self) -> bool:
-        """Report the wait running now if it passed its threshold and was not reported. Any thread."""
+        """Report the wait running now if it passed its threshold and was not reported. Any
+        thread."""
         waiting = self._waiting
         if waiting is None:
             return False
@@ -169,31 +193,40 @@ class StallWatch(Part):
         return True
 
     def report(self, step: int, waited: float, limit: float) -> str:
-        """The text of a report: who, which step, how long, what is in flight, and every thread's stack."""
+        """The text of a report: who, which step, how long, what is in flight, and every thread's
+        stack."""
         core = self.core
-        completed, steps = core.completed, core.steps  # completed first: never ahead of steps
+        # completed first: never ahead of steps
+        completed, steps = core.completed, core.steps
         who = "" if (r := rank()) is None else f"rank {r}: "
         what = "drain() " if core.draining else ""
         lines = [
-            f"asyncthrottle: {who}stalled: {what}waited {waited:.1f} s for step {step} (stall={limit:.1f} s); "
-            f"{steps - completed} steps in flight (steps {completed}..{steps - 1}), {completed} seen complete; "
-            "still waiting. The host's threads:"
+            f"asyncthrottle: {who}stalled: {what}waited {waited:.1f} s for step {step} "
+            f"(stall={limit:.1f} s); {steps - completed} steps in flight (steps "
+            f"{completed}..{steps - 1}), {completed} seen complete; still waiting. The host's "
+            "threads:"
         ]
         names = {thread.ident: thread.name for thread in threading.enumerate()}
         frames = sys._current_frames()
         try:
             for ident in list(frames):
-                stack = [entry for entry in traceback.extract_stack(frames[ident]) if entry.filename != __file__]
+                stack = [
+                    entry
+                    for entry in traceback.extract_stack(frames[ident])
+                    if entry.filename != __file__
+                ]
                 lines.append(f"Thread {names.get(ident, '?')} ({ident}):")
                 lines.append("".join(traceback.format_list(stack)).rstrip())
         finally:
-            # This frame is among them: keeping it is a cycle that keeps the loop's pass and locals alive.
+            # This frame is among them: keeping it is a cycle that keeps the loop's pass and locals
+            # alive.
             frames.clear()
         return "\n".join(lines)
 
 
 class _Deadline:
-    """A wait strategy that stops at the report's time, reports, and waits on (the loop's thread)."""
+    """A wait strategy that stops at the report's time, reports, and waits on (the loop's
+    thread)."""
 
     def __init__(self, wait: WaitStrategy, watch: StallWatch) -> None:
         self.wait, self.watch = wait, watch
@@ -203,20 +236,24 @@ class _Deadline:
     def __call__(self, event: Event, timeout: float | None, waited: float = 0.0) -> bool:
         watch, wait = self.watch, self.wait
         waiting = watch._waiting
-        if waiting is None or waiting[0] == watch._reported:  # not the core's wait, or reported already
+        # not the core's wait, or reported already
+        if waiting is None or waiting[0] == watch._reported:
             return wait(event, timeout)
         _, began, limit = waiting
         left = limit - (watch.clock() - began)
-        if timeout is not None and timeout <= left:  # the timeout comes first: nothing to report
+        # the timeout comes first: nothing to report
+        if timeout is not None and timeout <= left:
             return wait(event, timeout)
         if wait(event, max(left, 0.0)):
             return True
-        watch.look()  # the report, on the loop's thread; then the same wait resumes
+        # the report, on the loop's thread; then the same wait resumes
+        watch.look()
         return wait(event, timeout, waited=watch.clock() - began)
 
 
 class _Watchdog:
-    """The process's one watchdog thread: it looks at the watches whose waits run now, every half second.
+    """The process's one watchdog thread: it looks at the watches whose waits run now, every half
+    second.
 
     A watch is held only from the start of a wait to its end; while no wait
     runs the thread sleeps on a condition, so it never keeps a throttle alive
@@ -228,13 +265,16 @@ class _Watchdog:
         self._cond = threading.Condition(threading.Lock())
         self._watches: set[StallWatch] = set()
         self._thread: threading.Thread | None = None
-        self._parked = False  # the thread sleeps until a wait begins
+        # the thread sleeps until a wait begins
+        self._parked = False
 
     def begin(self, watch: StallWatch) -> None:
         with self._cond:
             self._watches.add(watch)
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="asyncthrottle-stall-watchdog", daemon=True)
+                self._thread = threading.Thread(
+                    target=self._run, name="asyncthrottle-stall-watchdog", daemon=True
+                )
                 self._thread.start()
             elif self._parked:
                 self._parked = False
@@ -251,9 +291,11 @@ class _Watchdog:
                 while not self._watches:
                     self._parked = True
                     cond.wait()
-                cond.wait(_WATCHDOG_PERIOD_S)  # its own thread: never wakes the loop
+                # its own thread: never wakes the loop
+                cond.wait(_WATCHDOG_PERIOD_S)
                 watches = list(self._watches)
-            while watches:  # popped: no reference stays while the thread sleeps
+            # popped: no reference stays while the thread sleeps
+            while watches:
                 watches.pop().look()
 
 
@@ -262,7 +304,8 @@ _WATCHDOG = _Watchdog()
 
 def _forked() -> None:
     global _WATCHDOG
-    _WATCHDOG = _Watchdog()  # the parent's thread and lock did not come along
+    # the parent's thread and lock did not come along
+    _WATCHDOG = _Watchdog()
 
 
 if hasattr(os, "register_at_fork"):

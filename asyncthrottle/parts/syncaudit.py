@@ -1,4 +1,5 @@
-"""The sync audit: counts CUDA's sync warnings on the loop's thread, per step, by the site that synced."""
+"""The sync audit: counts CUDA's sync warnings on the loop's thread, per step, by the site that
+synced."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from typing import Any
 
 __all__ = ["SYNC_MESSAGE", "SyncAdvice", "SyncAudit", "site_of"]
 
-SYNC_MESSAGE = "called a synchronizing CUDA operation"  # what torch warns with under set_sync_debug_mode("warn")
+# what torch warns with under set_sync_debug_mode("warn")
+SYNC_MESSAGE = "called a synchronizing CUDA operation"
 _HERE = os.path.abspath(__file__)
 _SKIPPED_FILES = {_HERE, os.path.abspath(warnings.__file__)}
 
@@ -46,9 +48,11 @@ class SyncAudit:
         self._open = False
         self._shown: set[str] = set()
         self._previous: Any = None
-        self._hook = self._show  # one bound method, so `is`/`==` finds it again
+        # one bound method, so `is`/`==` finds it again
+        self._hook = self._show
         self._filter: Any = None
-        self._showing = False  # re-entered through a handler that wraps ours: pass straight on
+        # re-entered through a handler that wraps ours: pass straight on
+        self._showing = False
 
     @property
     def syncs_per_step(self) -> float:
@@ -64,12 +68,14 @@ class SyncAudit:
         """A few lines for ``Throttle.summary()``: syncs per step and the top sites."""
         if not self.syncs:
             return f"  syncs (detect_sync): none seen on the loop's thread in {self.steps} steps"
-        lines = [f"  syncs (detect_sync): {self.syncs_per_step:.1f}/step on the loop's thread over {self.steps} steps"]
+        lines = [f"  syncs (detect_sync): {self.syncs_per_step:.1f}/step on the loop's thread over "
+                 f"{self.steps} steps"]
         lines += [f"    {rate:.1f} syncs/step \u2014 {site}" for site, rate in self.top(n)]
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain numbers for loggers: ``syncs_per_step`` and ``syncs_per_step/<site>`` for the top sites."""
+        """Plain numbers for loggers: ``syncs_per_step`` and ``syncs_per_step/<site>`` for the top
+        sites."""
         flat: dict[str, Any] = {"syncs_per_step": self.syncs_per_step}
         flat.update({f"syncs_per_step/{site}": rate for site, rate in self.top()})
         return flat
@@ -77,7 +83,8 @@ class SyncAudit:
     # -- windows ---------------------------------------------------------------
 
     def start(self, new_step: bool = True) -> None:
-        """A step was handed out on this thread (or a wait inside it ended): count its syncs from now on."""
+        """A step was handed out on this thread (or a wait inside it ended): count its syncs from
+        now on."""
         if new_step:
             self.steps += 1
         self._thread = threading.get_ident()
@@ -89,7 +96,8 @@ class SyncAudit:
         self._open = False
 
     def _install(self) -> None:
-        """Put the hook and an ``always`` filter in place (again, if a ``catch_warnings`` block removed them)."""
+        """Put the hook and an ``always`` filter in place (again, if a ``catch_warnings`` block
+        removed them)."""
         if warnings.showwarning != self._hook:
             self._previous = warnings.showwarning
             warnings.showwarning = self._hook
@@ -98,9 +106,8 @@ class SyncAudit:
             warnings.filterwarnings("always", message=SYNC_MESSAGE, category=UserWarning)
             self._filter = warnings.filters[0]
 
-    def _show(
-        self, message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None, line: Any = None
-    ) -> None:
+    def _show(self, message: Any, category: type[Warning], filename: str, lineno: int,
+              file: Any = None, line: Any = None) -> None:
         original = warnings._showwarning_orig  # type: ignore[attr-defined]
         if self._showing:
             original(message, category, filename, lineno, file, line)
@@ -128,7 +135,11 @@ def _is_sync(message: Any, category: type[Warning]) -> bool:
 def site_of(frame: FrameType | None) -> str:
     """``file:line`` of the first frame outside torch, the warnings machinery and this module."""
     torch = sys.modules.get("torch")
-    torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep if torch and torch.__file__ else None
+    torch_dir = (
+        os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+        if torch and torch.__file__
+        else None
+    )
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)
         if path not in _SKIPPED_FILES and not (torch_dir and path.startswith(torch_dir)):
@@ -138,7 +149,8 @@ def site_of(frame: FrameType | None) -> str:
 
 
 def _short(path: str) -> str:
-    """``path`` relative to the longest ``sys.path`` entry (or the working directory) that holds it."""
+    """``path`` relative to the longest ``sys.path`` entry (or the working directory) that holds
+    it."""
     roots = [os.path.abspath(entry or os.curdir) for entry in sys.path] + [os.getcwd()]
     best = ""
     for root in roots:

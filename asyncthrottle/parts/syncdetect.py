@@ -1,4 +1,5 @@
-"""Hidden-sync detection (``detect_sync=``): CUDA's sync debug mode, on from each hand-out until the next wait."""
+"""Hidden-sync detection (``detect_sync=``): CUDA's sync debug mode, on from each hand-out until the
+next wait."""
 
 from __future__ import annotations
 
@@ -37,7 +38,9 @@ class SyncDetect(Part):
 
     @staticmethod
     def check(options: Mapping[str, Any]) -> None:
-        check_choice("detect_sync", options["detect_sync"], MODES, fix="pass 'warn', 'error' or None")
+        check_choice(
+            "detect_sync", options["detect_sync"], MODES, fix="pass 'warn', 'error' or None"
+        )
 
     @classmethod
     def build(cls, at: Build) -> SyncDetect | None:
@@ -48,8 +51,8 @@ class SyncDetect(Part):
         cuda = at.backend.sync_debug()
         if cuda is None:
             warnings.warn(
-                f"detect_sync={mode!r} needs CUDA (torch.cuda.set_sync_debug_mode); the device here is "
-                f"{at.backend.describe()} without CUDA, so hidden syncs are not detected",
+                f"detect_sync={mode!r} needs CUDA (torch.cuda.set_sync_debug_mode); the device "
+                f"here is {at.backend.describe()} without CUDA, so hidden syncs are not detected",
                 RuntimeWarning,
                 stacklevel=4,
             )

@@ -39,7 +39,8 @@ class DeviceTimes:
         self._recent.append(busy_s * 1000.0)
 
     def fields(self, completed: int) -> dict[str, Any]:
-        """The device fields of :class:`~asyncthrottle.Stats`, totals extrapolated to ``completed`` steps."""
+        """The device fields of :class:`~asyncthrottle.Stats`, totals extrapolated to ``completed``
+        steps."""
         if not self.samples:
             return {}
         scale = max(completed, self.samples) / self.samples
@@ -77,7 +78,8 @@ class TimingStats:
 
 
 class DeviceTiming(Part):
-    """Times every ``every``-th step on the device; a part of the throttle, read only from completed events.
+    """Times every ``every``-th step on the device; a part of the throttle, read only from completed
+    events.
 
     Step ``n`` is sampled when ``n % every == 0``. Its device time needs a
     timing event at the end of step ``n - 1`` and of step ``n``, and -- when
@@ -103,7 +105,8 @@ class DeviceTiming(Part):
 
     @staticmethod
     def check(options: Mapping[str, Any]) -> None:
-        check_int("sample_every", options["sample_every"], minimum=1, rule="an int >= 1 (time every k-th step) or None",
+        check_int("sample_every", options["sample_every"], minimum=1,
+                  rule="an int >= 1 (time every k-th step) or None",
                   fix="e.g. sample_every=8, or None for no device timing")
 
     @classmethod
@@ -119,45 +122,59 @@ class DeviceTiming(Part):
     @staticmethod
     def summary_lines(stats: Stats) -> list[str]:
         if stats.device_ms_mean is None:
-            return ["  device: not timed (synchronous backend, events without elapsed_time, or no samples yet)"]
+            return ["  device: not timed (synchronous backend, events without elapsed_time, or no "
+                    "samples yet)"]
         return [
-            f"  device: {stats.device_ms_mean:.2f} ms/step (p50 {stats.device_ms_p50:.2f}, "
-            f"p90 {stats.device_ms_p90:.2f}; {stats.device_samples} steps timed), idle >= {stats.idle_fraction:.0%}"
+            f"  device: {stats.device_ms_mean:.2f} ms/step (p50 {stats.device_ms_p50:.2f}, p90 "
+            f"{stats.device_ms_p90:.2f}; {stats.device_samples} steps timed), idle >= "
+            f"{stats.idle_fraction:.0%}"
         ]
 
-    def __init__(self, core: Core, timed: EventFactory, every: int, *, trusted: bool = False) -> None:
+    def __init__(self, core: Core, timed: EventFactory, every: int, *,
+                 trusted: bool = False) -> None:
         self.core, self.timed, self.every, self.trusted = core, timed, every, trusted
         self.times = DeviceTimes()
-        self.ends: deque[tuple[int, Any, Any]] = deque()  # (sampled step, end of the step before, its end)
-        self.starts: dict[int, Any] = {}  # step -> start marker recorded at its hand-out
+        # (sampled step, end of the step before, its end)
+        self.ends: deque[tuple[int, Any, Any]] = deque()
+        # step -> start marker recorded at its hand-out
+        self.starts: dict[int, Any] = {}
         self.enabled = True
         self.listeners: list[Callable[[int, float, float], None]] = []
-        self._before: tuple[int, Any] | None = None  # (step, its timing event): the next sampled step's start
+        # (step, its timing event): the next sampled step's start
+        self._before: tuple[int, Any] | None = None
         core.supply_from(self, 0)
-        core.subscribe(self)  # on_drop and on_pause
+        # its hooks: on_drop, on_pause
+        core.subscribe(self)
 
     def supply_event(self, step: int) -> Event:
-        """The event of a step whose end is timed: a timing event (the core asks only at those steps).
+        """The event of a step whose end is timed: a timing event (the core asks only at those
+        steps).
 
         It may turn timing off (a failed read in :meth:`flush`): the core then
         ignores the scheduling below, and every later step gets a plain event.
         """
         event = self.timed()
         if not self.trusted:
-            if not hasattr(event, "elapsed_time"):  # events that cannot be timed at all: no timing, quietly
+            # events that cannot be timed at all: no timing, quietly
+            if not hasattr(event, "elapsed_time"):
                 self.disable(None)
                 return event
             self.trusted = True
         core, every = self.core, self.every
-        if step % every:  # the step before a sampled one: its end is the sampled step's start
+        # the step before a sampled one: its end is the sampled step's start
+        if step % every:
             core.supply_next(self, step + 1)
             self._before = (step, event)
             return event
         if self.ends:
-            self.flush()  # the last cycle's sample, once complete
+            # the last cycle's sample, once complete
+            self.flush()
         before = self._before
-        self.ends.append((step, before[1] if before is not None and before[0] == step - 1 else None, event))
-        if every == 1:  # every step is sampled: each end is also the next step's start
+        self.ends.append(
+            (step, before[1] if before is not None and before[0] == step - 1 else None, event)
+        )
+        # every step is sampled: each end is also the next step's start
+        if every == 1:
             core.supply_next(self, step + 1)
             self._before = (step, event)
         else:
@@ -165,17 +182,22 @@ class DeviceTiming(Part):
         return event
 
     def on_drop(self, step: int) -> None:
-        """``step`` ended without an event (its record failed, or its body raised): forget its timing event."""
+        """``step`` ended without an event (its record failed, or its body raised): forget its
+        timing event."""
         ends = self.ends
         if ends and ends[-1][0] == step:
             ends.pop()
         if self._before is not None and self._before[0] == step:
             self._before = None
-        if self.core.supplied_step > step and (step % self.every == 0 or (step + 1) % self.every == 0):
-            self.core.supply_next(self, step)  # the step that takes its number is timed instead
+        if self.core.supplied_step > step and (
+            step % self.every == 0 or (step + 1) % self.every == 0
+        ):
+            # the step that takes its number is timed instead
+            self.core.supply_next(self, step)
 
     def on_pause(self, now: float) -> None:
-        """The loop left its pass: the next sample's start is not the end of the step before the pause.
+        """The loop left its pass: the next sample's start is not the end of the step before the
+        pause.
 
         Without this, the first sampled step after an evaluation between epochs
         would count the whole pause as device idle (or as busy time).
@@ -183,14 +205,17 @@ class DeviceTiming(Part):
         self._before = None
 
     def supplied_idle(self, step: int) -> None:
-        """A timed step is handed out with nothing queued: if it is sampled, mark its start (the device is idle)."""
+        """A timed step is handed out with nothing queued: if it is sampled, mark its start (the
+        device is idle)."""
         if self.trusted and not step % self.every:
             marker = self.timed()
-            getattr(marker, "record_idle", marker.record)()  # record_idle: see asyncthrottle.jax
+            # record_idle: see asyncthrottle.jax
+            getattr(marker, "record_idle", marker.record)()
             self.starts[step] = marker
 
     def add_listener(self, listener: Callable[[int, float, float], None]) -> None:
-        """Call ``listener(step, busy_s, idle_s)`` for each sample, read as soon as its step retires.
+        """Call ``listener(step, busy_s, idle_s)`` for each sample, read as soon as its step
+        retires.
 
         Without listeners samples are read lazily (a cycle later, or when a pass
         ends); a listener such as the trace wants them when the host first sees
@@ -212,7 +237,8 @@ class DeviceTiming(Part):
             _log.warning("asyncthrottle: device timing is off: %s", reason)
         self.enabled = False
         core = self.core
-        core.unsubscribe(self)  # also stops its supply of events; safe while the core asks this part
+        # also stops its supply of events; safe while the core asks this part
+        core.unsubscribe(self)
         if self._on_retire in core.on_retire:
             core.on_retire.remove(self._on_retire)
         self.ends.clear()
@@ -237,11 +263,13 @@ class DeviceTiming(Part):
         """Sampled ``step`` retired, so ``end`` is complete; its start is a marker or ``before``."""
         starts = self.starts
         start = starts.pop(step, None)
-        if starts:  # markers of steps whose end was never timed
+        # markers of steps whose end was never timed
+        if starts:
             for old in [s for s in starts if s < step]:
                 del starts[old]
         first = start if start is not None else before
-        if first is None or not first.query():  # queries only: never read an unfinished event
+        # queries only: never read an unfinished event
+        if first is None or not first.query():
             return
         busy = max(first.elapsed_time(end) / 1000.0, 0.0)
         idle = 0.0

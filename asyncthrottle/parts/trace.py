@@ -1,4 +1,5 @@
-"""A timeline of the last N steps (host spans, sampled device spans, steps in flight) as a Chrome trace."""
+"""A timeline of the last N steps (host spans, sampled device spans, steps in flight) as a Chrome
+trace."""
 
 from __future__ import annotations
 
@@ -20,18 +21,23 @@ if TYPE_CHECKING:
     from ._build import Build
 
 
-HOST_SPANS = ("fetch", "body", "wait")  # names of the host track's spans
-DEVICE_SPAN = "device"  # name of the device track's spans
-IN_FLIGHT = "in flight"  # name of the counter
+# names of the host track's spans
+HOST_SPANS = ("fetch", "body", "wait")
+# name of the device track's spans
+DEVICE_SPAN = "device"
+# name of the counter
+IN_FLIGHT = "in flight"
 _PID, _HOST_TID, _DEVICE_TID = 1, 1, 2
 _FETCH, _WAIT, _DRAIN = "fetch", "wait", "drain"
-_Span = tuple[str, float, float, int]  # (kind, start, seconds, step: its slot for a fetch, the awaited one for a wait)
+# (kind, start, seconds, step: its slot for a fetch, the awaited one for a wait)
+_Span = tuple[str, float, float, int]
 _DEVICE_PLACEMENT = "ends when the host saw the step complete (an upper bound on when it finished)"
 
 
 def check_trace(trace: object) -> int:
     """Validate ``Throttle(trace=...)``: an int >= 0 (steps kept; 0 keeps none)."""
-    checked = check_int("trace", trace, minimum=0, rule="an int >= 0 (how many recent steps the timeline keeps)",
+    checked = check_int("trace", trace, minimum=0, rule="an int >= 0 (how many recent steps the "
+                                                        "timeline keeps)",
                         fix="e.g. trace=10_000, or trace=0 for no timeline", none=False)
     return int(checked or 0)
 
@@ -73,8 +79,8 @@ class Trace(Part):
         clock: the throttle's host clock, in seconds.
     """
 
-    __slots__ = ("_clock", "_core", "_device", "_extra", "_fetch_s", "_fetch_start", "_h_in", "_h_step", "_h_time",
-                 "_ring", "_sections", "capacity")
+    __slots__ = ("_clock", "_core", "_device", "_extra", "_fetch_s", "_fetch_start", "_h_in",
+                 "_h_step", "_h_time", "_ring", "_sections", "capacity")
 
     OPTIONS = ("trace",)
 
@@ -84,7 +90,8 @@ class Trace(Part):
 
     @classmethod
     def build(cls, at: Build) -> Trace | None:
-        """The timeline when ``trace`` > 0; it hears device times from device timing (when on) as they are read."""
+        """The timeline when ``trace`` > 0; it hears device times from device timing (when on) as
+        they are read."""
         if not at.options["trace"]:
             return None
         trace = cls(at.core, at.options["trace"], at.clock)
@@ -101,27 +108,40 @@ class Trace(Part):
             raise ValueError(f"a Trace keeps at least one step, got steps={steps!r}")
         self.capacity = steps
         self._core, self._clock = core, clock
-        # One flat tuple of numbers per step (one allocation, soon untracked by the garbage collector):
-        # (step, record time, hand-out step, hand-out time, in flight, fetch start | None, fetch seconds,
-        # further spans | None). Most steps fetch once and wait at most once: the first fetch has its
+        # One flat tuple of numbers per step (one allocation, soon untracked by the garbage
+        # collector):
+        # (step, record time, hand-out step, hand-out time, in flight, fetch start | None, fetch
+        # seconds,
+        # further spans | None). Most steps fetch once and wait at most once: the first fetch has
+        # its
         # own fields, other spans (waits, further fetches) go to `further`.
-        self._ring: deque[tuple[int, float, int, float, int, float | None, float, tuple[_Span, ...] | None]]
+        self._ring: deque[
+            tuple[int, float, int, float, int, float | None, float, tuple[_Span, ...] | None]
+        ]
         self._ring = deque(maxlen=steps)
-        self._fetch_start: float | None = None  # the first fetch of the step not yet recorded
+        # the first fetch of the step not yet recorded
+        self._fetch_start: float | None = None
         self._fetch_s = 0.0
-        self._extra: list[_Span] = []  # its other spans
-        self._h_step, self._h_time, self._h_in = -1, 0.0, 0  # the last hand-out: step, host time, in flight
-        self._device: deque[tuple[int, float, float, float]] = deque(maxlen=steps)  # (step, seen, busy, idle)
-        self._sections: deque[tuple[int, float, tuple[tuple[str, float], ...]]] = deque(maxlen=steps)
+        # its other spans
+        self._extra: list[_Span] = []
+        # the last hand-out: step, host time, in flight
+        self._h_step, self._h_time, self._h_in = -1, 0.0, 0
+        # (step, seen, busy, idle)
+        self._device: deque[tuple[int, float, float, float]] = deque(maxlen=steps)
+        self._sections: deque[tuple[int, float, tuple[tuple[str, float], ...]]] = deque(
+            maxlen=steps
+        )
         core.subscribe(self)
 
     # -- hooks (the loop's thread; cheap: a few stores, one tuple per step) ---
 
     def on_fetch(self, step: int, start: float, seconds: float) -> None:
         if self._fetch_start is None:
-            self._fetch_s = seconds  # before the start: a reader that sees the new start sees these seconds
+            # before the start: a reader that sees the new start sees these seconds
+            self._fetch_s = seconds
             self._fetch_start = start
-        else:  # a second fetch for one step: a pass ended and the next began before it was recorded
+        # a second fetch for one step: a pass ended and the next began before it was recorded
+        else:
             self._extra.append((_FETCH, start, seconds, step))
 
     def on_handout(self, step: int, in_flight: int, now: float) -> None:
@@ -129,8 +149,12 @@ class Trace(Part):
 
     def on_record(self, step: int, event: Event | None, now: float) -> None:
         extra = self._extra
-        self._ring.append((step, now, self._h_step, self._h_time, self._h_in, self._fetch_start, self._fetch_s,
-                           tuple(extra) if extra else None))
+        self._ring.append(
+            (
+                step, now, self._h_step, self._h_time, self._h_in, self._fetch_start, self._fetch_s,
+                tuple(extra) if extra else None,
+            )
+        )
         self._fetch_start = None
         if extra:
             extra.clear()
@@ -139,31 +163,40 @@ class Trace(Part):
         self._extra.append((_WAIT if not self._core.draining else _DRAIN, start, seconds, step))
 
     def on_device_time(self, step: int, busy_s: float, idle_s: float) -> None:
-        """A sampled step's device time was read (its events are complete); placed at the host's now."""
+        """A sampled step's device time was read (its events are complete); placed at the host's
+        now."""
         self._device.append((step, self._clock(), busy_s, idle_s))
 
     def on_sections(self, step: int, own_s: float, by_name: dict[str, float]) -> None:
-        """A timed step's sections were read: device spans, one after the other, ending at the host's now."""
+        """A timed step's sections were read: device spans, one after the other, ending at the
+        host's now."""
         self._sections.append((step, self._clock(), tuple(by_name.items())))
 
     # -- reading: any thread -------------------------------------------------
 
     def _snapshot(self) -> tuple[list[Any], list[_Span], list[Any]]:
-        for _ in range(100):  # a copy races only with the loop's thread moving on: try again
+        # a copy races only with the loop's thread moving on: try again
+        for _ in range(100):
             try:
                 ring = list(self._ring)
                 start, seconds, extra = self._fetch_start, self._fetch_s, tuple(self._extra)
-                if start is not self._fetch_start:  # a record or fetch came in between
+                # a record or fetch came in between
+                if start is not self._fetch_start:
                     continue
                 step = ring[-1][0] + 1 if ring else 0
-                open_spans = ([(_FETCH, start, seconds, step)] if start is not None else []) + list(extra)
+                open_spans = ([(_FETCH, start, seconds, step)] if start is not None else []) + list(
+                    extra
+                )
                 return ring, open_spans, list(self._device)
-            except RuntimeError:  # deque mutated during iteration
+            # deque mutated during iteration
+            except RuntimeError:
                 continue
-        raise RuntimeError("the trace changed during 100 attempts to copy it; export it from the loop's thread")
+        raise RuntimeError("the trace changed during 100 attempts to copy it; export it from the "
+                           "loop's thread")
 
     def to_dict(self, meta: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The timeline in the Chrome Trace Event Format (timestamps in microseconds from its first event).
+        """The timeline in the Chrome Trace Event Format (timestamps in microseconds from its first
+        event).
 
         ``otherData.asyncthrottle`` holds the traced steps, the sums of the
         host spans (``host_s``) and ``meta`` (the throttle's stats).
@@ -171,25 +204,32 @@ class Trace(Part):
         ring, open_spans, device = self._snapshot()
         first_step = ring[0][0] if ring else None
         device = [d for d in device if first_step is not None and d[0] >= first_step]
-        spans: list[tuple[str, int, float, float, dict[str, Any]]] = []  # (name, track, start s, seconds, args)
+        # (name, track, start s, seconds, args)
+        spans: list[tuple[str, int, float, float, dict[str, Any]]] = []
         counters: list[tuple[float, int]] = []
         totals = dict.fromkeys(HOST_SPANS, 0.0)
 
         def host(slot: int, entries: list[_Span]) -> None:
             for kind, start, seconds, step in entries:
                 args: dict[str, Any] = {"step": slot}
-                if kind != _FETCH:  # a wait: "wait", or "drain" when drain() waited
+                # a wait: "wait", or "drain" when drain() waited
+                if kind != _FETCH:
                     args["waited_for"], args["drain"], kind = step, kind == _DRAIN, _WAIT
                 totals[kind] += seconds
                 spans.append((kind, _HOST_TID, start, seconds, args))
 
         for step, end, h_step, h_time, h_in, f_start, f_s, extra in ring:
-            host(step, ([(_FETCH, f_start, f_s, step)] if f_start is not None else []) + list(extra or ()))
-            begin, in_flight = end, 0  # mark()'s first step has no hand-out: an empty body
+            host(
+                step,
+                ([(_FETCH, f_start, f_s, step)] if f_start is not None else []) + list(extra or ()),
+            )
+            # mark()'s first step has no hand-out: an empty body
+            begin, in_flight = end, 0
             if h_step == step:
                 begin, in_flight = h_time, h_in
                 counters.append((begin, in_flight))
-            # A wait inside the body (Deferred.get(), drain()) is its own span, nested in the body's: not body time.
+            # A wait inside the body (Deferred.get(), drain()) is its own span, nested in the
+            # body's: not body time.
             inner = sum(span[2] for span in extra or () if span[0] != _FETCH and span[1] >= begin)
             totals["body"] += end - begin - inner
             spans.append(("body", _HOST_TID, begin, end - begin,
@@ -209,11 +249,22 @@ class Trace(Part):
         origin = min([s[2] for s in spans] + [c[0] for c in counters], default=0.0)
         events: list[dict[str, Any]] = [
             {"name": "process_name", "ph": "M", "pid": _PID, "args": {"name": "asyncthrottle"}},
-            {"name": "thread_name", "ph": "M", "pid": _PID, "tid": _HOST_TID, "args": {"name": "host"}},
-            {"name": "thread_name", "ph": "M", "pid": _PID, "tid": _DEVICE_TID,
-             "args": {"name": "device (sampled steps)"}},
-            {"name": "thread_sort_index", "ph": "M", "pid": _PID, "tid": _HOST_TID, "args": {"sort_index": 0}},
-            {"name": "thread_sort_index", "ph": "M", "pid": _PID, "tid": _DEVICE_TID, "args": {"sort_index": 1}},
+            {
+                "name": "thread_name", "ph": "M", "pid": _PID, "tid": _HOST_TID,
+                "args": {"name": "host"},
+            },
+            {
+                "name": "thread_name", "ph": "M", "pid": _PID, "tid": _DEVICE_TID,
+                "args": {"name": "device (sampled steps)"},
+            },
+            {
+                "name": "thread_sort_index", "ph": "M", "pid": _PID, "tid": _HOST_TID,
+                "args": {"sort_index": 0},
+            },
+            {
+                "name": "thread_sort_index", "ph": "M", "pid": _PID, "tid": _DEVICE_TID,
+                "args": {"sort_index": 1},
+            },
         ]
         events += [
             {"name": name, "cat": "asyncthrottle", "ph": "X", "pid": _PID, "tid": tid,
@@ -221,7 +272,10 @@ class Trace(Part):
             for name, tid, start, seconds, args in spans
         ]
         events += [
-            {"name": IN_FLIGHT, "ph": "C", "pid": _PID, "ts": round((t - origin) * 1e6, 3), "args": {IN_FLIGHT: n}}
+            {
+                "name": IN_FLIGHT, "ph": "C", "pid": _PID, "ts": round((t - origin) * 1e6, 3),
+                "args": {IN_FLIGHT: n},
+            }
             for t, n in counters
         ]
         other: dict[str, Any] = {
@@ -235,10 +289,13 @@ class Trace(Part):
         }
         if meta:
             other.update(meta)
-        return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"asyncthrottle": other}}
+        return {
+            "traceEvents": events, "displayTimeUnit": "ms", "otherData": {"asyncthrottle": other},
+        }
 
     def export(self, path: str | os.PathLike[str], meta: dict[str, Any] | None = None) -> None:
-        """Write :meth:`to_dict` as JSON to ``path`` (atomically: a reader never sees half a file)."""
+        """Write :meth:`to_dict` as JSON to ``path`` (atomically: a reader never sees half a
+        file)."""
         doc = self.to_dict(meta)
         target = os.fspath(path)
         folder = os.path.dirname(os.path.abspath(target))

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..throttle import Throttle
 from ..core.waits import Block, Hybrid, Poll, Spin, WaitStrategy
+from ..throttle import Throttle
 
 __all__ = ["FakeClock", "FakeDevice", "FakeEvent"]
 
@@ -48,7 +48,8 @@ class FakeEvent:
 
     def __init__(self, device: FakeDevice) -> None:
         self._device = device
-        self.time: float | None = None  # when the device reaches the marker
+        # when the device reaches the marker
+        self.time: float | None = None
 
     def record(self) -> None:
         dev = self._device
@@ -119,17 +120,21 @@ class FakeDevice:
         return max(0.0, self.busy_until - self.clock())
 
     def wait(self, kind: str = "poll", **options: Any) -> WaitStrategy:
-        """A wait strategy that runs on this device's clock (``"poll"``, ``"spin"``, ``"block"``, ``"hybrid"``)."""
+        """A wait strategy that runs on this device's clock (``"poll"``, ``"spin"``, ``"block"``,
+        ``"hybrid"``)."""
         if kind == "poll":
-            options.setdefault("spin_s", 0.0)  # a fake clock does not move while spinning
+            # a fake clock does not move while spinning
+            options.setdefault("spin_s", 0.0)
             return Poll(clock=self.clock, sleep=self.clock.sleep, **options)
-        if kind == "hybrid":  # its spin reads advance the clock; its sleeps advance it exactly
+        # its spin reads advance the clock; its sleeps advance it exactly
+        if kind == "hybrid":
             return Hybrid(clock=self._spinning_clock, sleep=self.clock.sleep, **options)
         if kind in ("spin", "block"):
             return (Spin if kind == "spin" else Block)(clock=self._spinning_clock, **options)
         raise ValueError(f"kind must be 'poll', 'spin', 'block' or 'hybrid', got {kind!r}")
 
-    def throttle(self, depth: int | None = 2, *, wait: str | WaitStrategy = "poll", **options: Any) -> Throttle:
+    def throttle(self, depth: int | None = 2, *, wait: str | WaitStrategy = "poll",
+                 **options: Any) -> Throttle:
         """A :class:`Throttle` on this device, its clock and its waits."""
         strategy = self.wait(wait) if isinstance(wait, str) else wait
         return Throttle(depth, events=self.event, wait=strategy, clock=self.clock, **options)

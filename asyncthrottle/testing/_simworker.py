@@ -22,9 +22,12 @@ import time
 from collections.abc import Callable
 
 RECORD = struct.Struct("<dd")
-HEADER = 4  # 8-byte words before the marker slots
-SLEEP_MARGIN_S = 3e-4  # sleep until this long before an op's end, then spin (sleeps overshoot ~50 us, rarely 250)
-PARENT_CHECK_S = 0.2  # how often a blocked or sleeping worker checks that its parent is alive
+# 8-byte words before the marker slots
+HEADER = 4
+# sleep until this long before an op's end, then spin (sleeps overshoot ~50 us, rarely 250)
+SLEEP_MARGIN_S = 3e-4
+# how often a blocked or sleeping worker checks that its parent is alive
+PARENT_CHECK_S = 0.2
 
 
 def size_for(slots: int) -> int:
@@ -37,24 +40,29 @@ def run(cmd_fd: int, shm_fd: int, slots: int, parent: int) -> None:
     mem = mmap.mmap(shm_fd, size_for(slots))
     words = memoryview(mem).cast("q")
     floats = memoryview(mem).cast("d")
-    clock = time.perf_counter  # CLOCK_MONOTONIC on Linux: the same timeline as the host's
+    # CLOCK_MONOTONIC on Linux: the same timeline as the host's
+    clock = time.perf_counter
     executed, busy, device_time = 0, 0.0, clock()
     pending = b""
     words[2] = 1
     while True:
-        ready, _, _ = select.select([cmd_fd], [], [], PARENT_CHECK_S)  # idle: block, no CPU
+        # idle: block, no CPU
+        ready, _, _ = select.select([cmd_fd], [], [], PARENT_CHECK_S)
         if os.getppid() != parent:
             return
         if not ready:
             continue
         chunk = os.read(cmd_fd, RECORD.size * 4096)
         if not chunk:
-            return  # EOF: the parent closed the pipe (close()) or died
+            # EOF: the parent closed the pipe (close()) or died
+            return
         pending += chunk
         whole = len(pending) - len(pending) % RECORD.size
         for launched_at, seconds in RECORD.iter_unpack(pending[:whole]):
-            device_time = max(device_time, launched_at)  # a late wake-up does not lose device time
-            if seconds < 0:  # a marker: stamp its slot, then publish it as executed
+            # a late wake-up does not lose device time
+            device_time = max(device_time, launched_at)
+            # a marker: stamp its slot, then publish it as executed
+            if seconds < 0:
                 slot = HEADER + 2 * (executed % slots)
                 words[slot] = executed + 1
                 floats[slot + 1] = device_time
@@ -65,7 +73,8 @@ def run(cmd_fd: int, shm_fd: int, slots: int, parent: int) -> None:
                 if not _run_until(device_time, clock, parent):
                     return
             executed += 1
-            words[0] = executed  # last: the slot above is written before the count that publishes it
+            # last: the slot above is written before the count that publishes it
+            words[0] = executed
         pending = pending[whole:]
 
 
@@ -83,16 +92,20 @@ def _run_until(end: float, clock: Callable[[], float], parent: int) -> bool:
 
 
 def _precise_sleeps() -> None:
-    """Ask Linux for exact timer wake-ups (default slack 50 us), so the device sleeps more and spins less."""
+    """Ask Linux for exact timer wake-ups (default slack 50 us), so the device sleeps more and spins
+    less."""
     try:
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(29, 1, 0, 0, 0)  # PR_SET_TIMERSLACK: 1 ns
+        # PR_SET_TIMERSLACK: 1 ns
+        ctypes.CDLL(None, use_errno=True).prctl(29, 1, 0, 0, 0)
     except (OSError, AttributeError):
-        pass  # not Linux: the default slack only costs some spinning
+        # not Linux: the default slack only costs some spinning
+        pass
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the host's; the host's close() ends us
+    # Ctrl-C is the host's; the host's close() ends us
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _precise_sleeps()
     run(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))

@@ -38,7 +38,8 @@ class ProcessEvent:
     def __init__(self, device: ProcessDevice) -> None:
         self._device = device
         self._words = device._words
-        self._seq = 0  # the marker's position in the device queue (0: never recorded)
+        # the marker's position in the device queue (0: never recorded)
+        self._seq = 0
 
     def record(self) -> None:
         self._seq = self._device._enqueue(-1.0)
@@ -81,7 +82,8 @@ class ProcessDevice:
         start_timeout_s: float = 30.0,
     ) -> None:
         if launch_s < 0 or slots < 1:
-            raise ValueError(f"launch_s must be >= 0 and slots >= 1, got launch_s={launch_s!r}, slots={slots!r}")
+            raise ValueError(f"launch_s must be >= 0 and slots >= 1, got launch_s={launch_s!r}, "
+                             f"slots={slots!r}")
         self.launch_s, self._slots, self._clock = launch_s, slots, clock
         self.launched = 0
         self._shm = tempfile.TemporaryFile()
@@ -91,13 +93,17 @@ class ProcessDevice:
         self._floats = memoryview(self._mem).cast("d")
         read_fd, self._fd = os.pipe()
         try:
-            fcntl.fcntl(self._fd, _F_SETPIPE_SZ, 1 << 20)  # room for 65536 queued commands
+            # room for 65536 queued commands
+            fcntl.fcntl(self._fd, _F_SETPIPE_SZ, 1 << 20)
         except OSError:
-            pass  # the default 64 KiB: launches block beyond 4096 queued, like a full launch queue
+            # the default 64 KiB: launches block beyond 4096 queued, like a full launch queue
+            pass
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", _WORKER, str(read_fd), str(self._shm.fileno()), str(slots),
-                 str(os.getpid())],
+                [
+                    sys.executable, "-I", "-S", _WORKER, str(read_fd), str(self._shm.fileno()),
+                    str(slots), str(os.getpid()),
+                ],
                 pass_fds=(read_fd, self._shm.fileno()),
                 stdin=subprocess.DEVNULL,
             )
@@ -109,8 +115,9 @@ class ProcessDevice:
             if self._proc.poll() is not None or time.monotonic() > deadline:
                 self._finalizer()
                 raise RuntimeError(
-                    f"the simulated device's process did not start within start_timeout_s={start_timeout_s!r} "
-                    f"(exit status {self._proc.returncode}); is {sys.executable!r} able to run {_WORKER!r}?"
+                    "the simulated device's process did not start within "
+                    f"start_timeout_s={start_timeout_s!r} (exit status {self._proc.returncode}); "
+                    f"is {sys.executable!r} able to run {_WORKER!r}?"
                 )
             time.sleep(1e-3)
 
@@ -164,7 +171,8 @@ class ProcessDevice:
         if not self._finalizer.alive:
             return
         if wait and self.alive:
-            os.close(self._fd)  # EOF after the queued commands: the child runs them, then exits
+            # EOF after the queued commands: the child runs them, then exits
+            os.close(self._fd)
             self._fd = -1
             try:
                 self._proc.wait(timeout_s)
@@ -176,8 +184,10 @@ class ProcessDevice:
     def __enter__(self) -> ProcessDevice:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.close(wait=kind is None)  # after an error or Ctrl-C, do not run the rest of the queue
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        # after an error or Ctrl-C, do not run the rest of the queue
+        self.close(wait=kind is None)
 
     # -- internals --------------------------------------------------------------
 
@@ -203,8 +213,9 @@ class ProcessDevice:
             raise RuntimeError("elapsed_time() needs both events recorded and completed")
         slot = _simworker.HEADER + 2 * ((seq - 1) % self._slots)
         if self._words[slot] != seq:
-            raise RuntimeError(f"the marker's timestamp was overwritten: read elapsed_time() within slots={self._slots}"
-                               " ops of the marker, or create the device with more slots")
+            raise RuntimeError("the marker's timestamp was overwritten: read elapsed_time() within "
+                               f"slots={self._slots} ops of the marker, or create the device with "
+                               "more slots")
         return float(self._floats[slot + 1])
 
 

@@ -6,8 +6,8 @@ waits are measured faithfully. :class:`SimulatedDevice` completes work on a Pyth
 thread that needs the host's GIL; it stays for tests that want a device in-process.
 
 ``launch(seconds)`` costs the host ``launch_s`` and queues ``seconds`` of device
-work; both devices keep a device timeline (each op ends ``seconds`` after the previous one, or after it
-was launched if the device was idle), so sleep jitter does not accumulate.
+work; both devices keep a device timeline (each op ends ``seconds`` after the previous one, or after
+it was launched if the device was idle), so sleep jitter does not accumulate.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ class SimulatedEvent:
     def __init__(self, device: SimulatedDevice) -> None:
         self._device = device
         self._done: threading.Event | None = None
-        self.time: float | None = None  # device time at which the marker was reached
+        # device time at which the marker was reached
+        self.time: float | None = None
 
     def record(self) -> None:
         self._done = threading.Event()
@@ -68,13 +69,16 @@ class SimulatedDevice:
         busy_s: total device seconds executed.
     """
 
-    def __init__(self, *, launch_s: float = 0.0, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, *, launch_s: float = 0.0,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.launch_s = launch_s
         self._clock = clock
-        self._queue: queue.SimpleQueue[tuple[float, float | SimulatedEvent] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[float, float | SimulatedEvent] | None] = (
+            queue.SimpleQueue())
         self.launched = self.executed = 0
         self.busy_s = 0.0
-        self._worker = threading.Thread(target=self._run, name="asyncthrottle-simulated-device", daemon=True)
+        self._worker = threading.Thread(target=self._run, name="asyncthrottle-simulated-device",
+                                        daemon=True)
         self._worker.start()
 
     def launch(self, seconds: float) -> None:
@@ -122,7 +126,8 @@ class SimulatedDevice:
             if entry is None:
                 return
             launched_at, item = entry
-            device_time = max(device_time, launched_at)  # a late worker does not lose device time
+            # a late worker does not lose device time
+            device_time = max(device_time, launched_at)
             if isinstance(item, SimulatedEvent):
                 item._reach(device_time)
             else:

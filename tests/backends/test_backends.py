@@ -7,13 +7,15 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from helpers import FakeTorchEvent
+from helpers import (
+    FakeTorchEvent,
+    inside,
+)
 
 import asyncthrottle as at
 from asyncthrottle.backends import torch as devices
-from asyncthrottle.testing.simulated import ProcessDevice, SimulatedDevice
 from asyncthrottle.testing import FakeDevice
-from helpers import inside  # noqa: E402
+from asyncthrottle.testing.simulated import ProcessDevice, SimulatedDevice
 
 Launch = Callable[[], None]
 

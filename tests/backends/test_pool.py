@@ -7,14 +7,16 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from helpers import CountingTorchEvent
+from helpers import (
+    CountingTorchEvent,
+    inside,
+)
 
 import asyncthrottle as at
 from asyncthrottle.backends import pool
 from asyncthrottle.core.errors import ThrottleTimeout
+from asyncthrottle.parts.timing import DeviceTiming
 from asyncthrottle.testing import FakeDevice
-from helpers import inside  # noqa: E402
-from asyncthrottle.parts.timing import DeviceTiming  # noqa: E402
 
 
 def _plain() -> Any:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from asyncthrottle.testing import FakeClock, FakeDevice
 from asyncthrottle.core.waits import Hybrid, Poll, Spin, resolve_wait
+from asyncthrottle.testing import FakeClock, FakeDevice
 
 
 class NeverEvent:

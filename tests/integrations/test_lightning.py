@@ -13,10 +13,11 @@ torch = pytest.importorskip("torch")
 L = pytest.importorskip("lightning.pytorch")
 atl = pytest.importorskip("asyncthrottle.lightning")
 
+from helpers import inside  # noqa: E402
+
 from asyncthrottle.backends import torch as torch_backend  # noqa: E402
 from asyncthrottle.parts.syncaudit import SYNC_MESSAGE, SyncAdvice  # noqa: E402
 from asyncthrottle.testing import FakeDevice  # noqa: E402
-from helpers import inside  # noqa: E402
 
 BATCHES, EPOCHS, DEVICE_S, HOST_S = 6, 3, 0.010, 0.001
 

@@ -7,13 +7,13 @@ import types
 from typing import Any
 
 import pytest
+from helpers import inside
 
 import asyncthrottle as at
 from asyncthrottle import memory as mem
 from asyncthrottle.backends import pinned
 from asyncthrottle.bench.autodepth import drive, host_seconds
 from asyncthrottle.testing import FakeDevice
-from helpers import inside  # noqa: E402
 
 MiB = 2**20
 

@@ -6,11 +6,11 @@ import sys
 from typing import Any
 
 import pytest
+from helpers import inside
 
 import asyncthrottle as at
 from asyncthrottle.parts.profiling import NvtxRanges
 from asyncthrottle.testing import FakeDevice
-from helpers import inside  # noqa: E402
 
 torch = pytest.importorskip("torch")
 MS = 1e-3

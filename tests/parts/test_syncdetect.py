@@ -12,9 +12,9 @@ import pytest
 
 import asyncthrottle as at
 from asyncthrottle.backends import torch as torch_backend
+from asyncthrottle.core.waits import Poll
 from asyncthrottle.parts.syncaudit import SYNC_MESSAGE, SyncAudit, site_of
 from asyncthrottle.testing import FakeDevice
-from asyncthrottle.core.waits import Poll
 
 
 class FakeCuda:

@@ -8,11 +8,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from helpers import inside
 
 import asyncthrottle as at
+from asyncthrottle.parts.timing import DeviceTiming
 from asyncthrottle.testing import FakeDevice
-from helpers import inside  # noqa: E402
-from asyncthrottle.parts.timing import DeviceTiming  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
@@ -97,7 +97,8 @@ def test_memory_stays_bounded_over_many_steps() -> None:
         dev.host(0.001)
     assert len(inside(thr).core.pending) <= 2 and not inside(thr).values.recorded and not inside(thr).values.open
     assert inside(thr).part(DeviceTiming) is not None
-    assert len(inside(thr).part(DeviceTiming).ends) <= 2 and not inside(thr).part(DeviceTiming).starts and len(inside(thr).part(DeviceTiming).times._recent) == 1024
+    timing = inside(thr).part(DeviceTiming)
+    assert len(timing.ends) <= 2 and not timing.starts and len(timing.times._recent) == 1024
     assert len(thr.stats.in_flight_histogram) == 64
 
 

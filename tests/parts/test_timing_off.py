@@ -7,10 +7,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from helpers import inside
 
 import asyncthrottle as at
 from asyncthrottle.testing import FakeDevice, FakeEvent
-from helpers import inside  # noqa: E402
 
 STEPS = 40
 

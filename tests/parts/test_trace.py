@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import inside
 
 import asyncthrottle as at
+from asyncthrottle.parts.timing import DeviceTiming
+from asyncthrottle.parts.trace import Trace
 from asyncthrottle.testing import FakeDevice, FakeEvent
-from helpers import inside  # noqa: E402
-from asyncthrottle.parts.timing import DeviceTiming  # noqa: E402
-from asyncthrottle.parts.trace import Trace  # noqa: E402
 
 MS = 1e-3
 
@@ -295,7 +295,9 @@ def test_device_timing_tells_its_listeners_once_a_sample_is_read() -> None:
     thr = dev.throttle(2, wait="spin", sample_every=2)
     heard: list[tuple[int, float, float, int]] = []
     assert inside(thr).part(DeviceTiming) is not None
-    inside(thr).part(DeviceTiming).listeners.append(lambda step, busy, idle: heard.append((step, busy, idle, inside(thr).core.completed)))
+    core = inside(thr).core
+    inside(thr).part(DeviceTiming).listeners.append(
+        lambda step, busy, idle: heard.append((step, busy, idle, core.completed)))
     for _ in thr.wrap(_source(dev, 9, 0.0)):
         dev.launch(4 * MS)
     assert [h[0] for h in heard] == [2, 4, 6, 8]
