@@ -32,6 +32,10 @@ def _map(value: Any, leaf: Callable[[Any], Any]) -> Any:
     not run again (frozen ones and ``InitVar`` fields too). Any other mapping
     keeps its type where the type can be built from a dict; else it becomes a dict.
     """
+    kind = type(value)
+    # The usual value is one leaf (a loss): its type is known after the first, and no ABC is asked.
+    if kind in _LEAVES:
+        return leaf(value)
     if isinstance(value, Mapping):
         mapped = {key: _map(item, leaf) for key, item in value.items()}
         if type(value) is dict:
@@ -49,7 +53,13 @@ def _map(value: Any, leaf: Callable[[Any], Any]) -> Any:
             # frozen ones too
             object.__setattr__(rebuilt, field.name, _map(getattr(value, field.name), leaf))
         return rebuilt
+    if len(_LEAVES) < 64:
+        _LEAVES.add(kind)
     return leaf(value)
+
+
+# Types seen to be leaves (not mappings, sequences or dataclasses), at most 64 of them.
+_LEAVES: set[type] = set()
 
 
 def _rebuild_mapping(value: Mapping[Any, Any], mapped: dict[Any, Any]) -> Any:
@@ -439,7 +449,12 @@ class Completions:
 
     def before_record(self, step: int, event: Event) -> None:
         """Order the step's event after the copies enqueued on other CUDA streams (no ``Stream``
-        made otherwise)."""
+        made otherwise); give a JAX event the step's held arrays to wait on (``cover``)."""
+        cover = getattr(event, "cover", None)
+        if cover is not None:
+            arrays = [array for deferred in self.open if deferred._held for array in deferred._held]
+            if arrays:
+                cover(arrays)
         keys = self.stream_keys
         if not keys:
             return

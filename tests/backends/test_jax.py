@@ -14,6 +14,7 @@ import pytest
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
 
+import asyncthrottle  # noqa: E402
 from asyncthrottle import Throttle  # noqa: E402
 from asyncthrottle.bench.jax_backend import JaxBench  # noqa: E402
 from asyncthrottle.jax import JaxEvent, TimedJaxEvent, barrier_on, jax_events  # noqa: E402
@@ -302,3 +303,83 @@ def test_deferring_a_copy_of_an_array_the_step_then_donates_works() -> None:
         thr.defer(state, name="state", copy=True)  # then donated below (tests/backends/test_jax_values.py)
         state = step(state)
     assert got == [0.0, 1.0, 2.0]
+
+
+def _counting_ticks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the barrier programs the JAX events dispatch (the deferred arrays need none)."""
+    from asyncthrottle.backends import jax as backend
+
+    tick, touch = backend._programs()
+    ticks: list[int] = []
+
+    def counted(seed: Any) -> Any:
+        ticks.append(1)
+        return tick(seed)
+
+    monkeypatch.setattr(backend, "_programs", lambda: (counted, touch))
+    return ticks
+
+
+class _Array:
+    """A stand-in for a jax.Array that is still being computed until ``done`` is set."""
+
+    def __init__(self) -> None:
+        self.done = self.deleted = False
+
+    def is_ready(self) -> bool:
+        return self.done
+
+    def is_deleted(self) -> bool:
+        return self.deleted
+
+    def block_until_ready(self) -> None:
+        self.done = True
+
+
+def test_an_event_covered_by_the_steps_outputs_waits_on_them_and_dispatches_no_barrier(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ticks = _counting_ticks(monkeypatch)
+    event = jax_events("jax")()
+    ticks.clear()  # the factory's own: it compiles the barrier
+    loss, done = _Array(), _Array()
+    done.done = True
+    event.cover([loss, done])  # the computed one says nothing of the step
+    event.record()
+    assert not ticks and not event.query()
+    loss.done = True
+    assert event.query()
+    # an output a later step donated is asked no more: a barrier queued now stands in for it
+    event.cover([again := _Array()])
+    event.record()
+    again.deleted = True
+    event.synchronize()
+    assert len(ticks) == 1
+
+
+def test_a_throttled_step_that_defers_its_loss_delivers_every_value_within_the_bound() -> None:
+    step = jax.jit(lambda s: (s @ s * 1e-3, jnp.sum(s)))
+    state = jnp.ones((256, 256))
+    thr = asyncthrottle.Throttle(2, device="jax", sample_every=None)
+    got: list[float] = []
+    thr.on_complete(lambda n, values: got.append(float(values["loss"])))
+    for _ in thr.wrap(range(20)):
+        state, loss = step(state)
+        thr.defer(loss, name="loss")
+    assert len(got) == 20 and thr.stats.max_in_flight <= 2 and thr.stats.completed == 20
+
+
+def test_a_deferred_value_already_computed_is_no_marker_and_the_barrier_goes_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ticks = _counting_ticks(monkeypatch)
+    step = jax.jit(lambda s: s @ s * 1e-3)
+    constant = jnp.float32(0.1)
+    jax.block_until_ready(constant)
+    state = jnp.ones((64, 64))
+    thr = asyncthrottle.Throttle(2, device="jax", sample_every=None)
+    for _ in thr.wrap(range(5)):
+        state = step(state)
+        thr.defer(constant, name="lr")  # computed long ago: it says nothing of this step's work
+    # one at the factory (it compiles the barrier), then one a step
+    assert len(ticks) == 1 + 5 and thr.latest["lr"] == pytest.approx(0.1)
