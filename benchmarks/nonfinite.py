@@ -30,6 +30,7 @@ from typing import Any
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
 
 from asyncthrottle import Throttle
+from asyncthrottle.bench.values import jax_mlp
 from asyncthrottle.testing import FakeDevice
 
 # runs the loop with that nonfinite=, returns seconds per step
@@ -40,23 +41,7 @@ def jax_tiny(steps: int) -> Loop:
     import jax
     import jax.numpy as jnp
 
-    k1, k2, k3 = jax.random.split(jax.random.key(0), 3)
-    width, batch = 32, 320
-    params0 = {
-        "w1": jax.random.normal(k1, (width, width)) * 0.1,
-        "w2": jax.random.normal(k2, (width, 1)) * 0.1,
-    }
-    x = jax.random.normal(k3, (batch, width))
-    y = jnp.sum(x, axis=1, keepdims=True)
-
-    def loss_fn(p: Any) -> Any:
-        return jnp.mean((jnp.tanh(x @ p["w1"]) @ p["w2"] - y) ** 2)
-
-    def train(p: Any) -> Any:
-        loss, grads = jax.value_and_grad(loss_fn)(p)
-        return jax.tree.map(lambda a, g: a - 1e-3 * g, p, grads), loss
-
-    step = jax.jit(train, donate_argnums=0)
+    step, params0 = jax_mlp(32, 320)
     jax.block_until_ready(step(jax.tree.map(jnp.copy, params0)))  # type: ignore[no-untyped-call]
 
     def run(nonfinite: str | None) -> float:

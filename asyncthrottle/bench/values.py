@@ -45,7 +45,9 @@ CUDA_SIZES = (("tiny", 32, 320, 5000), ("device-bound", 2048, 8192, 400))
 Loop = Callable[[int], None]
 
 
-def _jax_loops(width: int, batch: int) -> dict[str, Loop]:
+def jax_mlp(width: int, batch: int) -> tuple[Callable[[Any], Any], Any]:
+    """The values bench's JAX step (one hidden layer of ``width``, its parameters donated) and its
+    first parameters."""
     import jax
     import jax.numpy as jnp
 
@@ -65,7 +67,13 @@ def _jax_loops(width: int, batch: int) -> dict[str, Loop]:
         return jax.tree.map(lambda a, g: a - 1e-3 * g, p, grads), loss
 
     # the parameters are donated every step, as in training
-    step = jax.jit(train, donate_argnums=0)
+    return jax.jit(train, donate_argnums=0), params
+
+
+def _jax_loops(width: int, batch: int) -> dict[str, Loop]:
+    import jax
+
+    step, params = jax_mlp(width, batch)
     state = [step(params)[0]]
     jax.block_until_ready(state[0])  # type: ignore[no-untyped-call]
     logged: list[float] = []
