@@ -330,6 +330,9 @@ def measure_interrupt(wait: str = "hybrid", delay_s: float = 0.3) -> float:
         sent.append(time.perf_counter())
         os.kill(os.getpid(), signal.SIGINT)
 
+    # A process started in the background (`cmd &`, nohup) inherits SIGINT ignored: Ctrl-C's own
+    # handler, for the measurement only.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(delay_s, fire)
     timer.start()
     try:
@@ -339,6 +342,7 @@ def measure_interrupt(wait: str = "hybrid", delay_s: float = 0.3) -> float:
         return time.perf_counter() - sent[0]
     finally:
         timer.join()
+        signal.signal(signal.SIGINT, previous)
     raise RuntimeError(f"the {wait!r} wait returned on an event that never completes")
 
 

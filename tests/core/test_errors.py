@@ -117,6 +117,8 @@ def test_keyboard_interrupt_arrives_in_a_polling_wait() -> None:
         os.kill(os.getpid(), signal.SIGINT)
 
     sender = threading.Thread(target=interrupt)
+    # A suite started in the background (`cmd &`, nohup) inherits SIGINT ignored: Ctrl-C's handler.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     sender.start()
     try:
         with pytest.raises(KeyboardInterrupt):  # else the wait never ends: pytest-timeout fails the test
@@ -125,6 +127,7 @@ def test_keyboard_interrupt_arrives_in_a_polling_wait() -> None:
     finally:
         waiting.set()
         sender.join()
+        signal.signal(signal.SIGINT, previous)
     assert thr.stats.waits == 1  # the latency is a figure: python -m asyncthrottle bench overhead measures it
 
 
