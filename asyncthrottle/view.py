@@ -153,8 +153,8 @@ class Pass(Iterator[T], Generic[T]):
     """
 
     __slots__ = (
-        "__weakref__", "_admit", "_admits", "_bar", "_clock", "_fetch_hooks", "_held", "_host",
-        "_it", "_open", "_prefetch", "_record", "_source", "_state", "_thr",
+        "__weakref__", "_admits", "_bar", "_clock", "_core", "_fetch_hooks", "_held", "_host",
+        "_it", "_open", "_pending", "_prefetch", "_source", "_state", "_thr",
     )
 
     def __init__(self, throttle: Throttle, source: Iterable[T], bar: Bar | None = None) -> None:
@@ -165,8 +165,8 @@ class Pass(Iterator[T], Generic[T]):
         self._open = False
         # new -> running -> done
         self._state = "new"
-        core = throttle._core
-        self._clock, self._record, self._admit = throttle._clock, core.record, core.admit
+        core = self._core = throttle._core
+        self._clock, self._pending = throttle._clock, core.pending
         self._fetch_hooks = core.on_fetch
         self._host = throttle._host
         # to=: moves each batch to the device as it is fetched
@@ -180,10 +180,34 @@ class Pass(Iterator[T], Generic[T]):
     def __next__(self) -> T:
         clock = self._clock
         now = clock()
+        core = self._core
         # the loop body of the step handed out last is done
         if self._open:
             self._open = False
-            self._record(now)
+            if core.lean:
+                # Core.record() inlined, with no part to tell (see Core.lean): the per-step path of
+                # most loops, where a call costs as much as the rule
+                step = core.steps
+                event = (core.supplier.supply_event(step) if step == core.supplied_step
+                         else core.new_event())  # type: ignore[misc]
+                try:
+                    # may raise (CUDA graph capture): then the step is not counted
+                    event.record()
+                except BaseException:
+                    core.drop()
+                    raise
+                pending = self._pending
+                pending.append(event)
+                core.steps = step + 1
+                queued = len(pending)
+                if queued > core.max_in_flight:
+                    core.max_in_flight = queued
+                # the device ran dry in this body (a query, never a sync)
+                if queued > 1 and pending[-2].query():
+                    core.dry += 1
+                    core.last_dry = step
+            else:
+                core.record(now)
         elif self._state != "running":
             self._start(now)
         item = self._held
@@ -191,19 +215,19 @@ class Pass(Iterator[T], Generic[T]):
             try:
                 item = next(self._it)  # type: ignore[arg-type]
             except StopIteration:
-                self._host.fetched(self._thr._core.steps, now, clock() - now)
+                self._host.fetched(core.steps, now, clock() - now)
                 self._finish()
                 raise
             except BaseException:
                 # the source raised: the time it took was still fetching
-                self._host.fetched(self._thr._core.steps, now, clock() - now)
+                self._host.fetched(core.steps, now, clock() - now)
                 raise
             if self._prefetch is not None:
                 # issued before the wait: the copy overlaps the step before
                 item = self._copy(item)
             seconds = clock() - now
             if self._fetch_hooks:
-                self._host.fetched(self._thr._core.steps, now, seconds)
+                self._host.fetched(core.steps, now, seconds)
             else:
                 self._host.fetch_s += seconds
         else:
@@ -211,13 +235,29 @@ class Pass(Iterator[T], Generic[T]):
             # its copy was interrupted: copy it now
             if type(item) is _Fetched:
                 item = self._copy(item.batch)
-        if self._admits:
-            try:
-                self._admit()
-            except BaseException:
-                # a timeout or Ctrl-C in the wait: keep the batch for the next next()
-                self._held = item
-                raise
+        try:
+            pending = self._pending
+            if core.lean and len(pending) <= core.limit:  # type: ignore[operator]
+                # Core.admit() inlined while no step must be waited for (see Core.lean)
+                if pending and pending[0].query():
+                    pending.popleft()
+                    core.completed += 1
+                    while pending and pending[0].query():
+                        pending.popleft()
+                        core.completed += 1
+                queued = len(pending)
+                # (lean: queued < depth <= the top bucket)
+                core.histogram[queued] += 1
+                # the device starves (histogram[0] counts these hand-outs)
+                if not queued and core.steps == core.supplied_step:
+                    core.supplier.supplied_idle(core.steps)
+            elif self._admits:
+                core.admit()
+        except BaseException:
+            # a timeout or Ctrl-C in the wait (or a device error in a query): keep the batch for
+            # the next next()
+            self._held = item
+            raise
         self._open = True
         return item  # type: ignore[no-any-return]
 

@@ -16,6 +16,10 @@ _HOOKS = (
     "before_record", "on_record", "on_drop", "on_dry", "on_fetch", "holds", "on_handout", "on_idle",
     "on_retire", "on_wait_begin", "on_wait", "on_pause",
 )
+# the hooks a step that waits for nothing may have to tell: with none of them, it is lean
+_STEP_HOOKS = (
+    "before_record", "on_record", "on_dry", "holds", "on_handout", "on_idle", "on_retire",
+)
 
 
 class Subscriber:
@@ -107,6 +111,14 @@ class Core:
     its event already reports completion -- idle that opened inside the body,
     where no hand-out sees it. That costs one ``query()`` per step, never a sync.
 
+    ``lean`` says that a step which waits for nothing has no part to tell and
+    no budget but the depth (the backend is asynchronous, the depth is set, and
+    no part listens to records, retirements, hand-outs or holds); the wrapped
+    loop then runs :meth:`record` and :meth:`admit` inlined (``view.Pass``), the
+    whole per-step cost of a plain loop. Hooks are added and removed only
+    through :meth:`subscribe`/:meth:`listen` and their inverses, which keep it
+    true.
+
     Only the loop's thread calls the mutating methods (the Throttle enforces
     it). Counters are written by that thread alone; other threads may read
     them, and copy ``pending`` (a C-level copy, atomic under the GIL).
@@ -130,7 +142,7 @@ class Core:
 
     __slots__ = (
         "_telling", "_untold", "before_record", "clock", "completed", "depth", "draining", "dry",
-        "histogram", "holds", "last_dry", "limit", "max_in_flight", "new_event", "on_drop",
+        "histogram", "holds", "last_dry", "lean", "limit", "max_in_flight", "new_event", "on_drop",
         "on_dry", "on_fetch", "on_handout", "on_idle", "on_pause", "on_record", "on_retire",
         "on_wait", "on_wait_begin", "pending", "steps", "supplied_step", "supplier",
         "timeout", "top", "wait_s", "wait_strategy", "waits",
@@ -177,6 +189,7 @@ class Core:
         self.on_wait_begin: list[Callable[..., Any]] = []
         self.on_wait: list[Callable[..., Any]] = []
         self.on_pause: list[Callable[..., Any]] = []
+        self.lean = False
         self.set_depth(depth)
 
     @property
@@ -193,6 +206,11 @@ class Core:
             self.histogram.extend([0] * (buckets - len(self.histogram)))
         # the last bucket counts "top or more"
         self.top = len(self.histogram) - 1
+        self._relean()
+
+    def _relean(self) -> None:
+        self.lean = (self.new_event is not None and self.limit is not None and self.limit < self.top
+                     and not any(getattr(self, name) for name in _STEP_HOOKS))
 
     def subscribe(self, part: object) -> None:
         """Call ``part``'s hooks (the methods of :class:`Subscriber` it defines) from now on."""
@@ -200,6 +218,7 @@ class Core:
             hook = getattr(part, name, None)
             if hook is not None and hook not in getattr(self, name):
                 getattr(self, name).append(hook)
+        self._relean()
 
     def unsubscribe(self, part: object) -> None:
         """Stop calling ``part``'s hooks (safe while it is being told: see the rules for parts)."""
@@ -209,6 +228,26 @@ class Core:
             if hook is not None and hook in hooks:
                 hooks.remove(hook)
         self.stop_supply(part)
+        self._relean()
+
+    def listen(self, name: str, hook: Callable[..., Any]) -> None:
+        """Call ``hook`` for the notification ``name`` (one of :class:`Subscriber`'s methods) from
+        now on.
+
+        For a part that listens only for a while (a sample waiting to be read);
+        ``subscribe`` adds all of a part's hooks at once.
+        """
+        hooks = getattr(self, name)
+        if hook not in hooks:
+            hooks.append(hook)
+            self._relean()
+
+    def unlisten(self, name: str, hook: Callable[..., Any]) -> None:
+        """Stop calling ``hook`` for ``name`` (safe while it is being told)."""
+        hooks = getattr(self, name)
+        if hook in hooks:
+            hooks.remove(hook)
+            self._relean()
 
     def supply_from(self, part: EventSupplier, step: int) -> None:
         """``part`` supplies the event of ``step`` (``part.supply_event(step)``); it replaces any

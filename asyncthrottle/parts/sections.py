@@ -185,8 +185,8 @@ class Sections(Part):
         if not self.subscribed:
             self.subscribed = True
             core = self.core
-            core.on_record.append(self.on_record)
-            core.on_drop.append(self.on_drop)
+            core.listen("on_record", self.on_record)
+            core.listen("on_drop", self.on_drop)
         self.step = step
         every = self.every
         self.timing = every is not None and (every == 1 or step % every == 0)
@@ -203,7 +203,7 @@ class Sections(Part):
             else:
                 # retirements are heard only while a timed step waits to be read
                 if not self.waiting:
-                    self.core.on_retire.append(self.on_retire)
+                    self.core.listen("on_retire", self.on_retire)
                 self.waiting.append((step, marks))
         if self.open_:
             left = list(self.open_)
@@ -233,11 +233,11 @@ class Sections(Part):
                 # events without timing: sections are not timed
                 self.every = None
                 waiting.clear()
-                self.core.on_retire.remove(self.on_retire)
+                self.core.unlisten("on_retire", self.on_retire)
                 return
             waiting.popleft()
             if not waiting:
-                self.core.on_retire.remove(self.on_retire)
+                self.core.unlisten("on_retire", self.on_retire)
             self._add(done, timed)
 
     def _add(self, step: int, timed: list[tuple[str, float, bool]]) -> None:

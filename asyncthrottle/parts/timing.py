@@ -26,6 +26,8 @@ class DeviceTimes:
     Memory stays constant however many steps run.
     """
 
+    __slots__ = ("_recent", "busy_s", "idle_s", "samples")
+
     def __init__(self, window: int = 1024) -> None:
         self.samples = 0
         self.busy_s = 0.0
@@ -134,14 +136,18 @@ class DeviceTiming(Part):
                  trusted: bool = False) -> None:
         self.core, self.timed, self.every, self.trusted = core, timed, every, trusted
         self.times = DeviceTimes()
-        # (sampled step, end of the step before, its end)
-        self.ends: deque[tuple[int, Any, Any]] = deque()
-        # step -> start marker recorded at its hand-out
-        self.starts: dict[int, Any] = {}
+        # (sampled step, end of the step before, its end, start marker recorded at its hand-out)
+        self.ends: deque[tuple[int, Any, Any, Any]] = deque()
+        # the start marker of step _start_step, recorded at its hand-out (-2: none)
+        self._start_step = -2
+        self._start: Any = None
         self.enabled = True
         self.listeners: list[Callable[[int, float, float], None]] = []
-        # (step, its timing event): the next sampled step's start
-        self._before: tuple[int, Any] | None = None
+        # the timing event of step _before_step: the next sampled step's start (-2: none)
+        self._before_step = -2
+        self._before: Any = None
+        # the markers have record_idle (JAX's: see asyncthrottle.jax); known at the first one
+        self._record_idle: bool | None = None
         core.supply_from(self, 0)
         # its hooks: on_drop, on_pause
         core.subscribe(self)
@@ -160,25 +166,26 @@ class DeviceTiming(Part):
                 self.disable(None)
                 return event
             self.trusted = True
-        core, every = self.core, self.every
+        every = self.every
         # the step before a sampled one: its end is the sampled step's start
         if step % every:
-            core.supply_next(self, step + 1)
-            self._before = (step, event)
+            self.core.supply_next(self, step + 1)
+            self._before_step, self._before = step, event
             return event
-        if self.ends:
+        ends = self.ends
+        if ends:
             # the last cycle's sample, once complete
             self.flush()
-        before = self._before
-        self.ends.append(
-            (step, before[1] if before is not None and before[0] == step - 1 else None, event)
-        )
+        ends.append((step, self._before if self._before_step == step - 1 else None, event,
+                     self._start if self._start_step == step else None))
+        # (a held event is never re-recorded: hold none longer than needed)
+        self._start_step, self._start = -2, None
         # every step is sampled: each end is also the next step's start
         if every == 1:
-            core.supply_next(self, step + 1)
-            self._before = (step, event)
+            self.core.supply_next(self, step + 1)
+            self._before_step, self._before = step, event
         else:
-            core.supply_next(self, step + every - 1)
+            self.core.supply_next(self, step + every - 1)
         return event
 
     def on_drop(self, step: int) -> None:
@@ -187,8 +194,11 @@ class DeviceTiming(Part):
         ends = self.ends
         if ends and ends[-1][0] == step:
             ends.pop()
-        if self._before is not None and self._before[0] == step:
-            self._before = None
+        if self._before_step == step:
+            self._before_step, self._before = -2, None
+        if self._start_step == step:
+            # marked at the hand-out of the failed attempt: the next attempt is marked anew
+            self._start_step, self._start = -2, None
         if self.core.supplied_step > step and (
             step % self.every == 0 or (step + 1) % self.every == 0
         ):
@@ -202,16 +212,22 @@ class DeviceTiming(Part):
         Without this, the first sampled step after an evaluation between epochs
         would count the whole pause as device idle (or as busy time).
         """
-        self._before = None
+        self._before_step, self._before = -2, None
 
     def supplied_idle(self, step: int) -> None:
         """A timed step is handed out with nothing queued: if it is sampled, mark its start (the
         device is idle)."""
         if self.trusted and not step % self.every:
             marker = self.timed()
+            record_idle = self._record_idle
+            if record_idle is None:
+                record_idle = self._record_idle = hasattr(marker, "record_idle")
             # record_idle: see asyncthrottle.jax
-            getattr(marker, "record_idle", marker.record)()
-            self.starts[step] = marker
+            if record_idle:
+                marker.record_idle()  # type: ignore[attr-defined]
+            else:
+                marker.record()
+            self._start_step, self._start = step, marker
 
     def add_listener(self, listener: Callable[[int, float, float], None]) -> None:
         """Call ``listener(step, busy_s, idle_s)`` for each sample, read as soon as its step
@@ -222,8 +238,8 @@ class DeviceTiming(Part):
         the step complete, so this also listens to retirements.
         """
         self.listeners.append(listener)
-        if self.enabled and self._on_retire not in self.core.on_retire:
-            self.core.on_retire.append(self._on_retire)
+        if self.enabled:
+            self.core.listen("on_retire", self._on_retire)
 
     def _on_retire(self, step: int) -> None:
         """Only while someone listens for samples (see :meth:`add_listener`)."""
@@ -239,10 +255,9 @@ class DeviceTiming(Part):
         core = self.core
         # also stops its supply of events; safe while the core asks this part
         core.unsubscribe(self)
-        if self._on_retire in core.on_retire:
-            core.on_retire.remove(self._on_retire)
+        core.unlisten("on_retire", self._on_retire)
         self.ends.clear()
-        self.starts.clear()
+        self._start_step, self._start = -2, None
 
     def flush(self) -> None:
         """Read the timing of every sampled step seen complete so far. Queries only; never blocks.
@@ -252,29 +267,26 @@ class DeviceTiming(Part):
         """
         ends, completed = self.ends, self.core.completed
         while ends and ends[0][0] < completed:
-            step, before, end = ends.popleft()
+            # the sampled step retired, so its end is complete; its start is the marker of its
+            # hand-out or the end of the step before
+            step, before, end, start = ends.popleft()
+            first = start if start is not None else before
             try:
-                self._read(step, before, end)
+                # queries only: never read an unfinished event
+                if first is None or not first.query():
+                    continue
+                busy = first.elapsed_time(end) / 1000.0
+                idle = 0.0
+                if start is not None and before is not None and before.query():
+                    idle = before.elapsed_time(start) / 1000.0
+                # (timing events can read a hair below zero)
+                if busy < 0.0:
+                    busy = 0.0
+                if idle < 0.0:
+                    idle = 0.0
+                self.times.add(busy, idle)
+                for listener in self.listeners:
+                    listener(step, busy, idle)
             except Exception as exc:
                 self.disable(f"elapsed_time() failed on the backend's events ({exc})")
                 return
-
-    def _read(self, step: int, before: Any, end: Any) -> None:
-        """Sampled ``step`` retired, so ``end`` is complete; its start is a marker or ``before``."""
-        starts = self.starts
-        start = starts.pop(step, None)
-        # markers of steps whose end was never timed
-        if starts:
-            for old in [s for s in starts if s < step]:
-                del starts[old]
-        first = start if start is not None else before
-        # queries only: never read an unfinished event
-        if first is None or not first.query():
-            return
-        busy = max(first.elapsed_time(end) / 1000.0, 0.0)
-        idle = 0.0
-        if start is not None and before is not None and before.query():
-            idle = max(before.elapsed_time(start) / 1000.0, 0.0)
-        self.times.add(busy, idle)
-        for listener in self.listeners:
-            listener(step, busy, idle)

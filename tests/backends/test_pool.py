@@ -103,12 +103,14 @@ def test_no_event_is_re_recorded_while_anything_refers_to_it(counted: FakeDevice
         yield from ((d._event, d.step) for d in kept)
         for copy in copies:
             yield from ((event, -1) for event in copy)
-        for step, before, end in timing.ends:  # samples waiting for elapsed_time
+        for step, before, end, start in timing.ends:  # samples waiting for elapsed_time
             yield before, step - 1
             yield end, step
-        yield from ((marker, step) for step, marker in timing.starts.items())
+            yield start, step
+        if timing._start is not None:  # a marker waiting for its step's end
+            yield timing._start, timing._start_step
         if timing._before is not None:
-            yield timing._before[1], timing._before[0]
+            yield timing._before, timing._before_step
 
     def guard(raw: CountingTorchEvent) -> None:
         now = inside(thr).core.steps  # the step being recorded (a sampled step's timing event is held for it already)

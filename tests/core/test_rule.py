@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from helpers import Script
+from helpers import Script, inside
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import asyncthrottle as at
+from asyncthrottle.testing import FakeDevice
 
 
 def _run(script: Script, n: int, depth: int | None, *, stop_at: int | None = None, how: str = "break",
@@ -184,3 +185,104 @@ def test_fsdp_parity_when_the_device_finishes_steps_on_its_own(ready: list[int])
     our_syncs = [i for kind, i in ours.log if kind == "sync"]
     their_incomplete = [i for kind, i in theirs.log if kind == "sync" and ready[i] > i + 2]
     assert our_syncs == their_incomplete  # we block only where FSDP's sync had to block
+
+
+class _Listener:
+    """A part that hears every step: the loop then runs the core's record() and admit(), not the
+    view's inlined copy."""
+
+    def __init__(self) -> None:
+        self.handouts: list[tuple[int, int]] = []
+
+    def on_handout(self, step: int, in_flight: int, now: float) -> None:
+        self.handouts.append((step, in_flight))
+
+    def on_record(self, step: int, event: object, now: float) -> None:
+        pass
+
+
+def _counters(thr: at.Throttle) -> dict[str, object]:
+    core = inside(thr).core
+    return {"steps": core.steps, "completed": core.completed, "histogram": list(core.histogram),
+            "dry": core.dry, "last_dry": core.last_dry, "max_in_flight": core.max_in_flight,
+            "waits": core.waits, "pending": len(core.pending)}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.integers(0, 25),
+    depth=st.integers(1, 4),
+    ready=st.lists(st.floats(0, 40, allow_nan=False), min_size=25, max_size=25),
+    stop=st.one_of(st.none(), st.tuples(st.integers(0, 24), st.sampled_from(["break", "raise"]))),
+)
+def test_the_inlined_per_step_path_decides_exactly_as_the_cores(
+    n: int, depth: int, ready: list[float], stop: tuple[int, str] | None
+) -> None:
+    stop_at, how = (stop if stop is not None and stop[0] < n else (None, "break"))
+    runs = []
+    for listened in (False, True):
+        script = Script(ready)
+        thr = at.Throttle(depth, events=script, wait="spin")
+        listener = _Listener()
+        if listened:
+            thr.subscribe(listener)
+        assert inside(thr).core.lean is not listened
+        try:
+            for step in thr.wrap(script.source(n)):
+                script.log.append(("body", step))
+                script.clock[0] += 1
+                if step == stop_at:
+                    if how == "break":
+                        break
+                    raise KeyError("boom")
+        except KeyError:
+            pass
+        runs.append((script.log, _counters(thr)))
+    assert runs[0] == runs[1]  # the same records, queries, syncs, in the same order; the same counters
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    depth=st.integers(1, 3),
+    every=st.integers(1, 4),
+    steps=st.lists(st.tuples(st.floats(0, 0.004), st.floats(0, 0.004)), min_size=1, max_size=30),
+)
+def test_device_timing_reads_the_same_samples_on_either_path(
+    depth: int, every: int, steps: list[tuple[float, float]]
+) -> None:
+    results = []
+    for listened in (False, True):
+        dev = FakeDevice()
+        thr = dev.throttle(depth, wait="spin", sample_every=every)
+        if listened:
+            thr.subscribe(_Listener())
+        for device_s, host_s in thr.wrap(steps):
+            dev.launch(device_s)
+            dev.host(host_s)
+        stats = thr.stats
+        results.append((_counters(thr), stats.device_samples, stats.device_busy_s, stats.device_idle_s))
+    assert results[0] == results[1]
+
+
+def test_the_core_is_lean_only_while_no_part_hears_a_step() -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(2)
+    core = inside(thr).core
+    assert core.lean  # defaults: device timing supplies events but hears no step
+    listener = _Listener()
+    thr.subscribe(listener)
+    assert not core.lean
+    thr.unsubscribe(listener)
+    assert core.lean
+    core.listen("on_retire", listener.on_record)
+    assert not core.lean
+    core.unlisten("on_retire", listener.on_record)
+    assert core.lean
+    core.set_depth(None)  # track only: the general path
+    assert not core.lean
+    core.set_depth(64)  # deeper than the histogram's buckets: the general path folds the last one
+    assert not core.lean
+    core.set_depth(3)
+    assert core.lean
+    assert not inside(at.Throttle(2, device="cpu")).core.lean  # synchronous
+    assert not inside(dev.throttle(2, max_memory=1 << 30, memory=lambda: 0)).core.lean  # a hold

@@ -98,7 +98,7 @@ def test_memory_stays_bounded_over_many_steps() -> None:
     assert len(inside(thr).core.pending) <= 2 and not inside(thr).values.recorded and not inside(thr).values.open
     assert inside(thr).part(DeviceTiming) is not None
     timing = inside(thr).part(DeviceTiming)
-    assert len(timing.ends) <= 2 and not timing.starts and len(timing.times._recent) == 1024
+    assert len(timing.ends) <= 2 and timing._start is None and len(timing.times._recent) == 1024
     assert len(thr.stats.in_flight_histogram) == 64
 
 
