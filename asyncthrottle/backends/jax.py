@@ -113,7 +113,16 @@ class JaxEvent:
         step's work, nor do arrays the step donated, so they are left out; with none left, the
         barrier program is dispatched.
         """
-        self._cover = [array for array in arrays if not array.is_deleted() and not array.is_ready()]
+        cover = []
+        # one call an array (is_ready raises on a deleted one): the per-step path
+        for array in arrays:
+            try:
+                if not array.is_ready():
+                    cover.append(array)
+            except RuntimeError:
+                # donated: it says nothing of the step's work
+                pass
+        self._cover = cover
 
     def record(self) -> None:
         markers = _take_pending()
@@ -127,8 +136,16 @@ class JaxEvent:
 
     def query(self) -> bool:
         markers = self._markers
-        if markers and not all(marker.is_ready() for marker in self._live(markers)):
-            return False
+        if markers:
+            try:
+                # one call a marker: the per-step path
+                for marker in markers:
+                    if not marker.is_ready():
+                        return False
+            except RuntimeError:
+                # is_ready raises on a deferred array a later step donated: ask the barrier instead
+                if not all(marker.is_ready() for marker in self._live(markers)):
+                    return False
         self._observe()
         return True
 

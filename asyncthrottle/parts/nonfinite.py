@@ -161,7 +161,7 @@ def _find(value: Any, where: str) -> tuple[str, Any] | None:
     # The usual leaf (a JAX loss arrives as a numpy array), asked before the slower ABC checks
     # below.
     if numpy is not None and isinstance(value, (numpy.ndarray, numpy.generic)):
-        return (where, value) if _numpy_bad(value) else None
+        return (where, value) if _host_array_bad(value) else None
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
         return (where, value) if _tensor_bad(torch, value) else None
@@ -219,15 +219,20 @@ def _numpy_bad(value: Any) -> bool:
         value = numpy.asarray(value)
     if not isinstance(value, (numpy.ndarray, numpy.generic)):
         return False
+    return _host_array_bad(value)
+
+
+def _host_array_bad(value: Any) -> bool:
+    """A numpy array or scalar of floats that holds a NaN or an Inf."""
     kind = value.dtype.kind
     if kind not in "fc":
         return False
-    if value.size == 1:
-        number = (value.item() if isinstance(value, numpy.ndarray)
-                  else (complex if kind == "c" else float)(value))
-        # Python numbers: no numpy warning for inf - inf
+    size = value.size
+    if size == 1:
+        # a Python float or complex: no numpy warning for inf - inf
+        number = value.item()
         return bool(number - number != 0)
-    return value.size > 0 and not bool(numpy.isfinite(value).all())
+    return size > 0 and not bool(sys.modules["numpy"].isfinite(value).all())
 
 
 def _shown(value: Any) -> str:
