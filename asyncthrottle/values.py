@@ -122,7 +122,7 @@ class Snapshot:
 
     def _jax(self, array: Any) -> Any:
         if len(_JAX_ARRAYS) < 8:
-            _JAX_ARRAYS.add(type(array))
+            _JAX_ARRAYS[type(array)] = _jax_off_cpu()
         if self.copy and hasattr(array, "copy"):
             # dispatched, never blocks; nobody else holds it, so nobody donates it
             array = array.copy()
@@ -150,8 +150,9 @@ class Snapshot:
 
 # [whether JAX's default backend is not the CPU], once asked
 _OFF_CPU: list[bool] = []
-# the types of JAX arrays seen (jaxlib's ArrayImpl): a bare one is deferred and read without _map
-_JAX_ARRAYS: set[type] = set()
+# the types of JAX arrays seen (jaxlib's ArrayImpl), each with whether JAX runs off the CPU: a bare
+# one is deferred and read without _map
+_JAX_ARRAYS: dict[type, bool] = {}
 
 
 def _jax_off_cpu() -> bool:
@@ -279,9 +280,13 @@ class Deferred:
         are let go)."""
         if not self._settled:
             host = self._host
-            # the usual value, one JAX array, without the walk
-            self._host = (_jax_to_host(host) if type(host) in _JAX_ARRAYS
-                          else _map(host, _unring_leaf if self._ringed else _host_leaf))
+            off_cpu = _JAX_ARRAYS.get(type(host))
+            if off_cpu is not None:
+                # the usual value, one JAX array, without the walk (see _jax_to_host)
+                numpy = sys.modules["numpy"]
+                self._host = numpy.asarray(host) if off_cpu else numpy.array(host)
+            else:
+                self._host = _map(host, _unring_leaf if self._ringed else _host_leaf)
             self._settled, self._held = True, None
         return self._host
 
@@ -375,7 +380,8 @@ class Completions:
     def defer(self, value: Any, name: str | None, copy: bool = False) -> Deferred:
         if name is not None and not isinstance(name, str):
             raise TypeError(f"defer() name must be a str or None, got {name!r}")
-        self._subscribe()
+        if not self._subscribed:
+            self._subscribe()
         unnamed = name is None
         open_ = self.open
         taken = {deferred.name for deferred in open_} if open_ else ()
@@ -394,9 +400,10 @@ class Completions:
             )
         if copy is not False and copy is not True:
             raise TypeError(f"defer() copy must be True or False, got {copy!r}")
-        if type(value) in _JAX_ARRAYS and not copy:
+        off_cpu = _JAX_ARRAYS.get(type(value))
+        if off_cpu is not None and not copy:
             # the usual value, one JAX array: Snapshot._jax without the walk
-            if _jax_off_cpu():
+            if off_cpu:
                 value.copy_to_host_async()
             deferred = Deferred(self.core.steps, name, value, self._wait, unnamed=unnamed,
                                 held=[value])
@@ -540,10 +547,6 @@ class Completions:
             # after the settles: their values were copied out of the slots
             self.ring.retire(step)
         values = {name: found[0] if len(found) == 1 else found for name, found in gathered.items()}
-        self._deliver(step, values, error)
-
-    def _deliver(self, step: int, values: dict[str, Any], error: Exception | None) -> None:
-        """``step``'s values to ``latest``, the parts and the callbacks; then ``error``, if any."""
         self.latest.update(values)
         # a copy: a callback may remove itself or another
         for callback in (*self.listeners, *self.callbacks):

@@ -153,7 +153,7 @@ class Pass(Iterator[T], Generic[T]):
     """
 
     __slots__ = (
-        "__weakref__", "_admits", "_bar", "_clock", "_core", "_fetch_hooks", "_held", "_host",
+        "__weakref__", "_admits", "_bar", "_clock", "_core", "_held", "_host",
         "_it", "_open", "_pending", "_prefetch", "_source", "_state", "_thr",
     )
 
@@ -167,7 +167,6 @@ class Pass(Iterator[T], Generic[T]):
         self._state = "new"
         core = self._core = throttle._core
         self._clock, self._pending = throttle._clock, core.pending
-        self._fetch_hooks = core.on_fetch
         self._host = throttle._host
         # to=: moves each batch to the device as it is fetched
         self._prefetch = throttle._prefetch
@@ -226,7 +225,7 @@ class Pass(Iterator[T], Generic[T]):
                 # issued before the wait: the copy overlaps the step before
                 item = self._copy(item)
             seconds = clock() - now
-            if self._fetch_hooks:
+            if core.on_fetch:
                 self._host.fetched(core.steps, now, seconds)
             else:
                 self._host.fetch_s += seconds

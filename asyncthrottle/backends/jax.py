@@ -13,6 +13,8 @@ from ..core.events import EventFactory
 _HINT = "asyncthrottle's JAX backend needs jax: pip install 'asyncthrottle[jax]'"
 # markers from barrier_on() by device set, taken by this thread's next record()
 _pending = threading.local()
+# [barrier_on() was called]: until then record() does not look for markers
+_BARRIERS: list[bool] = []
 
 
 def _jax() -> Any:
@@ -76,10 +78,15 @@ def barrier_on(*arrays: Any) -> None:
         # covers the ones before it
         markers[devices] = touch(leaves if before is None else [*leaves, before])
     _pending.markers = markers
+    if not _BARRIERS:
+        _BARRIERS.append(True)
 
 
 def _take_pending() -> list[Any]:
-    markers: dict[frozenset[Any], Any] = getattr(_pending, "markers", {})
+    markers: dict[frozenset[Any], Any] | None = getattr(_pending, "markers", None)
+    if not markers:
+        # no barrier_on() since the last record: the per-step path
+        return []
     _pending.markers = {}
     return list(markers.values())
 
@@ -125,7 +132,7 @@ class JaxEvent:
         self._cover = cover
 
     def record(self) -> None:
-        markers = _take_pending()
+        markers = _take_pending() if _BARRIERS else []
         cover, self._cover = self._cover, []
         if cover:
             markers.extend(cover)
@@ -146,7 +153,10 @@ class JaxEvent:
                 # is_ready raises on a deferred array a later step donated: ask the barrier instead
                 if not all(marker.is_ready() for marker in self._live(markers)):
                     return False
-        self._observe()
+            # nothing left to wait for (_observe, inlined: the per-step path)
+            self._markers, self.observed_at = [], self._clock()
+        elif self.observed_at is None:
+            self.observed_at = self._clock()
         return True
 
     def synchronize(self) -> None:
@@ -267,5 +277,5 @@ def jax_events(
     tick, _ = _programs()
     # compiles the barrier now, not in the first record(); runs async, nobody waits
     tick(seed)
-    kind = TimedJaxEvent if timing else JaxEvent
-    return lambda: kind(seed, tick, clock)
+    # (a partial: one call fewer per step than a lambda)
+    return functools.partial(TimedJaxEvent if timing else JaxEvent, seed, tick, clock)

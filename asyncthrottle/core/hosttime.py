@@ -59,7 +59,7 @@ class HostTimes:
     def fetched(self, step: int, start: float, seconds: float) -> None:
         """The host spent ``seconds`` from ``start`` taking ``step``'s batch (or between steps)."""
         self.fetch_s += seconds
-        for hook in tuple(self._core.on_fetch):
+        for hook in self._core.on_fetch:
             hook(step, start, seconds)
 
     def on_wait(self, step: int, start: float, seconds: float) -> None:

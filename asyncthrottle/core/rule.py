@@ -124,7 +124,8 @@ class Core:
     them, and copy ``pending`` (a C-level copy, atomic under the GIL).
 
     Rules for parts: each notification goes to the parts subscribed when it
-    starts (a part may subscribe or unsubscribe any part, itself included,
+    starts (the hook lists are replaced, never changed in place: read them from
+    the core at each use) (a part may subscribe or unsubscribe any part, itself included,
     while being told, and no other part misses it); retirements are told in
     step order and never nest (a part that waits while being told of step
     ``n`` -- a ``drain()`` in a callback -- queues the steps it retires,
@@ -216,19 +217,16 @@ class Core:
         """Call ``part``'s hooks (the methods of :class:`Subscriber` it defines) from now on."""
         for name in _HOOKS:
             hook = getattr(part, name, None)
-            if hook is not None and hook not in getattr(self, name):
-                getattr(self, name).append(hook)
-        self._relean()
+            if hook is not None:
+                self.listen(name, hook)
 
     def unsubscribe(self, part: object) -> None:
         """Stop calling ``part``'s hooks (safe while it is being told: see the rules for parts)."""
         for name in _HOOKS:
             hook = getattr(part, name, None)
-            hooks = getattr(self, name)
-            if hook is not None and hook in hooks:
-                hooks.remove(hook)
+            if hook is not None:
+                self.unlisten(name, hook)
         self.stop_supply(part)
-        self._relean()
 
     def listen(self, name: str, hook: Callable[..., Any]) -> None:
         """Call ``hook`` for the notification ``name`` (one of :class:`Subscriber`'s methods) from
@@ -239,14 +237,16 @@ class Core:
         """
         hooks = getattr(self, name)
         if hook not in hooks:
-            hooks.append(hook)
+            # a new list: a notification being told goes on over the old one (copy on write, so
+            # that telling copies nothing)
+            setattr(self, name, [*hooks, hook])
             self._relean()
 
     def unlisten(self, name: str, hook: Callable[..., Any]) -> None:
         """Stop calling ``hook`` for ``name`` (safe while it is being told)."""
         hooks = getattr(self, name)
         if hook in hooks:
-            hooks.remove(hook)
+            setattr(self, name, [other for other in hooks if other != hook])
             self._relean()
 
     def supply_from(self, part: EventSupplier, step: int) -> None:
@@ -276,14 +276,14 @@ class Core:
         if new_event is None:
             self.completed = self.steps = step + 1
             if self.on_record:
-                for hook in tuple(self.on_record):
+                for hook in self.on_record:
                     hook(step, None, now)
             if self.on_retire:
                 self._tell_retired(step)
             return step
         event = self.supplier.supply_event(step) if step == self.supplied_step else new_event()
         if self.before_record:
-            for hook in tuple(self.before_record):
+            for hook in self.before_record:
                 hook(step, event)
         try:
             # may raise (CUDA graph capture): then the step is not counted
@@ -301,22 +301,22 @@ class Core:
         if queued > 1 and pending[-2].query():
             self.dry += 1
             self.last_dry = step
-            for hook in tuple(self.on_dry):
+            for hook in self.on_dry:
                 hook(step)
         if self.on_record:
-            for hook in tuple(self.on_record):
+            for hook in self.on_record:
                 hook(step, event, now)
         return step
 
     def drop(self) -> None:
         """The step being run ends without an event: its parts drop it (its number is used
         again)."""
-        for hook in tuple(self.on_drop):
+        for hook in self.on_drop:
             hook(self.steps)
 
     def pause(self, now: float) -> None:
         """The loop left its pass (it ended, broke, or drained between epochs): tell the parts."""
-        for hook in tuple(self.on_pause):
+        for hook in self.on_pause:
             hook(now)
 
     def admit(self) -> int:
@@ -359,11 +359,11 @@ class Core:
                 if self.steps == self.supplied_step:
                     self.supplier.supplied_idle(self.steps)
                 if self.on_idle:
-                    for hook in tuple(self.on_idle):
+                    for hook in self.on_idle:
                         hook(self.steps)
         if self.on_handout:
             now = self.clock()
-            for hook in tuple(self.on_handout):
+            for hook in self.on_handout:
                 hook(self.steps, queued, now)
         return queued
 
@@ -373,7 +373,7 @@ class Core:
         if event.query():
             return
         clock = self.clock
-        for hook in tuple(self.on_wait_begin):
+        for hook in self.on_wait_begin:
             hook(step)
         start = clock()
         done = False
@@ -384,7 +384,7 @@ class Core:
             waited = clock() - start
             self.waits += 1
             self.wait_s += waited
-            for hook in tuple(self.on_wait):
+            for hook in self.on_wait:
                 hook(step, start, waited)
         if not done:
             assert self.timeout is not None
@@ -412,7 +412,7 @@ class Core:
             # steps left by an interrupted telling (Ctrl-C in a callback) go first
             while untold:
                 step = untold.popleft()
-                for hook in tuple(self.on_retire):
+                for hook in self.on_retire:
                     try:
                         hook(step)
                     except Exception as exc:

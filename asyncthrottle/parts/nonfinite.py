@@ -133,6 +133,11 @@ class NonFiniteWatch(Part):
     def look(self, step: int, values: dict[str, Any]) -> None:
         """The step's values on the host: count, then warn or raise at a bad leaf. Never blocks."""
         for name, value in values.items():
+            if type(value) in _SCALARS and value.size == 1 and value.dtype.kind in "fc":
+                # the usual value, a loss (a numpy scalar array from JAX): _find without the walk
+                number = value.item()
+                if number - number == 0:
+                    continue
             found = _find(value, name)
             if found is not None:
                 break
@@ -149,6 +154,10 @@ class NonFiniteWatch(Part):
             warnings.warn(describe(step, where, leaf, self.core.steps)
                           + "; later ones are counted in stats.nonfinite", NonFiniteWarning,
                           stacklevel=2)
+
+
+# numpy's array and scalar types of floats (or complexes) seen by _host_array_bad
+_SCALARS: set[type] = set()
 
 
 def _find(value: Any, where: str) -> tuple[str, Any] | None:
@@ -227,6 +236,8 @@ def _host_array_bad(value: Any) -> bool:
     kind = value.dtype.kind
     if kind not in "fc":
         return False
+    if len(_SCALARS) < 16:
+        _SCALARS.add(type(value))
     size = value.size
     if size == 1:
         # a Python float or complex: no numpy warning for inf - inf

@@ -286,3 +286,33 @@ def test_the_core_is_lean_only_while_no_part_hears_a_step() -> None:
     assert core.lean
     assert not inside(at.Throttle(2, device="cpu")).core.lean  # synchronous
     assert not inside(dev.throttle(2, max_memory=1 << 30, memory=lambda: 0)).core.lean  # a hold
+
+
+def test_a_part_that_subscribes_or_unsubscribes_while_told_changes_the_next_notification_only() -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(2)
+    heard: list[tuple[str, int]] = []
+
+    class Late:
+        def on_record(self, step: int, event: object, now: float) -> None:
+            heard.append(("late", step))
+
+    late = Late()
+
+    class Early:
+        def on_record(self, step: int, event: object, now: float) -> None:
+            heard.append(("early", step))
+            if step == 0:
+                thr.subscribe(late)  # told from step 1 on, not of step 0
+            if step == 1:
+                thr.unsubscribe(self)  # itself: still told of step 1 once; the others still hear it
+
+    class Other:
+        def on_record(self, step: int, event: object, now: float) -> None:
+            heard.append(("other", step))
+
+    thr.subscribe(Early())
+    thr.subscribe(Other())
+    for _ in thr.wrap(range(3)):
+        dev.launch(0.001)
+    assert heard == [("early", 0), ("other", 0), ("early", 1), ("other", 1), ("late", 1), ("other", 2), ("late", 2)]

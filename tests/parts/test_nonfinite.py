@@ -182,6 +182,21 @@ def test_numpy_values_are_checked() -> None:
     assert _first_bad([np.ones(3), np.array(np.nan)]).name == "m[1]"
 
 
+def test_one_element_arrays_of_any_dtype_after_a_float_one() -> None:
+    """The watch reads a one-element float array without the walk once it saw one; other dtypes of
+    the same type still take it."""
+    np = pytest.importorskip("numpy")
+    dev = FakeDevice()
+    thr = dev.throttle(2, nonfinite="raise")
+    values = [np.array(1.5, np.float32), np.array("nan"), np.array(None, dtype=object), np.array([True]),
+              np.array(7), np.float64(2.0), np.array([3.0])]
+    _run(thr, dev, values)
+    assert thr.stats.nonfinite == 0
+    for bad in (np.array(np.nan, np.float32), np.array([np.inf]), np.float32(-np.inf), np.array(complex(0, np.nan))):
+        assert _first_bad([np.array(1.0), bad]).name == "m[1]"
+        assert _first_bad(bad).name == "m"
+
+
 def test_jax_values_are_checked_on_their_host_copies() -> None:
     jnp = pytest.importorskip("jax.numpy")
     err = _first_bad({"loss": jnp.array(jnp.nan)}, depth=2)
