@@ -272,7 +272,8 @@ class DeviceTiming(Part):
             step, before, end, start = ends.popleft()
             first = start if start is not None else before
             try:
-                # queries only: never read an unfinished event
+                # queries only: never read an unfinished event (a retirement after a wait on a
+                # later step asked none of the events before it; a JAX event is dated when asked)
                 if first is None or not first.query():
                     continue
                 busy = first.elapsed_time(end) / 1000.0
@@ -284,7 +285,12 @@ class DeviceTiming(Part):
                     busy = 0.0
                 if idle < 0.0:
                     idle = 0.0
-                self.times.add(busy, idle)
+                # DeviceTimes.add, inlined: once a sample
+                times = self.times
+                times.samples += 1
+                times.busy_s += busy
+                times.idle_s += idle
+                times._recent.append(busy * 1000.0)
                 for listener in self.listeners:
                     listener(step, busy, idle)
             except Exception as exc:
