@@ -447,7 +447,8 @@ class Completions:
         if not callable(callback):
             raise TypeError(f"on_complete needs a callable(step, values), got {callback!r}")
         self._subscribe()
-        self.callbacks.append(callback)
+        # copied on write: a delivery goes on over the old list
+        self.callbacks = [*self.callbacks, callback]
 
     def listen(self, listener: OnComplete) -> None:
         """A part hears ``listener(step, values)`` for every step, before the ``on_complete``
@@ -455,11 +456,13 @@ class Completions:
 
         It does not subscribe to the core: a throttle that defers nothing has nothing to tell it.
         """
-        self.listeners.append(listener)
+        self.listeners = [*self.listeners, listener]
 
     def remove(self, callback: OnComplete) -> None:
         try:
-            self.callbacks.remove(callback)
+            callbacks = list(self.callbacks)
+            callbacks.remove(callback)
+            self.callbacks = callbacks
         except ValueError:
             raise ValueError(f"{callback!r} is not registered with on_complete(); nothing to "
                              "remove") from None
@@ -524,7 +527,9 @@ class Completions:
         while holding and holding[0].step <= step:
             holding.popleft()
         error: Exception | None = None
-        gathered: dict[str, list[Any]] = {}
+        values: dict[str, Any] = {}
+        # names deferred more than once in the step: their value is the list of them
+        repeated: set[str] | None = None
         for deferred in deferreds:
             deferred._done = True
             # a value kept by the user does not keep its step's event from reuse
@@ -539,22 +544,29 @@ class Completions:
                     if not deferred._donated(None):
                         raise
                 else:
-                    gathered.setdefault(deferred.name, []).append(value)
+                    name = deferred.name
+                    if name not in values:
+                        values[name] = value
+                    elif repeated is not None and name in repeated:
+                        values[name].append(value)
+                    else:
+                        values[name] = [values[name], value]
+                        repeated = {name} if repeated is None else repeated | {name}
                     continue
             # raised once the step's other values are delivered
             error = error or deferred._lost
         if self.ring is not None:
             # after the settles: their values were copied out of the slots
             self.ring.retire(step)
-        values = {name: found[0] if len(found) == 1 else found for name, found in gathered.items()}
         self.latest.update(values)
-        # a copy: a callback may remove itself or another
-        for callback in (*self.listeners, *self.callbacks):
-            try:
-                callback(step, values)
-            except Exception as exc:
-                # every callback sees every step; the first error is raised after
-                error = error or exc
+        # (the lists are copied on write: a callback may remove itself or another)
+        for callbacks in (self.listeners, self.callbacks):
+            for callback in callbacks:
+                try:
+                    callback(step, values)
+                except Exception as exc:
+                    # every callback sees every step; the first error is raised after
+                    error = error or exc
         if error is not None:
             raise error
 
