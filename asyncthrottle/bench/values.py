@@ -17,8 +17,10 @@ torch) training step and batches, it times in interleaved rounds:
   holds a ``torch.cuda.Event`` recorded after the step, synchronized on pop;
 * ``plain``: no throttle, no metrics (asynchronous, unbounded).
 
-Each figure is the median of the rounds (the spread is min-max); the ratios are
-speeds against ``maxtext`` (> 1: faster than MaxText's pattern). The outputs are
+Each time is the median of the rounds (the spread is min-max); each speed is the
+median [min-max] of the per-round speeds against ``maxtext`` in the same round
+(> 1: faster than MaxText's pattern), so that a drift of the machine between
+rounds cancels out. The outputs are
 only the loss (MaxText's ``block_until_ready`` on donated parameters raises).
 """
 
@@ -35,7 +37,7 @@ from typing import Any
 
 from ..throttle import Throttle
 
-__all__ = ["MODES", "main", "measure"]
+__all__ = ["MODES", "main", "measure", "speeds"]
 
 MODES = ("defer", "defer-block", "float", "maxtext", "plain")
 # (label, width, batch, steps): a ~50 us and a ~1.5 ms step on the 2-core VM (docs/benchmarks.md)
@@ -200,6 +202,12 @@ def measure(loops: dict[str, Loop], steps: int, rounds: int) -> dict[str, list[f
     return times
 
 
+def speeds(times: dict[str, list[float]], name: str, against: str = "maxtext") -> list[float]:
+    """``name``'s speed against ``against`` in each round (their times in that round): > 1 is
+    faster."""
+    return [base / t for base, t in zip(times[against], times[name], strict=True)]
+
+
 def _backends(choice: str) -> list[str]:
     found = []
     if choice in ("auto", "jax"):
@@ -249,18 +257,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     print("asyncthrottle bench --values: the loss on the host every step, depth 2")
     print(f"machine: {platform.platform()}, Python {platform.python_version()}; {args.rounds} "
-          "interleaved rounds; us/step median [min-max]; speed vs maxtext (> 1: faster)")
+          "interleaved rounds; us/step median [min-max]; speed vs maxtext in the same round, median "
+          "[min-max] (> 1: faster)")
     for backend in backends:
         sizes, make = (JAX_SIZES, _jax_loops) if backend == "jax" else (CUDA_SIZES, _cuda_loops)
         for label, width, batch, steps in sizes:
             n = max(1, round(steps * args.scale))
             times = measure(make(width, batch), n, args.rounds)
-            median = {name: statistics.median(t) for name, t in times.items()}
             print(f"\n{backend}, {label} step (width {width}, batch {batch}, {n} steps):")
             for name in MODES:
                 t = times[name]
-                print(f"  {name:11s} {median[name]:9.1f} us [{min(t):.1f}-{max(t):.1f}]  "
-                      f"x{median['maxtext'] / median[name]:.2f}")
+                speed = speeds(times, name)
+                print(f"  {name:11s} {statistics.median(t):9.1f} us [{min(t):.1f}-{max(t):.1f}]  "
+                      f"x{statistics.median(speed):.2f} [{min(speed):.2f}-{max(speed):.2f}]")
     return 0
 
 

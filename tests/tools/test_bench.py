@@ -293,3 +293,11 @@ def test_values_mode_runs_every_mode_at_tiny_scale(capsys: pytest.CaptureFixture
     for mode in ("defer", "defer-block", "float", "maxtext", "plain"):
         assert f"  {mode} " in out
     assert "tiny step" in out and "device-bound step" in out
+
+
+def test_values_speeds_are_per_round_ratios_against_maxtext() -> None:
+    from asyncthrottle.bench.values import speeds
+
+    times = {"maxtext": [10.0, 20.0, 40.0], "defer": [5.0, 40.0, 40.0]}
+    assert speeds(times, "defer") == [2.0, 0.5, 1.0]  # each round against the same round's maxtext
+    assert speeds(times, "maxtext") == [1.0, 1.0, 1.0]
