@@ -1,0 +1,125 @@
+"""Host CPU per step of keeping a JAX loss on the host: the throttle's Python beside MaxText's.
+
+Run: ``.venv/bin/python benchmarks/values_host_cost.py [--rounds 5] [--steps 20000]``.
+
+``bench --values`` times real jitted steps, where the host shares the CPU with XLA's threads and a
+figure moves by 10 % from run to run. This isolates the part of it that is the library's own: the
+Python work per step of each pattern, as this thread's CPU time, on stand-in arrays that answer
+``is_ready()`` like a step's output (not yet at the step's end, then ready) and convert to numpy
+like a JAX array. No device work runs, so the figure is the same from run to run. Loops:
+
+* ``maxtext``: MaxText's ``InflightThrottler`` pattern (a ``queue.Queue(maxsize=2)`` of
+  ``(jax.tree.leaves(outputs), metrics)``, the oldest ``block_until_ready``-ed when full), the loss
+  read with ``np.array`` (what the throttle reads it with; MaxText's ``float()`` of a real JAX array
+  costs more);
+* ``defer``: ``Throttle(2, device="jax")`` and ``thr.defer(loss, name="loss")`` every step, the loss
+  written by an ``on_complete`` callback, defaults;
+* ``defer, nonfinite=None`` and ``defer, sample_every=None``: the same without the non-finite watch
+  or without device timing.
+
+Each figure is the median over the rounds of the loop's microseconds per step over a bare loop that
+makes the same stand-in arrays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import queue
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+from asyncthrottle import Throttle
+
+
+class StandInArray:
+    """Answers like a step's JAX output: unfinished when first asked (the step's end), then
+    ready."""
+
+    __slots__ = ("asked", "value")
+
+    def __init__(self, value: float) -> None:
+        self.value, self.asked = value, 0
+
+    def copy_to_host_async(self) -> None:
+        pass
+
+    def is_ready(self) -> bool:
+        self.asked += 1
+        return self.asked > 1
+
+    def is_deleted(self) -> bool:
+        return False
+
+    def block_until_ready(self) -> StandInArray:
+        return self
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        return np.array(self.value, np.float32)
+
+
+def bare(n: int) -> None:
+    for _ in range(n):
+        StandInArray(1.0)
+
+
+def maxtext(n: int) -> None:
+    logged: list[float] = []
+    inflight: queue.Queue[tuple[list[Any], dict[str, Any]]] = queue.Queue(maxsize=2)
+
+    def wait_for_next() -> None:
+        outputs, metrics = inflight.get()
+        jax.block_until_ready(outputs)  # type: ignore[no-untyped-call]
+        logged.append(float(np.array(metrics["loss"])))
+
+    for _ in range(n):
+        if inflight.full():
+            wait_for_next()
+        loss = StandInArray(1.0)
+        inflight.put((jax.tree.leaves(loss), {"loss": loss}))
+    while not inflight.empty():
+        wait_for_next()
+
+
+def throttled(**options: Any) -> Callable[[int], None]:
+    def run(n: int) -> None:
+        logged: list[float] = []
+        thr = Throttle(2, device="jax", **options)
+        thr.on_complete(lambda step, values: logged.append(float(values["loss"])))
+        for _ in thr.wrap(range(n)):
+            thr.defer(StandInArray(1.0), name="loss")
+
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=20_000)
+    args = parser.parse_args()
+    loops: dict[str, Callable[[int], None]] = {
+        "bare": bare, "maxtext": maxtext, "defer": throttled(),
+        "defer, nonfinite=None": throttled(nonfinite=None),
+        "defer, sample_every=None": throttled(sample_every=None),
+    }
+    per_step: dict[str, list[float]] = {name: [] for name in loops}
+    for _ in range(args.rounds):
+        for name, loop in loops.items():
+            start = time.thread_time()
+            loop(args.steps)
+            per_step[name].append((time.thread_time() - start) / args.steps * 1e6)
+    base = statistics.median(per_step["bare"])
+    print(f"host CPU per step over a bare loop, us (median of {args.rounds} rounds [range], "
+          f"{args.steps:,} steps)")
+    for name, values in per_step.items():
+        if name != "bare":
+            print(f"  {name:26s} {statistics.median(values) - base:6.2f} "
+                  f"[{min(values) - base:.2f}..{max(values) - base:.2f}]")
+
+
+if __name__ == "__main__":
+    main()
