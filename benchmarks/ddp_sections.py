@@ -64,6 +64,8 @@ def _worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str
             "scores": stats.rank_scores, "slowest": stats.slowest_rank, "sections": stats.sections}
     with open(os.path.join(out, f"{rank}.json"), "w") as f:
         json.dump(result, f)
+    # every rank finishes before any tears the groups down (one leaving early aborts the others)
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -102,14 +102,31 @@ class JaxEvent:
     time on the CPU, more when the device's threads are busy. ``query()`` is the markers'
     ``is_ready()``; ``synchronize()`` their ``block_until_ready()``. An event never recorded counts
     as complete, like a torch event.
+
+    Every JAX event can be timed (``elapsed_time``): XLA gives Python no device timestamps.
+    ``observed_at`` is the host clock when ``query()`` or ``synchronize()`` first saw the event
+    complete: an upper bound on when the device reached it. ``elapsed_time`` is the difference of
+    two such bounds, so it is the device time between the markers when the host was waiting on both
+    (a device-bound throttled loop: each is seen within the wait strategy's overshoot). A step
+    handed out with nothing in flight starts at a marker recorded with :meth:`record_idle`, dated
+    when it was recorded; so at depth 1 or in a starved loop the figure runs from the hand-out to
+    the end's observation, an upper bound like CUDA's. A host callback inside the barrier was
+    measured and rejected: 37 times the dispatch cost (226 us against 6 us on the CPU) and still
+    late by up to the GIL's switch interval.
+
+    One class for timed and plain events: device timing's sampled steps alternate the two at the
+    throttle's call sites, where CPython's specialised attribute reads miss on a second type
+    (0.5 us a step of the values bench's host cost, ``benchmarks/values_host_cost.py``).
     """
 
-    __slots__ = ("_clock", "_cover", "_markers", "_seed", "_tick", "observed_at")
+    __slots__ = ("_clock", "_cover", "_markers", "_seed", "_tick", "idle_at", "observed_at")
 
     def __init__(self, seed: Any, tick: Callable[[Any], Any], clock: Callable[[], float]) -> None:
         self._seed, self._tick, self._clock = seed, tick, clock
         self._markers: list[Any] = []
         self._cover: list[Any] = []
+        # when record_idle() dated it (None: not so recorded)
+        self.idle_at: float | None = None
         # clock() when first seen complete
         self.observed_at: float | None = None
 
@@ -182,31 +199,6 @@ class JaxEvent:
             self._markers = []
             self.observed_at = self._clock()
 
-
-class TimedJaxEvent(JaxEvent):
-    """A :class:`JaxEvent` with ``elapsed_time``, from the host's observations.
-
-    XLA gives Python no device timestamps. ``observed_at`` is the host clock
-    when ``query()`` or ``synchronize()`` first saw the barrier complete: an
-    upper bound on when the device reached it. ``elapsed_time`` is the
-    difference of two such bounds, so it is the device time between the
-    markers when the host was waiting on both (a device-bound throttled loop:
-    each is seen within the wait strategy's overshoot). A step handed out
-    with nothing in flight starts at a marker recorded with
-    :meth:`record_idle`, dated when it was recorded; so at depth 1 or in a
-    starved loop the figure runs from the hand-out to the end's observation,
-    an upper bound like CUDA's. A host callback
-    inside the barrier was measured and rejected: 37 times the dispatch cost
-    (226 us against 6 us on the CPU) and still late by up to the GIL's switch
-    interval.
-    """
-
-    __slots__ = ("idle_at",)
-
-    def __init__(self, seed: Any, tick: Callable[[Any], Any], clock: Callable[[], float]) -> None:
-        super().__init__(seed, tick, clock)
-        self.idle_at: float | None = None
-
     def record_idle(self) -> None:
         """Record on a device known to be idle: its completion is taken as now.
 
@@ -231,8 +223,13 @@ class TimedJaxEvent(JaxEvent):
         return (stop - start) * 1000.0
 
 
+# the name of the timed events before they were one class with the plain ones
+TimedJaxEvent = JaxEvent
+
+
+
 def _completed_at(event: JaxEvent) -> float | None:
-    idle_at = getattr(event, "idle_at", None)
+    idle_at = event.idle_at
     return idle_at if idle_at is not None else event.observed_at
 
 
@@ -262,8 +259,9 @@ def jax_events(
     Args:
         device: None or ``"jax"`` (the first of ``jax.devices()``), ``"jax:N"``
             (the N-th), or a ``jax.Device``.
-        timing: events with ``elapsed_time`` (see :class:`TimedJaxEvent` for
-            what the figure means).
+        timing: events with ``elapsed_time``: every JAX event has it (see
+            :class:`JaxEvent` for what the figure means); accepted for the
+            backends' common signature.
         clock: the host clock of ``observed_at``.
 
     Raises:
@@ -278,4 +276,4 @@ def jax_events(
     # compiles the barrier now, not in the first record(); runs async, nobody waits
     tick(seed)
     # (a partial: one call fewer per step than a lambda)
-    return functools.partial(TimedJaxEvent if timing else JaxEvent, seed, tick, clock)
+    return functools.partial(JaxEvent, seed, tick, clock)

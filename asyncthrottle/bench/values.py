@@ -257,8 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     print("asyncthrottle bench --values: the loss on the host every step, depth 2")
     print(f"machine: {platform.platform()}, Python {platform.python_version()}; {args.rounds} "
-          "interleaved rounds; us/step median [min-max]; speed vs maxtext in the same round, median "
-          "[min-max] (> 1: faster)")
+          "interleaved rounds; us/step median [min-max]; speed vs maxtext in the same round, "
+          "median [min-max] (> 1: faster)")
     for backend in backends:
         sizes, make = (JAX_SIZES, _jax_loops) if backend == "jax" else (CUDA_SIZES, _cuda_loops)
         for label, width, batch, steps in sizes:

@@ -32,6 +32,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _leave_together() -> None:
+    """Every rank finishes before any tears its groups down: a rank that exits while another still
+    talks to the store (rank 0 hosts it) or to a group aborts (gloo: "terminate called without an
+    active exception", SIGABRT in about one run in three on a 2-core machine)."""
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def _worker(rank: int, world: int, port: int, slow: int, out: str) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     reports: list[str] = []
@@ -53,7 +61,7 @@ def _worker(rank: int, world: int, port: int, slow: int, out: str) -> None:
         "slowest": stats.slowest_rank, "stalls": stats.stalls, "reports": reports, "syncs": dev.syncs,
         "completed": stats.completed, "summary": thr.summary(),
     }))
-    dist.destroy_process_group()
+    _leave_together()
 
 
 @pytest.mark.timeout(180)
@@ -179,7 +187,7 @@ def _ddp_worker(rank: int, world: int, port: int, out: str) -> None:
                 clock.advance(0.004 * factor + 0.004 * (3.0 - factor) + 0.008)
         seen["sections" if sections else "steps"] = [thr.stats.rank_scores, thr.stats.slowest_rank]
     Path(out, f"{rank}.json").write_text(json.dumps(seen))
-    dist.destroy_process_group()
+    _leave_together()
 
 
 @pytest.mark.timeout(120)
