@@ -12,9 +12,10 @@ from asyncthrottle.testing import FakeDevice
 
 
 def _run(script: Script, n: int, depth: int | None, *, stop_at: int | None = None, how: str = "break",
-         drain: bool = True) -> list[dict[str, object]]:
-    """Run a wrapped loop; at each body, note which events were complete."""
-    thr = at.Throttle(depth, events=script, wait="spin", drain=drain)
+         drain: bool = True, thr: at.Throttle | None = None) -> list[dict[str, object]]:
+    """Run a wrapped loop (on ``thr`` if given); at each body, note which events were complete."""
+    if thr is None:
+        thr = at.Throttle(depth, events=script, wait="spin", drain=drain)
     seen = []
     try:
         for step in thr.wrap(script.source(n)):
@@ -227,16 +228,7 @@ def test_the_inlined_per_step_path_decides_exactly_as_the_cores(
         if listened:
             thr.subscribe(listener)
         assert inside(thr).core.lean is not listened
-        try:
-            for step in thr.wrap(script.source(n)):
-                script.log.append(("body", step))
-                script.clock[0] += 1
-                if step == stop_at:
-                    if how == "break":
-                        break
-                    raise KeyError("boom")
-        except KeyError:
-            pass
+        _run(script, n, depth, stop_at=stop_at, how=how, thr=thr)
         runs.append((script.log, _counters(thr)))
     assert runs[0] == runs[1]  # the same records, queries, syncs, in the same order; the same counters
 
