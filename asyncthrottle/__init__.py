@@ -4,7 +4,7 @@ from ._aliases import install as _install_aliases
 from .core import Subscriber
 from .core.errors import ThrottleTimeout
 from .core.events import Event, EventFactory
-from .core.waits import Block, Hybrid, Poll, Spin, WaitStrategy
+from .core.waits import Block, Hybrid, Poll, Spin, SpinBlock, WaitStrategy
 from .parts.nonfinite import NonFiniteError, NonFiniteWarning
 from .parts.syncaudit import SyncAdvice
 from .stats import Stats
@@ -23,6 +23,7 @@ __all__ = [
     "NonFiniteWarning",
     "Poll",
     "Spin",
+    "SpinBlock",
     "Stats",
     "Subscriber",
     "SyncAdvice",

@@ -16,7 +16,7 @@ from .core.events import EventFactory
 from .core.hosttime import HostTimes
 from .core.ownership import Ownership
 from .core.rule import Core
-from .core.waits import Poll, WaitStrategy, resolve_wait
+from .core.waits import Poll, WaitStrategy, auto_wait, resolve_wait
 from .parts import PARTS
 from .parts._build import Build
 from .parts.autodepth import DepthController
@@ -81,11 +81,13 @@ class Throttle:
         events: instead of ``device``, a zero-argument factory of objects with ``record()``,
             ``query()``, ``synchronize()`` and optionally ``elapsed_time(end)`` (device timing
             turns itself off at the first failure of it).
-        wait: ``"hybrid"`` (default: sleep until shortly before the predicted completion, then
-            spin), ``"poll"``, ``"spin"``, ``"block"`` or a :class:`~asyncthrottle.WaitStrategy`
-            (docs/waits.md).
+        wait: ``"auto"`` (default: ``"spin-block"`` on JAX's CPU backend without a ``timeout``,
+            where the device is the host's own cores; ``"hybrid"`` elsewhere), ``"hybrid"``
+            (sleep until shortly before the predicted completion, then spin), ``"spin-block"``
+            (spin while waits are short, else sleep in the runtime's wait), ``"poll"``,
+            ``"spin"``, ``"block"`` or a :class:`~asyncthrottle.WaitStrategy` (docs/waits.md).
         timeout: seconds one wait may take before ``ThrottleTimeout`` (None: for ever); needs
-            ``"hybrid"``, ``"poll"`` or ``"spin"``.
+            ``"auto"``, ``"hybrid"``, ``"poll"`` or ``"spin"``.
         stall: seconds after which a wait for one step is logged once, with every thread's
             stack, as a stall; the wait goes on. ``"auto"`` (default): 50 median step times, at
             least 30 s; None: off. Never touches an event.
@@ -134,7 +136,7 @@ class Throttle:
         *,
         device: Any = None,
         events: EventFactory | None = None,
-        wait: str | WaitStrategy = "hybrid",
+        wait: str | WaitStrategy = "auto",
         timeout: float | None = None,
         stall: float | str | None = "auto",
         drain: bool = True,
@@ -161,13 +163,16 @@ class Throttle:
         # every check on every backend, before anything is built
         for part in PARTS:
             part.check(options)
-        strategy = resolve_wait(wait)
-        if self._timeout is not None and not strategy.honours_timeout:
+        # "auto": chosen once the device is known
+        chosen = None if wait == "auto" else resolve_wait(wait)
+        if self._timeout is not None and chosen is not None and not chosen.honours_timeout:
             raise ValueError(f"timeout={timeout!r} cannot interrupt wait={wait!r}; use "
-                             "wait='hybrid', 'poll' or 'spin'")
+                             "wait='auto', 'hybrid', 'poll' or 'spin'")
         self._drain_at_end = drain
-        backend = resolve_backend(device, events, streams, blocking=strategy.blocking_events,
+        backend = resolve_backend(device, events, streams,
+                                  blocking=chosen is not None and chosen.blocking_events,
                                   timing=sample_every is not None)
+        strategy = chosen or auto_wait(backend.computes_on_host, self._timeout)
         if not _compile.seen():
             _compile.see_torch()
         self._clock = clock

@@ -27,6 +27,8 @@ class Backend:
         trusted: ``timed``'s events are known to have ``elapsed_time`` (a built-in backend).
         streams: the ``streams=`` option as given: the streams the events are recorded on (None: the
             current one).
+        computes_on_host: the device's work runs on the host's own cores (JAX's CPU backend): a
+            wait that spins or wakes often takes CPU from the steps (``wait="auto"`` blocks).
     """
 
     def __init__(
@@ -38,10 +40,11 @@ class Backend:
         *,
         trusted: bool,
         streams: Any = None,
+        computes_on_host: bool = False,
     ) -> None:
         self.kind, self.device, self.events = kind, device, events
         self.timed, self.trusted = timed, trusted
-        self.streams = streams
+        self.streams, self.computes_on_host = streams, computes_on_host
 
     @property
     def synchronous(self) -> bool:
@@ -126,5 +129,11 @@ def resolve_backend(
         timed = torch_backend.resolve_events(
             device, streams=streams, blocking=blocking, timing=True
         )
-    return Backend(kind, device, new_event, timed, trusted=True, streams=streams)
+    computes_on_host = False
+    if kind == "jax":
+        from .jax import computes_on_host as on_host
+
+        computes_on_host = on_host(device)
+    return Backend(kind, device, new_event, timed, trusted=True, streams=streams,
+                   computes_on_host=computes_on_host)
 

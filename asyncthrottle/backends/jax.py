@@ -251,6 +251,12 @@ def _parse_device(jax: Any, device: Any) -> Any:
     return devices[int(index)]
 
 
+def computes_on_host(device: Any = None) -> bool:
+    """Whether the JAX device (as :func:`jax_events` takes it) runs its programs on the host's own
+    cores: XLA's CPU backend."""
+    return bool(_parse_device(_jax(), device).platform == "cpu")
+
+
 def jax_events(
     device: Any = None, *, timing: bool = False, clock: Callable[[], float] = time.perf_counter
 ) -> EventFactory:

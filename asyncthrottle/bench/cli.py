@@ -107,8 +107,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="multiply every experiment's step count")
     p.add_argument("--repeat", type=_positive(int), default=1,
                    help="runs per mode; the fastest is kept")
-    p.add_argument("--wait", choices=("poll", "spin", "block", "hybrid"), default="hybrid",
-                   help="the throttle's wait strategy (default: the library's, hybrid)")
+    p.add_argument("--wait", choices=("auto", "poll", "spin", "block", "hybrid", "spin-block"),
+                   default="auto",
+                   help="the throttle's wait strategy (default: the library's, auto)")
     p.add_argument("--sim-cost", type=_sim_cost, action="append", default=[],
                    metavar="NAME=HOST_US:DEVICE_US",
                    help="simulated per-launch host and device microseconds for add, matmul or "

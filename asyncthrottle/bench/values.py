@@ -6,10 +6,14 @@ GPU), at a tiny step and at a device-bound one, depth 2, the same jitted (or
 torch) training step and batches, it times in interleaved rounds:
 
 * ``defer``: ``Throttle(2)`` and ``thr.defer(loss, name="loss")`` every step,
-  defaults, the loss written by an ``on_complete`` callback;
-* ``defer-block``: the same with ``wait="block"`` (the host sleeps in the
-  runtime's own wait, as MaxText's ``block_until_ready`` does, instead of
-  the default hybrid wait's spin, which on the CPU competes with the device's threads);
+  defaults, the loss written by an ``on_complete`` callback (on JAX's CPU
+  backend ``wait="auto"`` is ``"spin-block"``: the host sleeps in the
+  runtime's own wait, as MaxText's ``block_until_ready`` does; on CUDA it is
+  ``"hybrid"``);
+* ``defer-hybrid`` (JAX) or ``defer-block`` (CUDA): the same with the other
+  wait: on JAX ``wait="hybrid"``, whose sleep slices and spin take the CPU
+  from the device's threads when the device is the host's own cores; on CUDA
+  ``wait="block"`` (blocking-sync events);
 * ``float``: ``float(loss)`` (``loss.item()`` on CUDA) every step;
 * ``maxtext``: MaxText's ``InflightThrottler``: a ``queue.Queue(maxsize=2)`` of
   ``(jax.tree.leaves(outputs), metrics)``; when full, the oldest is popped,
@@ -39,7 +43,8 @@ from ..throttle import Throttle
 
 __all__ = ["MODES", "main", "measure", "speeds"]
 
-MODES = ("defer", "defer-block", "float", "maxtext", "plain")
+# the second mode is the other wait: "defer-hybrid" on JAX, "defer-block" on CUDA
+MODES = ("defer", "defer-hybrid", "defer-block", "float", "maxtext", "plain")
 # (label, width, batch, steps): a ~50 us and a ~1.5 ms step on the 2-core VM (docs/benchmarks.md)
 JAX_SIZES = (("tiny", 32, 320, 3000), ("device-bound", 256, 512, 200))
 CUDA_SIZES = (("tiny", 32, 320, 5000), ("device-bound", 2048, 8192, 400))
@@ -112,7 +117,7 @@ def _jax_loops(width: int, batch: int) -> dict[str, Loop]:
             wait_for_next()
         state[0] = p
 
-    def defer(n: int, wait: str = "hybrid") -> None:
+    def defer(n: int, wait: str = "auto") -> None:
         p = state[0]
         thr = Throttle(2, device="jax", wait=wait)
         thr.on_complete(lambda s, values: logged.append(float(values["loss"])))
@@ -123,7 +128,7 @@ def _jax_loops(width: int, batch: int) -> dict[str, Loop]:
         state[0] = p
 
     return {
-        "defer": defer, "defer-block": lambda n: defer(n, "block"), "float": every,
+        "defer": defer, "defer-hybrid": lambda n: defer(n, "hybrid"), "float": every,
         "maxtext": maxtext, "plain": plain,
     }
 
@@ -175,7 +180,7 @@ def _cuda_loops(width: int, batch: int) -> dict[str, Loop]:
         while not inflight.empty():
             wait_for_next()
 
-    def defer(n: int, wait: str = "hybrid") -> None:
+    def defer(n: int, wait: str = "auto") -> None:
         thr = Throttle(2, device="cuda", wait=wait)
         thr.on_complete(lambda s, values: logged.append(float(values["loss"])))
         for _ in thr.wrap(range(n)):
@@ -265,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             n = max(1, round(steps * args.scale))
             times = measure(make(width, batch), n, args.rounds)
             print(f"\n{backend}, {label} step (width {width}, batch {batch}, {n} steps):")
-            for name in MODES:
+            for name in times:
                 t = times[name]
                 speed = speeds(times, name)
                 print(f"  {name:11s} {statistics.median(t):9.1f} us [{min(t):.1f}-{max(t):.1f}]  "

@@ -31,7 +31,7 @@ from .report import Deadline, machine, say
 
 __all__ = ["WAITS", "WaitBench", "main", "measure_thread", "measure_waits", "run_loop"]
 
-WAITS = ("spin", "block", "poll", "hybrid")
+WAITS = ("spin", "block", "poll", "hybrid", "spin-block")
 STEPS_US = (50, 100, 300, 1000, 10000)
 # a timed run stops after this many times its planned length
 RUN_CAP = 4.0

@@ -1,4 +1,5 @@
-"""How the host waits for an event: spin, block in the driver, poll, or sleep-then-spin (hybrid)."""
+"""How the host waits for an event: spin, block in the driver, poll, sleep-then-spin (hybrid), or
+spin-then-block."""
 
 from __future__ import annotations
 
@@ -71,6 +72,92 @@ class Block(Spin):
 
     blocking_events = True
     honours_timeout = False
+
+
+def _low_quantile(waits: deque[float], quantile: float, min_samples: int) -> float | None:
+    """The ``quantile`` of the remembered wait durations; None before ``min_samples`` of them."""
+    if len(waits) < min_samples:
+        return None
+    ordered = sorted(waits)
+    return ordered[int(quantile * (len(ordered) - 1))]
+
+
+class SpinBlock(Block):
+    """Spin while this loop's waits are short, else sleep in the runtime's own wait: no core taken
+    from a device that computes on the host's cores.
+
+    A wait predicted shorter than ``spin_s`` (a low quantile of the last
+    ``history`` wait durations, as :class:`Hybrid` predicts; no prediction in
+    the first ``min_samples`` waits) spins on ``query()``, yielding the GIL, for
+    up to ``spin_s``; a longer wait, or one still unfinished after the spin,
+    calls the event's ``synchronize()``, which sleeps in the runtime (JAX's
+    ``block_until_ready``, CUDA's blocking-sync events) and wakes when the
+    step completes.
+
+    The default for JAX's CPU backend (``wait="auto"``): there the "device" is
+    the host's own cores, every cycle the host spends waiting is taken from the
+    step's computation, and each wake-up from a sleep slice preempts one of
+    XLA's threads; a blocking wait costs one wake-up. Like ``"block"``, neither
+    Ctrl-C nor a ``timeout`` can cut the runtime's wait short (a
+    ``KeyboardInterrupt`` is raised when the step completes); a stall is
+    reported by the watchdog thread.
+
+    Args:
+        spin_s: the longest spin, and the predicted wait below which it spins first.
+        history: wait durations remembered.
+        quantile: which quantile of them predicts the next wait.
+        min_samples: waits timed before predicting (until then it spins first).
+        yield_gil: call ``os.sched_yield()`` between queries while spinning.
+        clock: monotonic clock in seconds.
+    """
+
+    def __init__(
+        self,
+        *,
+        spin_s: float = 1e-4,
+        history: int = 16,
+        quantile: float = 0.25,
+        min_samples: int = 3,
+        yield_gil: bool = True,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        super().__init__(clock=clock)
+        if spin_s < 0:
+            raise ValueError(f"spin_s must be >= 0, got {spin_s!r}")
+        if history < 1 or not 1 <= min_samples <= history:
+            raise ValueError("history must be >= 1 and min_samples in [1, history], got "
+                             f"{history!r}, {min_samples!r}")
+        if not 0 <= quantile <= 1:
+            raise ValueError(f"quantile must be in [0, 1], got {quantile!r}")
+        self.spin_s, self.quantile, self.min_samples = spin_s, quantile, min_samples
+        self.yield_gil = yield_gil
+        # seconds from each call to complete
+        self._waits: deque[float] = deque(maxlen=history)
+
+    def predict(self) -> float | None:
+        """Seconds the next wait is expected to take, or None before ``min_samples`` waits."""
+        return _low_quantile(self._waits, self.quantile, self.min_samples)
+
+    def __call__(self, event: Event, timeout: float | None, waited: float = 0.0) -> bool:
+        """``timeout`` must be None (``honours_timeout`` is False: the throttle refuses one)."""
+        clock = self._clock
+        start = clock()
+        predicted = self.predict()
+        if predicted is None or predicted < self.spin_s:
+            query, yield_gil = event.query, self.yield_gil
+            until = start + self.spin_s
+            while not query():
+                if clock() >= until:
+                    break
+                if yield_gil:
+                    # releases the GIL to other Python threads
+                    os.sched_yield()
+            else:
+                self._waits.append(clock() - start)
+                return True
+        event.synchronize()  # host-device sync: the depth rule requires this step; sleeps in it.
+        self._waits.append(clock() - start)
+        return True
 
 
 class Poll:
@@ -226,10 +313,7 @@ class Hybrid:
 
     def predict(self) -> float | None:
         """Seconds the next wait is expected to take, or None before ``min_samples`` waits."""
-        if len(self._waits) < self.min_samples:
-            return None
-        ordered = sorted(self._waits)
-        return ordered[int(self.quantile * (len(ordered) - 1))]
+        return _low_quantile(self._waits, self.quantile, self.min_samples)
 
     @property
     def overshoot_s(self) -> float:
@@ -304,25 +388,35 @@ class Hybrid:
 
 
 _BY_NAME: dict[str, Callable[[], WaitStrategy]] = {
-    "spin": Spin, "block": Block, "poll": Poll, "hybrid": Hybrid,
+    "spin": Spin, "block": Block, "poll": Poll, "hybrid": Hybrid, "spin-block": SpinBlock,
 }
+# wait="auto" is chosen once the device is known (see auto_wait)
+NAMES = sorted([*_BY_NAME, "auto"])
+
+
+def auto_wait(computes_on_host: bool, timeout: float | None) -> WaitStrategy:
+    """``wait="auto"``: :class:`SpinBlock` where the device computes on the host's own cores (JAX's
+    CPU backend) and no ``timeout`` must be honoured, else :class:`Hybrid`."""
+    if computes_on_host and timeout is None:
+        return SpinBlock()
+    return Hybrid()
 
 
 def resolve_wait(wait: str | WaitStrategy) -> WaitStrategy:
-    """Turn ``wait=`` into a strategy object, or explain what is allowed."""
+    """Turn ``wait=`` into a strategy object, or explain what is allowed (``"auto"`` is resolved by
+    :func:`auto_wait`, once the device is known)."""
     if isinstance(wait, str):
         if wait not in _BY_NAME:
-            raise ValueError(f"wait must be one of {sorted(_BY_NAME)} or a WaitStrategy, got "
-                             f"{wait!r}")
+            raise ValueError(f"wait must be one of {NAMES} or a WaitStrategy, got {wait!r}")
         return _BY_NAME[wait]()
     if isinstance(wait, type):
         raise TypeError(
             f"wait={wait.__name__} is a class; pass an instance such as wait={wait.__name__}() "
-            f"(or a name: one of {sorted(_BY_NAME)})"
+            f"(or a name: one of {NAMES})"
         )
     if isinstance(wait, WaitStrategy):
         return wait
     raise TypeError(
-        f"wait must be one of {sorted(_BY_NAME)} or an object with __call__(event, timeout), "
+        f"wait must be one of {NAMES} or an object with __call__(event, timeout), "
         f"blocking_events and honours_timeout, got {type(wait).__name__}"
     )

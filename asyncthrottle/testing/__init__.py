@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.waits import Block, Hybrid, Poll, Spin, WaitStrategy
+from ..core.waits import Block, Hybrid, Poll, Spin, SpinBlock, WaitStrategy
 from ..throttle import Throttle
 
 __all__ = ["FakeClock", "FakeDevice", "FakeEvent"]
@@ -121,7 +121,7 @@ class FakeDevice:
 
     def wait(self, kind: str = "poll", **options: Any) -> WaitStrategy:
         """A wait strategy that runs on this device's clock (``"poll"``, ``"spin"``, ``"block"``,
-        ``"hybrid"``)."""
+        ``"hybrid"``, ``"spin-block"``)."""
         if kind == "poll":
             # a fake clock does not move while spinning
             options.setdefault("spin_s", 0.0)
@@ -131,7 +131,10 @@ class FakeDevice:
             return Hybrid(clock=self._spinning_clock, sleep=self.clock.sleep, **options)
         if kind in ("spin", "block"):
             return (Spin if kind == "spin" else Block)(clock=self._spinning_clock, **options)
-        raise ValueError(f"kind must be 'poll', 'spin', 'block' or 'hybrid', got {kind!r}")
+        if kind == "spin-block":
+            return SpinBlock(clock=self._spinning_clock, **options)
+        raise ValueError(f"kind must be 'poll', 'spin', 'block', 'hybrid' or 'spin-block', got "
+                         f"{kind!r}")
 
     def throttle(self, depth: int | None = 2, *, wait: str | WaitStrategy = "poll",
                  **options: Any) -> Throttle:

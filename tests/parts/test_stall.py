@@ -6,6 +6,7 @@ import gc
 import logging
 import threading
 import time
+import types
 import weakref
 from typing import ClassVar
 
@@ -13,6 +14,7 @@ import pytest
 from helpers import inside
 
 import asyncthrottle as at
+import asyncthrottle.parts.stall as stall_module
 from asyncthrottle.parts.stall import STALL_FLOOR_S, StallWatch, check_stall
 from asyncthrottle.testing import FakeDevice
 
@@ -250,3 +252,35 @@ def test_dropped_throttles_leave_no_watchdog_thread_behind(wait: str) -> None:
     finally:
         gc.enable()
         gc.collect()
+
+
+def test_the_watchdog_lets_go_of_a_watch_between_waits_without_a_lock_on_the_loops_side() -> None:
+    from asyncthrottle.parts.stall import _Watchdog
+
+    dev = FakeDevice()
+    thr = dev.throttle(1, wait="block", stall=5.0)
+    watch = inside(thr).part(StallWatch)
+    assert watch is not None and watch._watchdog
+    dog = _Watchdog()
+    dog._thread = threading.current_thread()  # alive: begin() starts no thread here
+    calls: list[StallWatch] = []
+    real = stall_module._WATCHDOG
+    # the loop's calls into the watchdog are recorded, then passed on to this one
+    stall_module._WATCHDOG = types.SimpleNamespace(  # type: ignore[assignment]
+        begin=lambda w: (calls.append(w), dog.begin(w)))
+    try:
+        watch.on_wait_begin(0)  # a wait on a watch not held: added, under the lock
+        assert calls == [watch] and watch._watched and dog._sweep() == [watch]  # waiting: looked at
+        watch.on_wait(0, 0.0, 0.1)
+        assert dog._sweep() == [] and not watch._watched and len(dog._watches) == 0  # let go
+        watch.on_wait_begin(1)
+        assert calls == [watch, watch]  # not held any more: the loop adds it again
+        watch.on_wait(1, 0.0, 0.1)
+        watch.on_wait_begin(2)
+        assert len(calls) == 2  # still held (no look since): a wait costs no call, no lock
+        watch.on_wait(2, 0.0, 0.1)
+        # a sweep between the loop's store of _waiting and its read of _watched keeps the watch
+        watch._waiting = (3, 0.0, 5.0)  # the first half of on_wait_begin
+        assert dog._sweep() == [watch] and watch._watched  # kept: the loop then skips begin()
+    finally:
+        stall_module._WATCHDOG = real

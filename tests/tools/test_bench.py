@@ -290,7 +290,7 @@ def test_values_mode_runs_every_mode_at_tiny_scale(capsys: pytest.CaptureFixture
     pytest.importorskip("jax")
     assert cli.main(["--values", "--backend", "jax", "--rounds", "1", "--scale", "0.01"]) == 0
     out = capsys.readouterr().out
-    for mode in ("defer", "defer-block", "float", "maxtext", "plain"):
+    for mode in ("defer", "defer-hybrid", "float", "maxtext", "plain"):
         assert f"  {mode} " in out
     assert "tiny step" in out and "device-bound step" in out
 
