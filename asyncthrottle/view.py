@@ -205,6 +205,10 @@ class Pass(Iterator[T], Generic[T]):
                 if queued > 1 and pending[-2].query():
                     core.dry += 1
                     core.last_dry = step
+                    if queued == 2:
+                        # the step before, seen complete: retired now (see Core.record)
+                        pending.popleft()
+                        core.completed += 1
             else:
                 core.record(now)
         elif self._state != "running":
@@ -236,7 +240,7 @@ class Pass(Iterator[T], Generic[T]):
                 item = self._copy(item.batch)
         try:
             pending = self._pending
-            if core.lean and len(pending) <= core.limit:  # type: ignore[operator]
+            if len(pending) <= core.lean_limit:
                 # Core.admit() inlined while no step must be waited for (see Core.lean)
                 if pending and pending[0].query():
                     pending.popleft()

@@ -110,12 +110,15 @@ class Core:
     unfinished at ``n``'s hand-out, or it would have been retired there) and
     its event already reports completion -- idle that opened inside the body,
     where no hand-out sees it. That costs one ``query()`` per step, never a sync.
+    When that step is the only other one queued and no part hears retirements,
+    it is retired there and then (the hand-out would only ask it again).
 
     ``lean`` says that a step which waits for nothing has no part to tell and
     no budget but the depth (the backend is asynchronous, the depth is set, and
     no part listens to records, retirements, hand-outs or holds); the wrapped
     loop then runs :meth:`record` and :meth:`admit` inlined (``view.Pass``), the
-    whole per-step cost of a plain loop. Hooks are added and removed only
+    whole per-step cost of a plain loop. ``lean_limit`` is ``limit`` while lean,
+    else -1 (one read decides the inlined hand-out). Hooks are added and removed only
     through :meth:`subscribe`/:meth:`listen` and their inverses, which keep it
     true.
 
@@ -143,9 +146,10 @@ class Core:
 
     __slots__ = (
         "_telling", "_untold", "before_record", "clock", "completed", "depth", "draining", "dry",
-        "histogram", "holds", "last_dry", "lean", "limit", "max_in_flight", "new_event", "on_drop",
-        "on_dry", "on_fetch", "on_handout", "on_idle", "on_pause", "on_record", "on_retire",
-        "on_wait", "on_wait_begin", "pending", "steps", "supplied_step", "supplier",
+        "histogram", "holds", "last_dry", "lean", "lean_limit", "limit", "max_in_flight",
+        "new_event", "on_drop", "on_dry", "on_fetch", "on_handout", "on_idle", "on_pause",
+        "on_record", "on_retire", "on_wait", "on_wait_begin", "pending", "steps", "supplied_step",
+        "supplier",
         "timeout", "top", "wait_s", "wait_strategy", "waits",
     )
 
@@ -191,6 +195,7 @@ class Core:
         self.on_wait: list[Callable[..., Any]] = []
         self.on_pause: list[Callable[..., Any]] = []
         self.lean = False
+        self.lean_limit = -1
         self.set_depth(depth)
 
     @property
@@ -212,6 +217,7 @@ class Core:
     def _relean(self) -> None:
         self.lean = (self.new_event is not None and self.limit is not None and self.limit < self.top
                      and not any(getattr(self, name) for name in _STEP_HOOKS))
+        self.lean_limit = self.limit if self.lean else -1  # type: ignore[assignment]
 
     def subscribe(self, part: object) -> None:
         """Call ``part``'s hooks (the methods of :class:`Subscriber` it defines) from now on."""
@@ -303,6 +309,10 @@ class Core:
             self.last_dry = step
             for hook in self.on_dry:
                 hook(step)
+            if queued == 2 and not self.on_retire:
+                # the step before, seen complete: retired now (the hand-out would ask it again)
+                pending.popleft()
+                self.completed += 1
         if self.on_record:
             for hook in self.on_record:
                 hook(step, event, now)
