@@ -479,10 +479,15 @@ class Completions:
     def before_record(self, step: int, event: Event) -> None:
         """Order the step's event after the copies enqueued on other CUDA streams (no ``Stream``
         made otherwise); give a JAX event the step's held arrays to wait on (``cover``)."""
-        cover = getattr(event, "cover", None)
-        if cover is not None:
-            arrays = [array for deferred in self.open if deferred._held for array in deferred._held]
-            if arrays:
+        arrays: list[Any] = []
+        # (a loop, not a comprehension: 3.11 makes a comprehension a call)
+        for deferred in self.open:
+            held = deferred._held
+            if held:
+                arrays += held
+        if arrays:
+            cover = getattr(event, "cover", None)
+            if cover is not None:
                 cover(arrays)
         keys = self.stream_keys
         if not keys:

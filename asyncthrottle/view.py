@@ -178,7 +178,6 @@ class Pass(Iterator[T], Generic[T]):
 
     def __next__(self) -> T:
         clock = self._clock
-        now = clock()
         core = self._core
         # the loop body of the step handed out last is done
         if self._open:
@@ -209,10 +208,18 @@ class Pass(Iterator[T], Generic[T]):
                         # the step before, seen complete: retired now (see Core.record)
                         pending.popleft()
                         core.completed += 1
+                # the fetch starts after the record (its cost is the loop's, not the source's)
+                now = clock()
             else:
+                now = clock()
                 core.record(now)
-        elif self._state != "running":
-            self._start(now)
+                if core.heard:
+                    # the parts' work at the record is not the source's either
+                    now = clock()
+        else:
+            now = clock()
+            if self._state != "running":
+                self._start(now)
         item = self._held
         if item is _EMPTY:
             try:

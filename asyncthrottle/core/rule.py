@@ -146,7 +146,7 @@ class Core:
 
     __slots__ = (
         "_telling", "_untold", "before_record", "clock", "completed", "depth", "draining", "dry",
-        "histogram", "holds", "last_dry", "lean", "lean_limit", "limit", "max_in_flight",
+        "heard", "histogram", "holds", "last_dry", "lean", "lean_limit", "limit", "max_in_flight",
         "new_event", "on_drop", "on_dry", "on_fetch", "on_handout", "on_idle", "on_pause",
         "on_record", "on_retire", "on_wait", "on_wait_begin", "pending", "steps", "supplied_step",
         "supplier",
@@ -196,6 +196,8 @@ class Core:
         self.on_pause: list[Callable[..., Any]] = []
         self.lean = False
         self.lean_limit = -1
+        # a part hears records or retirements: a record costs its work
+        self.heard = False
         self.set_depth(depth)
 
     @property
@@ -218,6 +220,7 @@ class Core:
         self.lean = (self.new_event is not None and self.limit is not None and self.limit < self.top
                      and not any(getattr(self, name) for name in _STEP_HOOKS))
         self.lean_limit = self.limit if self.lean else -1  # type: ignore[assignment]
+        self.heard = bool(self.before_record or self.on_record or self.on_retire)
 
     def subscribe(self, part: object) -> None:
         """Call ``part``'s hooks (the methods of :class:`Subscriber` it defines) from now on."""
@@ -412,22 +415,27 @@ class Core:
         """Tell every part of ``step``'s retirement, then of the steps retired meanwhile: in order,
         never nested."""
         untold = self._untold
-        untold.append(step)
         # a part waited while being told of an earlier step: that one comes first
         if self._telling:
+            untold.append(step)
             return
         self._telling = True
         error: BaseException | None = None
         try:
             # steps left by an interrupted telling (Ctrl-C in a callback) go first
-            while untold:
+            if untold:
+                untold.append(step)
                 step = untold.popleft()
+            while True:
                 for hook in self.on_retire:
                     try:
                         hook(step)
                     except Exception as exc:
                         # a user's callback: the other parts still hear of the step
                         error = error or exc
+                if not untold:
+                    break
+                step = untold.popleft()
         finally:
             self._telling = False
         if error is not None:

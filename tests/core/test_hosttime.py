@@ -162,3 +162,36 @@ def test_pause_ends_a_step_loops_pass_without_waiting() -> None:
     with pytest.raises(RuntimeError, match="inside a wrapped loop"):
         for _ in thr.wrap(range(2)):
             thr.pause()
+
+
+class _SlowRecord:
+    """A part whose work at each record takes 5 ms of the host's (a trace, sections, deferred
+    values)."""
+
+    def __init__(self, dev: FakeDevice) -> None:
+        self.dev = dev
+
+    def on_record(self, step: int, event: object, now: float) -> None:
+        self.dev.host(5 * MS)
+
+
+@pytest.mark.parametrize("listened", [False, True])
+def test_the_fetch_is_the_sources_time_not_the_records(listened: bool) -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(2, wait="spin", sample_every=None)
+    if listened:
+        thr.subscribe(_SlowRecord(dev))  # the general path: the record tells a part
+
+    def source() -> Iterator[int]:
+        for i in range(5):
+            dev.host(1 * MS)  # the loader's own time
+            yield i
+
+    for _ in thr.wrap(source()):
+        dev.host(2 * MS)
+    stats = thr.stats
+    # five fetches and the one that found the source exhausted: the source's 1 ms each, nothing of
+    # the records' 5 ms (counted with the body, where the loop's own Python is)
+    assert stats.fetch_s == pytest.approx(5 * MS)
+    assert stats.body_s == pytest.approx((10 + (25 if listened else 0)) * MS)
+    _adds_up(stats)
