@@ -97,10 +97,13 @@ class SpinBlock(Block):
     The default for JAX's CPU backend (``wait="auto"``): there the "device" is
     the host's own cores, every cycle the host spends waiting is taken from the
     step's computation, and each wake-up from a sleep slice preempts one of
-    XLA's threads; a blocking wait costs one wake-up. Like ``"block"``, neither
-    Ctrl-C nor a ``timeout`` can cut the runtime's wait short (a
-    ``KeyboardInterrupt`` is raised when the step completes); a stall is
-    reported by the watchdog thread.
+    XLA's threads; a blocking wait costs one wake-up. A ``timeout`` cannot cut
+    the runtime's wait short (``timeout=`` is refused; ``"auto"`` picks
+    ``"hybrid"`` then), and a stall is reported by the watchdog thread.
+    Ctrl-C: JAX's ``block_until_ready`` looks for signals every 200 ms
+    (jaxlib's ``BlockUntilReadyWithCancel``), so a ``KeyboardInterrupt``
+    arrives within that (0.10 s measured, ``benchmarks/jax_ctrl_c.py``);
+    CUDA's blocking-sync events hold the thread until the step completes.
 
     Args:
         spin_s: the longest spin, and the predicted wait below which it spins first.
