@@ -39,7 +39,7 @@ def main() -> None:
         thr = at.Throttle(1, device="jax", wait=wait, stall=None)
         sent: list[float] = []
 
-        def interrupt() -> None:
+        def interrupt(sent: list[float] = sent) -> None:
             sent.append(time.perf_counter())
             os.kill(os.getpid(), signal.SIGINT)
 

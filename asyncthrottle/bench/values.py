@@ -24,7 +24,9 @@ torch) training step and batches, it times in interleaved rounds:
 Each time is the median of the rounds (the spread is min-max); each speed is the
 median [min-max] of the per-round speeds against ``maxtext`` in the same round
 (> 1: faster than MaxText's pattern), so that a drift of the machine between
-rounds cancels out. The outputs are
+rounds cancels out. ``cpu`` is the process's CPU time per step (every thread,
+median of the rounds): on JAX on the CPU XLA's threads compute the steps on the
+same cores, so a wait that spins or wakes often shows there. The outputs are
 only the loss (MaxText's ``block_until_ready`` on donated parameters raises).
 """
 
@@ -192,8 +194,13 @@ def _cuda_loops(width: int, batch: int) -> dict[str, Loop]:
     }
 
 
-def measure(loops: dict[str, Loop], steps: int, rounds: int) -> dict[str, list[float]]:
-    """Microseconds per step of each loop, one figure per round; rounds alternate the order."""
+def measure(loops: dict[str, Loop], steps: int, rounds: int,
+            cpu: dict[str, list[float]] | None = None) -> dict[str, list[float]]:
+    """Microseconds per step of each loop, one figure per round; rounds alternate the order.
+
+    ``cpu``, if given, gets each round's process CPU microseconds per step (every thread: on JAX
+    on the CPU, XLA's threads computing the steps too, so a wait that spins shows there).
+    """
     for loop in loops.values():
         # warm: compilation, allocators, the first events
         loop(min(steps, 20))
@@ -201,9 +208,11 @@ def measure(loops: dict[str, Loop], steps: int, rounds: int) -> dict[str, list[f
     for r in range(rounds):
         order = list(loops) if r % 2 == 0 else list(reversed(loops))
         for name in order:
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             loops[name](steps)
             times[name].append((time.perf_counter() - start) / steps * 1e6)
+            if cpu is not None:
+                cpu.setdefault(name, []).append((time.process_time() - start_cpu) / steps * 1e6)
     return times
 
 
@@ -264,18 +273,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("asyncthrottle bench --values: the loss on the host every step, depth 2")
     print(f"machine: {platform.platform()}, Python {platform.python_version()}; {args.rounds} "
           "interleaved rounds; us/step median [min-max]; speed vs maxtext in the same round, "
-          "median [min-max] (> 1: faster)")
+          "median [min-max] (> 1: faster); cpu: the process's CPU per step, every thread, median")
     for backend in backends:
         sizes, make = (JAX_SIZES, _jax_loops) if backend == "jax" else (CUDA_SIZES, _cuda_loops)
         for label, width, batch, steps in sizes:
             n = max(1, round(steps * args.scale))
-            times = measure(make(width, batch), n, args.rounds)
+            cpu: dict[str, list[float]] = {}
+            times = measure(make(width, batch), n, args.rounds, cpu)
             print(f"\n{backend}, {label} step (width {width}, batch {batch}, {n} steps):")
             for name in times:
                 t = times[name]
                 speed = speeds(times, name)
-                print(f"  {name:11s} {statistics.median(t):9.1f} us [{min(t):.1f}-{max(t):.1f}]  "
-                      f"x{statistics.median(speed):.2f} [{min(speed):.2f}-{max(speed):.2f}]")
+                print(f"  {name:12s} {statistics.median(t):9.1f} us [{min(t):.1f}-{max(t):.1f}]  "
+                      f"x{statistics.median(speed):.2f} [{min(speed):.2f}-{max(speed):.2f}]  "
+                      f"cpu {statistics.median(cpu[name]):.0f} us")
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -292,6 +293,8 @@ def test_values_mode_runs_every_mode_at_tiny_scale(capsys: pytest.CaptureFixture
     out = capsys.readouterr().out
     for mode in ("defer", "defer-hybrid", "float", "maxtext", "plain"):
         assert f"  {mode} " in out
+    rows = [line for line in out.splitlines() if line.startswith("  ")]
+    assert len(rows) == 10 and all(re.search(r"cpu \d+ us$", row) for row in rows)  # the process's CPU
     assert "tiny step" in out and "device-bound step" in out
 
 
