@@ -16,6 +16,7 @@ import signal
 import threading
 import time
 import traceback
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -24,7 +25,7 @@ import asyncthrottle as at
 
 
 @jax.jit
-def slow(x: jax.Array) -> jax.Array:
+def slow(x: Any) -> Any:
     return jax.lax.fori_loop(0, 1500, lambda i, a: jnp.tanh(a @ a.T / 512.0), x)
 
 
@@ -54,7 +55,7 @@ def main() -> None:
             print(f"  {wait:10s} KeyboardInterrupt {time.perf_counter() - sent[0]:.2f} s after the "
                   f"signal, in {where.name}()")
         timer.join()
-        jax.block_until_ready(x)
+        x.block_until_ready()
 
 
 if __name__ == "__main__":
