@@ -247,7 +247,7 @@ class Pass(Iterator[T], Generic[T]):
                 item = self._copy(item.batch)
         try:
             pending = self._pending
-            if len(pending) <= core.lean_limit:
+            if core.lean and len(pending) <= core.limit:  # type: ignore[operator]
                 # Core.admit() inlined while no step must be waited for (see Core.lean)
                 if pending and pending[0].query():
                     pending.popleft()

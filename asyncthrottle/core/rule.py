@@ -117,8 +117,7 @@ class Core:
     no budget but the depth (the backend is asynchronous, the depth is set, and
     no part listens to records, retirements, hand-outs or holds); the wrapped
     loop then runs :meth:`record` and :meth:`admit` inlined (``view.Pass``), the
-    whole per-step cost of a plain loop. ``lean_limit`` is ``limit`` while lean,
-    else -1 (one read decides the inlined hand-out). Hooks are added and removed only
+    whole per-step cost of a plain loop. Hooks are added and removed only
     through :meth:`subscribe`/:meth:`listen` and their inverses, which keep it
     true.
 
@@ -146,7 +145,7 @@ class Core:
 
     __slots__ = (
         "_telling", "_untold", "before_record", "clock", "completed", "depth", "draining", "dry",
-        "heard", "histogram", "holds", "last_dry", "lean", "lean_limit", "limit", "max_in_flight",
+        "heard", "histogram", "holds", "last_dry", "lean", "limit", "max_in_flight",
         "new_event", "on_drop", "on_dry", "on_fetch", "on_handout", "on_idle", "on_pause",
         "on_record", "on_retire", "on_wait", "on_wait_begin", "pending", "steps", "supplied_step",
         "supplier",
@@ -195,7 +194,6 @@ class Core:
         self.on_wait: list[Callable[..., Any]] = []
         self.on_pause: list[Callable[..., Any]] = []
         self.lean = False
-        self.lean_limit = -1
         # a part hears records or retirements: a record costs its work
         self.heard = False
         self.set_depth(depth)
@@ -219,7 +217,6 @@ class Core:
     def _relean(self) -> None:
         self.lean = (self.new_event is not None and self.limit is not None and self.limit < self.top
                      and not any(getattr(self, name) for name in _STEP_HOOKS))
-        self.lean_limit = self.limit if self.lean else -1  # type: ignore[assignment]
         self.heard = bool(self.before_record or self.on_record or self.on_retire)
 
     def subscribe(self, part: object) -> None:
