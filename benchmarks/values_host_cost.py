@@ -19,6 +19,9 @@ like a JAX array. No device work runs, so the figure is the same from run to run
 
 Each figure is the median over the rounds of the loop's microseconds per step over a bare loop that
 makes the same stand-in arrays.
+
+``--sampling``: instead, ``defer`` at ``sample_every`` = 1, 2, 4, 8, 16 and 64 beside
+``sample_every=None``, and what one sampled step costs: (per-step cost - unsampled cost) * k.
 """
 
 from __future__ import annotations
@@ -62,6 +65,9 @@ class StandInArray:
         return np.array(self.value, np.float32)
 
 
+_EVERY = (1, 2, 4, 8, 16, 64)
+
+
 def bare(n: int) -> None:
     for _ in range(n):
         StandInArray(1.0)
@@ -100,12 +106,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20_000)
+    parser.add_argument("--sampling", action="store_true",
+                        help="the cost of one sampled step at sample_every = 1 .. 64")
     args = parser.parse_args()
-    loops: dict[str, Callable[[int], None]] = {
-        "bare": bare, "maxtext": maxtext, "defer": throttled(),
-        "defer, nonfinite=None": throttled(nonfinite=None),
-        "defer, sample_every=None": throttled(sample_every=None),
-    }
+    loops: dict[str, Callable[[int], None]] = {"bare": bare}
+    if args.sampling:
+        for every in _EVERY:
+            loops[f"defer, sample_every={every}"] = throttled(sample_every=every)
+        loops["defer, sample_every=None"] = throttled(sample_every=None)
+    else:
+        loops["maxtext"] = maxtext
+        loops["defer"] = throttled()
+        loops["defer, nonfinite=None"] = throttled(nonfinite=None)
+        loops["defer, sample_every=None"] = throttled(sample_every=None)
     per_step: dict[str, list[float]] = {name: [] for name in loops}
     for _ in range(args.rounds):
         for name, loop in loops.items():
@@ -115,10 +128,15 @@ def main() -> None:
     base = statistics.median(per_step["bare"])
     print(f"host CPU per step over a bare loop, us (median of {args.rounds} rounds [range], "
           f"{args.steps:,} steps)")
+    unsampled = statistics.median(per_step["defer, sample_every=None"]) - base
     for name, values in per_step.items():
         if name != "bare":
-            print(f"  {name:26s} {statistics.median(values) - base:6.2f} "
-                  f"[{min(values) - base:.2f}..{max(values) - base:.2f}]")
+            cost = statistics.median(values) - base
+            line = f"  {name:26s} {cost:6.2f} [{min(values) - base:.2f}..{max(values) - base:.2f}]"
+            period = name.rpartition("=")[2]
+            if args.sampling and period.isdigit():
+                line += f"  one sampled step: {(cost - unsampled) * int(period):5.1f}"
+            print(line)
 
 
 if __name__ == "__main__":
