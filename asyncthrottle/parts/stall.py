@@ -270,7 +270,9 @@ class _Watchdog:
     ``_waiting`` then reads ``_watched``; the thread clears ``_watched`` then
     reads ``_waiting``. Either the loop sees ``_watched`` cleared (and adds
     the watch again, under the lock) or the thread sees the wait (and keeps
-    the watch).
+    the watch). This leans on the GIL ordering the two threads' attribute
+    stores and reads; a free-threaded build would need the lock back (or
+    atomics) here.
     """
 
     def __init__(self) -> None:
