@@ -378,6 +378,17 @@ class Completions:
         self._subscribed = False
 
     def defer(self, value: Any, name: str | None, copy: bool = False) -> Deferred:
+        open_ = self.open
+        if not open_ and copy is False and type(name) is str and self._subscribed:
+            off_cpu = _JAX_ARRAYS.get(type(value))
+            if off_cpu is not None:
+                # the usual call: the step's first value, one named JAX array (the path below, with
+                # nothing to check)
+                if off_cpu:
+                    value.copy_to_host_async()
+                deferred = Deferred(self.core.steps, name, value, self._wait, held=[value])
+                open_.append(deferred)
+                return deferred
         if name is not None and not isinstance(name, str):
             raise TypeError(f"defer() name must be a str or None, got {name!r}")
         if not self._subscribed:
@@ -565,13 +576,17 @@ class Completions:
             self.ring.retire(step)
         self.latest.update(values)
         # (the lists are copied on write: a callback may remove itself or another)
-        for callbacks in (self.listeners, self.callbacks):
-            for callback in callbacks:
-                try:
-                    callback(step, values)
-                except Exception as exc:
-                    # every callback sees every step; the first error is raised after
-                    error = error or exc
+        for callback in self.listeners:
+            try:
+                callback(step, values)
+            except Exception as exc:
+                # every callback sees every step; the first error is raised after
+                error = error or exc
+        for callback in self.callbacks:
+            try:
+                callback(step, values)
+            except Exception as exc:
+                error = error or exc
         if error is not None:
             raise error
 
