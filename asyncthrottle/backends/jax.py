@@ -123,8 +123,9 @@ class JaxEvent:
 
     def __init__(self, seed: Any, tick: Callable[[Any], Any], clock: Callable[[], float]) -> None:
         self._seed, self._tick, self._clock = seed, tick, clock
-        self._markers: list[Any] = []
-        self._cover: list[Any] = []
+        # (an empty tuple until set: no list made per event)
+        self._markers: list[Any] | tuple[()] = ()
+        self._cover: list[Any] | tuple[()] = ()
         # when record_idle() dated it (None: not so recorded)
         self.idle_at: float | None = None
         # clock() when first seen complete
@@ -149,10 +150,11 @@ class JaxEvent:
         self._cover = cover
 
     def record(self) -> None:
-        markers = _take_pending() if _BARRIERS else []
-        cover, self._cover = self._cover, []
+        cover, self._cover = self._cover, ()
+        markers: list[Any] = _take_pending() if _BARRIERS else []
         if cover:
-            markers.extend(cover)
+            # (cover() made the list: it is this event's alone)
+            markers = cover if not markers else [*markers, *cover]
         else:
             # queued after the step's work on this device
             markers.append(self._tick(self._seed))
@@ -171,7 +173,7 @@ class JaxEvent:
                 if not all(marker.is_ready() for marker in self._live(markers)):
                     return False
             # nothing left to wait for (_observe, inlined: the per-step path)
-            self._markers, self.observed_at = [], self._clock()
+            self._markers, self.observed_at = (), self._clock()
         elif self.observed_at is None:
             self.observed_at = self._clock()
         return True
@@ -181,22 +183,22 @@ class JaxEvent:
             marker.block_until_ready()  # host-device sync: the caller asked to block.
         self._observe()
 
-    def _live(self, markers: list[Any]) -> list[Any]:
+    def _live(self, markers: list[Any] | tuple[()]) -> list[Any] | tuple[()]:
         """The markers, with a barrier in place of deferred arrays a later step donated.
 
         A donated array can no longer be asked; the barrier, dispatched now, is queued after the
         donating step too, so the event waits longer than its step, never less.
         """
         if any(marker.is_deleted() for marker in markers):
-            markers = [marker for marker in markers if not marker.is_deleted()]
-            markers.append(self._tick(self._seed))
-            self._markers = markers
+            live = [marker for marker in markers if not marker.is_deleted()]
+            live.append(self._tick(self._seed))
+            self._markers = markers = live
         return markers
 
     def _observe(self) -> None:
         if self._markers or self.observed_at is None:
             # nothing left to wait for
-            self._markers = []
+            self._markers = ()
             self.observed_at = self._clock()
 
     def record_idle(self) -> None:
@@ -208,7 +210,7 @@ class JaxEvent:
         the device idle there is nothing to wait for: no program is dispatched,
         and :func:`barrier_on`'s markers stay for the step's own event.
         """
-        self._markers, self._cover, self.observed_at = [], [], None
+        self._markers, self._cover, self.observed_at = (), (), None
         self.idle_at = self._clock()
 
     def elapsed_time(self, end: JaxEvent) -> float:
