@@ -245,7 +245,7 @@ class Deferred:
     )
 
     def __init__(
-        self, step: int, name: str, host: Any, wait: Callable[[Deferred], None], *,
+        self, step: int, name: str, host: Any, wait: Callable[[Deferred], None],
         unnamed: bool = False, held: list[Any] | None = None, ringed: bool = False,
     ) -> None:
         self.step, self.name, self.unnamed = step, name, unnamed
@@ -386,7 +386,8 @@ class Completions:
                 # nothing to check)
                 if off_cpu:
                     value.copy_to_host_async()
-                deferred = Deferred(self.core.steps, name, value, self._wait, held=[value])
+                # (positional: a call with keywords costs more, once a step)
+                deferred = Deferred(self.core.steps, name, value, self._wait, False, [value])
                 open_.append(deferred)
                 return deferred
         if name is not None and not isinstance(name, str):
