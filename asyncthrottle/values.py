@@ -491,12 +491,18 @@ class Completions:
     def before_record(self, step: int, event: Event) -> None:
         """Order the step's event after the copies enqueued on other CUDA streams (no ``Stream``
         made otherwise); give a JAX event the step's held arrays to wait on (``cover``)."""
-        arrays: list[Any] = []
-        # (a loop, not a comprehension: 3.11 makes a comprehension a call)
-        for deferred in self.open:
-            held = deferred._held
-            if held:
-                arrays += held
+        values = self.open
+        arrays: list[Any] | None
+        if len(values) == 1:
+            # the usual step: one value (its list is read, never changed, by cover())
+            arrays = values[0]._held
+        else:
+            arrays = []
+            # (a loop, not a comprehension: 3.11 makes a comprehension a call)
+            for deferred in values:
+                held = deferred._held
+                if held:
+                    arrays += held
         if arrays:
             cover = getattr(event, "cover", None)
             if cover is not None:
@@ -516,15 +522,21 @@ class Completions:
                 join(model.stream(key))
 
     def on_record(self, step: int, event: Event | None, now: float) -> None:
-        values, self.open, self.stream_keys = self.open, [], []
+        values = self.open
+        if self.stream_keys:
+            # (before_record takes them where there is an event)
+            self.stream_keys = []
         holding = self.holding
-        done = event is None
-        for deferred in values:
-            # Deferred._recorded, inlined: the per-step path
-            deferred._event, deferred._done = event, done
-            if deferred._held:
-                holding.append(deferred)
-        self.recorded.append((step, values))
+        if values:
+            self.open = []
+            done = event is None
+            for deferred in values:
+                # Deferred._recorded, inlined: the per-step path
+                deferred._event, deferred._done = event, done
+                if deferred._held:
+                    holding.append(deferred)
+            # (a step with no value has no entry: its retirement delivers an empty dict)
+            self.recorded.append((step, values))
         if self._ring_leaves:
             self._ring_per_step = max(self._ring_per_step, self._ring_leaves)
             self._ring_leaves = 0
