@@ -348,10 +348,15 @@ class Core:
             # retire finished steps without blocking
             if pending and pending[0].query():
                 if self.on_retire:
-                    retire = self.retire
-                    retire()
-                    while pending and pending[0].query():
-                        retire()
+                    tell = self._tell_retired
+                    # Core.retire, inlined: the per-step path of a loop with deferred values
+                    while True:
+                        pending.popleft()
+                        step = self.completed
+                        self.completed = step + 1
+                        tell(step)
+                        if not (pending and pending[0].query()):
+                            break
                 else:
                     # nobody to tell: the retirements are two operations each
                     pending.popleft()
