@@ -216,7 +216,9 @@ class JaxEvent:
     def elapsed_time(self, end: JaxEvent) -> float:
         """Milliseconds between the completions of ``self`` and ``end`` (observed, or a marker's
         idle record)."""
-        start, stop = _completed_at(self), _completed_at(end)
+        # when each completed: its idle record, else when it was seen complete
+        start = self.idle_at if self.idle_at is not None else self.observed_at
+        stop = end.idle_at if end.idle_at is not None else end.observed_at
         if start is None or stop is None:
             raise RuntimeError(
                 "elapsed_time() needs both events recorded and seen complete; call query() or "
@@ -227,12 +229,6 @@ class JaxEvent:
 
 # the name of the timed events before they were one class with the plain ones
 TimedJaxEvent = JaxEvent
-
-
-
-def _completed_at(event: JaxEvent) -> float | None:
-    idle_at = event.idle_at
-    return idle_at if idle_at is not None else event.observed_at
 
 
 def _parse_device(jax: Any, device: Any) -> Any:

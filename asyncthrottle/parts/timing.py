@@ -166,10 +166,11 @@ class DeviceTiming(Part):
                 self.disable(None)
                 return event
             self.trusted = True
-        every = self.every
+        every, core = self.every, self.core
         # the step before a sampled one: its end is the sampled step's start
         if step % every:
-            self.core.supply_next(self, step + 1)
+            # (Core.supply_next, inlined: the core is asking this part, so it supplies)
+            core.supplied_step = step + 1
             self._before_step, self._before = step, event
             return event
         ends = self.ends
