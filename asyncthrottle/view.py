@@ -177,38 +177,79 @@ class Pass(Iterator[T], Generic[T]):
         return self
 
     def __next__(self) -> T:
-        clock = self._clock
         core = self._core
         # the loop body of the step handed out last is done
+        if self._open and core.lean:
+            # Core.record(), the fetch and Core.admit(), inlined with no part to tell (see
+            # Core.lean): the per-step path of most loops, where a call costs as much as the rule
+            self._open = False
+            step = core.steps
+            event = (core.supplier.supply_event(step) if step == core.supplied_step
+                     else core.new_event())  # type: ignore[misc]
+            try:
+                # may raise (CUDA graph capture): then the step is not counted
+                event.record()
+            except BaseException:
+                core.drop()
+                raise
+            pending = self._pending
+            pending.append(event)
+            core.steps = step + 1
+            queued = len(pending)
+            if queued > core.max_in_flight:
+                core.max_in_flight = queued
+            # the device ran dry in this body (a query, never a sync)
+            if queued > 1 and pending[-2].query():
+                core.dry += 1
+                core.last_dry = step
+                if queued == 2:
+                    # the step before, seen complete: retired now (see Core.record)
+                    pending.popleft()
+            clock = self._clock
+            # the fetch starts after the record (its cost is the loop's, not the source's); a
+            # step that ran its body holds no batch
+            now = clock()
+            try:
+                item = next(self._it)  # type: ignore[arg-type]
+            except BaseException as exc:
+                self._fetch_failed(now, exc)
+                raise
+            if self._prefetch is not None:
+                # issued before the wait: the copy overlaps the step before
+                item = self._copy(item)
+            # (lean: no part hears fetches)
+            self._host.fetch_s += clock() - now
+            try:
+                if core.lean and len(pending) <= core.limit:  # type: ignore[operator]
+                    # Core.admit() while no step must be waited for
+                    if pending and pending[0].query():
+                        pending.popleft()
+                        while pending and pending[0].query():
+                            pending.popleft()
+                    queued = len(pending)
+                    if queued:
+                        # (lean: queued < depth <= the top bucket)
+                        core.histogram[queued] += 1
+                    else:
+                        # the device starves (histogram[0] counts these hand-outs)
+                        core.histogram[0] += 1
+                        if core.steps == core.supplied_step:
+                            core.supplier.supplied_idle(core.steps)
+                else:
+                    core.admit()
+            except BaseException:
+                # a timeout or Ctrl-C in the wait (or a device error in a query): keep the batch
+                # for the next next()
+                self._held = item
+                raise
+            self._open = True
+            return item  # type: ignore[no-any-return]
+        clock = self._clock
         if self._open:
             self._open = False
-            if core.lean:
-                # Core.record() inlined, with no part to tell (see Core.lean): the per-step path of
-                # most loops, where a call costs as much as the rule
-                step = core.steps
-                event = (core.supplier.supply_event(step) if step == core.supplied_step
-                         else core.new_event())  # type: ignore[misc]
-                try:
-                    # may raise (CUDA graph capture): then the step is not counted
-                    event.record()
-                except BaseException:
-                    core.drop()
-                    raise
-                pending = self._pending
-                pending.append(event)
-                core.steps = step + 1
-                queued = len(pending)
-                if queued > core.max_in_flight:
-                    core.max_in_flight = queued
-                # the device ran dry in this body (a query, never a sync)
-                if queued > 1 and pending[-2].query():
-                    core.dry += 1
-                    core.last_dry = step
-                    if queued == 2:
-                        # the step before, seen complete: retired now (see Core.record)
-                        pending.popleft()
-                        core.completed += 1
-                # the fetch starts after the record (its cost is the loop's, not the source's)
+            if core.new_event is None and not core.heard:
+                # Core.record() on a synchronous backend that no part hears: a count
+                core.steps += 1
                 now = clock()
             else:
                 now = clock()
@@ -224,13 +265,8 @@ class Pass(Iterator[T], Generic[T]):
         if item is _EMPTY:
             try:
                 item = next(self._it)  # type: ignore[arg-type]
-            except StopIteration:
-                self._host.fetched(core.steps, now, clock() - now)
-                self._finish()
-                raise
-            except BaseException:
-                # the source raised: the time it took was still fetching
-                self._host.fetched(core.steps, now, clock() - now)
+            except BaseException as exc:
+                self._fetch_failed(now, exc)
                 raise
             if self._prefetch is not None:
                 # issued before the wait: the copy overlaps the step before
@@ -246,22 +282,7 @@ class Pass(Iterator[T], Generic[T]):
             if type(item) is _Fetched:
                 item = self._copy(item.batch)
         try:
-            pending = self._pending
-            if core.lean and len(pending) <= core.limit:  # type: ignore[operator]
-                # Core.admit() inlined while no step must be waited for (see Core.lean)
-                if pending and pending[0].query():
-                    pending.popleft()
-                    core.completed += 1
-                    while pending and pending[0].query():
-                        pending.popleft()
-                        core.completed += 1
-                queued = len(pending)
-                # (lean: queued < depth <= the top bucket)
-                core.histogram[queued] += 1
-                # the device starves (histogram[0] counts these hand-outs)
-                if not queued and core.steps == core.supplied_step:
-                    core.supplier.supplied_idle(core.steps)
-            elif self._admits:
+            if self._admits:
                 core.admit()
         except BaseException:
             # a timeout or Ctrl-C in the wait (or a device error in a query): keep the batch for
@@ -270,6 +291,13 @@ class Pass(Iterator[T], Generic[T]):
             raise
         self._open = True
         return item  # type: ignore[no-any-return]
+
+    def _fetch_failed(self, start: float, exc: BaseException) -> None:
+        """The source raised, fetching since ``start`` (StopIteration: the pass ends)."""
+        # the time it took was still fetching
+        self._host.fetched(self._core.steps, start, self._clock() - start)
+        if isinstance(exc, StopIteration):
+            self._finish()
 
     def _copy(self, batch: Any) -> Any:
         try:

@@ -16,9 +16,11 @@ _HOOKS = (
     "before_record", "on_record", "on_drop", "on_dry", "on_fetch", "holds", "on_handout", "on_idle",
     "on_retire", "on_wait_begin", "on_wait", "on_pause",
 )
-# the hooks a step that waits for nothing may have to tell: with none of them, it is lean
+# the hooks a step that waits for nothing may have to tell (its fetch included): with none of them,
+# it is lean
 _STEP_HOOKS = (
-    "before_record", "on_record", "on_dry", "holds", "on_handout", "on_idle", "on_retire",
+    "before_record", "on_record", "on_dry", "on_fetch", "holds", "on_handout", "on_idle",
+    "on_retire",
 )
 
 
@@ -115,15 +117,17 @@ class Core:
 
     ``lean`` says that a step which waits for nothing has no part to tell and
     no budget but the depth (the backend is asynchronous, the depth is set, and
-    no part listens to records, retirements, hand-outs or holds); the wrapped
-    loop then runs :meth:`record` and :meth:`admit` inlined (``view.Pass``), the
-    whole per-step cost of a plain loop. Hooks are added and removed only
+    no part listens to records, fetches, retirements, hand-outs or holds); the
+    wrapped loop then runs :meth:`record`, the fetch and :meth:`admit` inlined
+    (``view.Pass``), the whole per-step cost of a plain loop. Hooks are added and removed only
     through :meth:`subscribe`/:meth:`listen` and their inverses, which keep it
     true.
 
     Only the loop's thread calls the mutating methods (the Throttle enforces
     it). Counters are written by that thread alone; other threads may read
-    them, and copy ``pending`` (a C-level copy, atomic under the GIL).
+    them, and copy ``pending`` (a C-level copy, atomic under the GIL). A
+    retirement is a ``popleft`` of ``pending``: ``completed`` is derived
+    (``steps - len(pending)``), so no counter can drift from the queue.
 
     Rules for parts: each notification goes to the parts subscribed when it
     starts (the hook lists are replaced, never changed in place: read them from
@@ -144,7 +148,7 @@ class Core:
     """
 
     __slots__ = (
-        "_telling", "_untold", "before_record", "clock", "completed", "depth", "draining", "dry",
+        "_telling", "_untold", "before_record", "clock", "depth", "draining", "dry",
         "heard", "histogram", "holds", "last_dry", "lean", "limit", "max_in_flight",
         "new_event", "on_drop", "on_dry", "on_fetch", "on_handout", "on_idle", "on_pause",
         "on_record", "on_retire", "on_wait", "on_wait_begin", "pending", "steps", "supplied_step",
@@ -163,7 +167,7 @@ class Core:
         self.new_event, self.wait_strategy = new_event, wait
         self.timeout, self.clock = timeout, clock
         self.pending: deque[Event] = deque()
-        self.steps = self.completed = 0
+        self.steps = 0
         self.waits = self.max_in_flight = self.dry = 0
         # the last step recorded after a dry body
         self.last_dry = -1
@@ -197,6 +201,11 @@ class Core:
         # a part hears records or retirements: a record costs its work
         self.heard = False
         self.set_depth(depth)
+
+    @property
+    def completed(self) -> int:
+        """Steps retired: seen complete, in order (the recorded steps not in ``pending``)."""
+        return self.steps - len(self.pending)
 
     @property
     def synchronous(self) -> bool:
@@ -280,7 +289,7 @@ class Core:
         new_event = self.new_event
         # synchronous: the step is complete as it ends
         if new_event is None:
-            self.completed = self.steps = step + 1
+            self.steps = step + 1
             if self.on_record:
                 for hook in self.on_record:
                     hook(step, None, now)
@@ -312,7 +321,6 @@ class Core:
             if queued == 2 and not self.on_retire:
                 # the step before, seen complete: retired now (the hand-out would ask it again)
                 pending.popleft()
-                self.completed += 1
         if self.on_record:
             for hook in self.on_record:
                 hook(step, event, now)
@@ -351,19 +359,16 @@ class Core:
                     tell = self._tell_retired
                     # Core.retire, inlined: the per-step path of a loop with deferred values
                     while True:
+                        step = self.steps - len(pending)
                         pending.popleft()
-                        step = self.completed
-                        self.completed = step + 1
                         tell(step)
                         if not (pending and pending[0].query()):
                             break
                 else:
-                    # nobody to tell: the retirements are two operations each
+                    # nobody to tell: a retirement is a popleft
                     pending.popleft()
-                    self.completed += 1
                     while pending and pending[0].query():
                         pending.popleft()
-                        self.completed += 1
             queued = len(pending)
             if queued:
                 top = self.top
@@ -407,9 +412,9 @@ class Core:
 
     def retire(self) -> None:
         """The oldest step is complete: drop its event, tell the parts."""
-        self.pending.popleft()
-        step = self.completed
-        self.completed = step + 1
+        pending = self.pending
+        step = self.steps - len(pending)
+        pending.popleft()
         if self.on_retire:
             self._tell_retired(step)
 
