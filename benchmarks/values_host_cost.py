@@ -1,6 +1,6 @@
 """Host CPU per step of keeping a JAX loss on the host: the throttle's Python beside MaxText's.
 
-Run: ``.venv/bin/python benchmarks/values_host_cost.py [--rounds 5] [--steps 20000]``.
+Run: ``.venv/bin/python benchmarks/values_host_cost.py [--rounds 5] [--steps 20000] [--bound]``.
 
 ``bench --values`` times real jitted steps, where the host shares the CPU with XLA's threads and a
 figure moves by 10 % from run to run. This isolates the part of it that is the library's own: the
@@ -20,6 +20,12 @@ like a JAX array. No device work runs, so the figure is the same from run to run
 Each figure is the median over the rounds of the loop's microseconds per step over a bare loop that
 makes the same stand-in arrays.
 
+``--bound``: the same loops on a device-bound stand-in, an array unfinished until
+``block_until_ready()``, so every step of every loop waits: the throttle's whole wait path, as the
+default wait on JAX's CPU backend (``"spin-block"``) takes it on a device-bound step (it predicts a
+long wait and sleeps in ``synchronize()``; ``SpinBlock(spin_s=0)`` here, since the stand-in has no
+time in which a spin could see it finish).
+
 ``--sampling``: instead, ``defer`` at ``sample_every`` = 1, 2, 4, 8, 16 and 64 beside
 ``sample_every=None``, and what one sampled step costs: (per-step cost - unsampled cost) * k.
 """
@@ -36,7 +42,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from asyncthrottle import Throttle
+from asyncthrottle import SpinBlock, Throttle
 
 
 class StandInArray:
@@ -65,12 +71,28 @@ class StandInArray:
         return np.array(self.value, np.float32)
 
 
+class BoundArray(StandInArray):
+    """A device-bound step's output: unfinished until waited for (``block_until_ready``)."""
+
+    __slots__ = ()
+
+    def is_ready(self) -> bool:
+        return self.asked > 0
+
+    def block_until_ready(self) -> BoundArray:
+        self.asked = 1
+        return self
+
+
 _EVERY = (1, 2, 4, 8, 16, 64)
+# the stand-in the loops make (--bound: BoundArray)
+_ARRAY: list[type[StandInArray]] = [StandInArray]
 
 
 def bare(n: int) -> None:
+    array = _ARRAY[0]
     for _ in range(n):
-        StandInArray(1.0)
+        array(1.0)
 
 
 def maxtext(n: int) -> None:
@@ -82,10 +104,11 @@ def maxtext(n: int) -> None:
         jax.block_until_ready(outputs)  # type: ignore[no-untyped-call]
         logged.append(float(np.array(metrics["loss"])))
 
+    array = _ARRAY[0]
     for _ in range(n):
         if inflight.full():
             wait_for_next()
-        loss = StandInArray(1.0)
+        loss = array(1.0)
         inflight.put((jax.tree.leaves(loss), {"loss": loss}))
     while not inflight.empty():
         wait_for_next()
@@ -94,10 +117,14 @@ def maxtext(n: int) -> None:
 def throttled(**options: Any) -> Callable[[int], None]:
     def run(n: int) -> None:
         logged: list[float] = []
-        thr = Throttle(2, device="jax", **options)
+        bound: dict[str, Any] = {"wait": SpinBlock(spin_s=0.0)} if _ARRAY[0] is BoundArray else {}
+        thr = Throttle(2, device="jax", **bound, **options)
         thr.on_complete(lambda step, values: logged.append(float(values["loss"])))
+        array = _ARRAY[0]
         for _ in thr.wrap(range(n)):
-            thr.defer(StandInArray(1.0), name="loss")
+            thr.defer(array(1.0), name="loss")
+        if len(logged) != n:
+            raise AssertionError(f"{len(logged)} of {n} losses arrived")
 
     return run
 
@@ -108,7 +135,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20_000)
     parser.add_argument("--sampling", action="store_true",
                         help="the cost of one sampled step at sample_every = 1 .. 64")
+    parser.add_argument("--bound", action="store_true",
+                        help="a device-bound stand-in: every step waits (in synchronize())")
     args = parser.parse_args()
+    if args.bound:
+        _ARRAY[0] = BoundArray
     loops: dict[str, Callable[[int], None]] = {"bare": bare}
     if args.sampling:
         for every in _EVERY:

@@ -172,16 +172,26 @@ class JaxEvent:
                 # is_ready raises on a deferred array a later step donated: ask the barrier instead
                 if not all(marker.is_ready() for marker in self._live(markers)):
                     return False
-            # nothing left to wait for (_observe, inlined: the per-step path)
+            # nothing left to wait for: seen complete now
             self._markers, self.observed_at = (), self._clock()
         elif self.observed_at is None:
             self.observed_at = self._clock()
         return True
 
     def synchronize(self) -> None:
-        for marker in self._live(self._markers):
-            marker.block_until_ready()  # host-device sync: the caller asked to block.
-        self._observe()
+        markers = self._markers
+        if markers:
+            # (a loop, not _live's any(): the per-step path of a device-bound loop)
+            for marker in markers:
+                if marker.is_deleted():
+                    markers = self._live(markers)
+                    break
+            for marker in markers:
+                marker.block_until_ready()  # host-device sync: the caller asked to block.
+            # nothing left to wait for: seen complete now
+            self._markers, self.observed_at = (), self._clock()
+        elif self.observed_at is None:
+            self.observed_at = self._clock()
 
     def _live(self, markers: list[Any] | tuple[()]) -> list[Any] | tuple[()]:
         """The markers, with a barrier in place of deferred arrays a later step donated.
@@ -194,12 +204,6 @@ class JaxEvent:
             live.append(self._tick(self._seed))
             self._markers = markers = live
         return markers
-
-    def _observe(self) -> None:
-        if self._markers or self.observed_at is None:
-            # nothing left to wait for
-            self._markers = ()
-            self.observed_at = self._clock()
 
     def record_idle(self) -> None:
         """Record on a device known to be idle: its completion is taken as now.

@@ -23,30 +23,42 @@ class HostTimes:
     Args:
         clock: the throttle's clock.
         core: the throttle's core: its ``on_fetch`` subscribers are told of
-            each fetch, its waits are sorted in or out of passes, and it is
-            told when a pass ends (``Core.pause``).
+            each fetch, its ``wait_s`` at each pass's start and end sorts the
+            waits in or out of passes, and it is told when a pass ends
+            (``Core.pause``).
     """
 
-    __slots__ = ("_clock", "_closed_s", "_core", "fetch_s", "outside_wait_s", "started", "step_end")
+    __slots__ = ("_clock", "_closed_s", "_core", "_outside_s", "_paused_wait_s", "fetch_s",
+                 "started", "step_end")
 
     def __init__(self, clock: Callable[[], float], core: Core) -> None:
         self._clock, self._core = clock, core
         # host seconds taking batches (or between steps)
         self.fetch_s = 0.0
-        # host seconds blocked on the device between passes
-        self.outside_wait_s = 0.0
+        # host seconds blocked on the device between the passes before the last one
+        self._outside_s = 0.0
+        # the core's wait_s when the last pass ended (the waits since, between passes, are not the
+        # loop's): a wait costs this no hook
+        self._paused_wait_s = 0.0
         # wall seconds of the passes that ended
         self._closed_s = 0.0
         # when the current pass began (None: between passes)
         self.started: float | None = None
         # when the last step ended (the fetch time of begin_step() loops)
         self.step_end = 0.0
-        # its on_wait hook
-        core.subscribe(self)
+
+    @property
+    def outside_wait_s(self) -> float:
+        """Host seconds blocked on the device between passes (a ``drain()`` after a ``break``,
+        ``Deferred.get()`` between epochs)."""
+        if self.started is None:
+            return self._outside_s + self._core.wait_s - self._paused_wait_s
+        return self._outside_s
 
     def begin(self, now: float) -> None:
         """A pass starts now, unless one is running."""
         if self.started is None:
+            self._outside_s += self._core.wait_s - self._paused_wait_s
             self.started = now
 
     def end(self, now: float) -> None:
@@ -54,6 +66,7 @@ class HostTimes:
         if self.started is not None:
             self._closed_s += max(0.0, now - self.started)
             self.started = None
+            self._paused_wait_s = self._core.wait_s
             self._core.pause(now)
 
     def fetched(self, step: int, start: float, seconds: float) -> None:
@@ -61,11 +74,6 @@ class HostTimes:
         self.fetch_s += seconds
         for hook in self._core.on_fetch:
             hook(step, start, seconds)
-
-    def on_wait(self, step: int, start: float, seconds: float) -> None:
-        """The core waited: outside a pass, that is not the loop's time."""
-        if self.started is None:
-            self.outside_wait_s += seconds
 
     def wall_s(self) -> float:
         """Seconds inside passes, up to now while one runs; never negative."""

@@ -346,8 +346,14 @@ class Core:
             limit = self.limit
             if limit is not None and len(pending) > limit:
                 while len(pending) > limit:
-                    self.wait_for(self.completed)
-                    self.retire()
+                    # the oldest step (wait_for and retire, inlined: the per-step path of a
+                    # device-bound loop)
+                    step = self.steps - len(pending)
+                    if not pending[0].query():
+                        self._block(step, pending[0])
+                    pending.popleft()
+                    if self.on_retire:
+                        self._tell_retired(step)
             if self.holds:
                 holds = self.holds
                 while pending and any(hold() for hold in holds):
@@ -389,9 +395,13 @@ class Core:
 
     def wait_for(self, step: int) -> None:
         """Block until recorded step ``step``'s event completes (nothing else is waited for)."""
-        event = self.pending[step - self.completed]
-        if event.query():
-            return
+        pending = self.pending
+        event = pending[step - self.steps + len(pending)]
+        if not event.query():
+            self._block(step, event)
+
+    def _block(self, step: int, event: Event) -> None:
+        """Wait for ``step``'s unfinished ``event`` with the strategy, timed and told."""
         clock = self.clock
         for hook in self.on_wait_begin:
             hook(step)

@@ -136,6 +136,8 @@ class SpinBlock(Block):
         self.yield_gil = yield_gil
         # seconds from each call to complete
         self._waits: deque[float] = deque(maxlen=history)
+        # how many of them are shorter than spin_s: whether the prediction is, without a sort
+        self._short = 0
 
     def predict(self) -> float | None:
         """Seconds the next wait is expected to take, or None before ``min_samples`` waits."""
@@ -143,12 +145,13 @@ class SpinBlock(Block):
 
     def __call__(self, event: Event, timeout: float | None, waited: float = 0.0) -> bool:
         """``timeout`` must be None (``honours_timeout`` is False: the throttle refuses one)."""
-        clock = self._clock
+        clock, waits, spin_s = self._clock, self._waits, self.spin_s
         start = clock()
-        predicted = self.predict()
-        if predicted is None or predicted < self.spin_s:
+        known = len(waits)
+        # predict() < spin_s: the quantile's place in the sorted waits holds a short one
+        if known < self.min_samples or self._short > int(self.quantile * (known - 1)):
             query, yield_gil = event.query, self.yield_gil
-            until = start + self.spin_s
+            until = start + spin_s
             while not query():
                 if clock() >= until:
                     break
@@ -156,11 +159,20 @@ class SpinBlock(Block):
                     # releases the GIL to other Python threads
                     os.sched_yield()
             else:
-                self._waits.append(clock() - start)
+                self._remember(clock() - start)
                 return True
         event.synchronize()  # host-device sync: the depth rule requires this step; sleeps in it.
-        self._waits.append(clock() - start)
+        self._remember(clock() - start)
         return True
+
+    def _remember(self, seconds: float) -> None:
+        waits, spin_s = self._waits, self.spin_s
+        if len(waits) == waits.maxlen and waits[0] < spin_s:
+            # the oldest, a short one, goes
+            self._short -= 1
+        waits.append(seconds)
+        if seconds < spin_s:
+            self._short += 1
 
 
 class Poll:

@@ -28,15 +28,19 @@ class ProfilerRanges(Part):
 
     A part of every throttle. Its hooks run only when the host is about to
     block (never on a step that does not wait); with no profiler active they
-    cost a dictionary lookup and one C call (``torch._C._autograd._profiler_enabled``,
-    the profiler's own "is anything recording" flag) per wait. torch is never
-    imported here: when it is not loaded, no profiler can be active.
+    cost one C call (``torch._C._autograd._profiler_enabled``, the profiler's
+    own "is anything recording" flag) per wait. torch is never imported here:
+    while it is not loaded no profiler can be active, and a wait costs this
+    part nothing: it listens to the waits once torch is loaded when the
+    throttle is made or when a pass ends (a JAX loop pays for no ranges; a
+    program that loads torch only after it made the throttle gets the ranges
+    from the pass after the one running then).
 
     Args:
         core: the throttle's core (tells whether ``drain()`` is waiting).
     """
 
-    __slots__ = ("_core", "_open")
+    __slots__ = ("_core", "_open", "_torch")
 
     @classmethod
     def build(cls, at: Build) -> ProfilerRanges:
@@ -46,11 +50,24 @@ class ProfilerRanges(Part):
         self._core = core
         # the range entered for the wait in progress
         self._open: Any = None
-        core.subscribe(self)
+        # torch, once loaded (then the waits are heard)
+        self._torch: Any = None
+        core.listen("on_pause", self.on_pause)
+        self.on_pause(0.0)
+
+    def on_pause(self, now: float) -> None:
+        """A pass ended: listen to the waits once torch is loaded (none can be profiled
+        before)."""
+        if self._torch is None:
+            torch = sys.modules.get("torch")
+            if torch is not None:
+                self._torch = torch
+                self._core.listen("on_wait_begin", self.on_wait_begin)
+                self._core.listen("on_wait", self.on_wait)
 
     def on_wait_begin(self, step: int) -> None:
-        torch = sys.modules.get("torch")
-        if torch is None or not _profiler_enabled(torch):
+        torch = self._torch
+        if not _profiler_enabled(torch):
             return
         name = DRAIN_RANGE if self._core.draining else WAIT_RANGE
         scope = torch.autograd.profiler.record_function(name, f"step {step}")

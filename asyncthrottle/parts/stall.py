@@ -30,6 +30,8 @@ _log = logging.getLogger("asyncthrottle")
 STALL_FLOOR_S = 30.0
 # stall="auto": this many of the loop's median step times
 STALL_STEPS = 50
+# a step longer than this, in the median, lifts "auto" above the floor
+_SLOW_STEP_S = STALL_FLOOR_S / STALL_STEPS
 # how often the watchdog thread looks (a report comes at most this late)
 _WATCHDOG_PERIOD_S = 0.5
 
@@ -131,11 +133,15 @@ class StallWatch(Part):
         self._waiting: tuple[int, float, float] | None = None
         # the step reported last: one report per stall, even across retries
         self._reported = -1
-        # (steps, time) at the last wait's start
-        self._mark: tuple[int, float] | None = None
+        # steps (-1: none) and time at the last wait's start
+        self._mark_steps, self._mark_at = -1, 0.0
         self._step_s: deque[float] = deque(maxlen=16)
+        # how many of them are longer than _SLOW_STEP_S (only then can the median lift the floor)
+        self._slow = 0
         self._measured = 0
         self._auto = STALL_FLOOR_S
+        # threshold(), kept current
+        self._limit = stall if stall is not None else STALL_FLOOR_S
         # the waits hold the thread in the driver: the watchdog thread looks
         self._watchdog = False
         # the watchdog holds this watch (set and cleared by it, under its lock)
@@ -145,7 +151,7 @@ class StallWatch(Part):
 
     def threshold(self) -> float:
         """Seconds a wait may take before it is reported."""
-        return self.stall if self.stall is not None else self._auto
+        return self._limit
 
     def wrap(self, wait: WaitStrategy, timeout: float | None) -> WaitStrategy:
         """The strategy to wait with: ``wait`` with the report's deadline, or ``wait`` as is and a
@@ -157,16 +163,26 @@ class StallWatch(Part):
         return wait
 
     def on_wait_begin(self, step: int) -> None:
-        now, steps, mark = self.clock(), self.core.steps, self._mark
-        if mark is not None and steps > mark[0]:
-            self._step_s.append((now - mark[1]) / (steps - mark[0]))
+        now, steps, marked = self.clock(), self.core.steps, self._mark_steps
+        if steps > marked >= 0:
+            measure = (now - self._mark_at) / (steps - marked)
+            step_s = self._step_s
+            if len(step_s) == step_s.maxlen and step_s[0] > _SLOW_STEP_S:
+                self._slow -= 1
+            step_s.append(measure)
+            if measure > _SLOW_STEP_S:
+                self._slow += 1
             self._measured += 1
-            # "auto": a new median every 4 measures
+            # "auto": a new median every 4 measures (sorted only when it can exceed the floor)
             if self.stall is None and self._measured % 4 == 0:
-                ordered = sorted(self._step_s)
-                self._auto = max(STALL_FLOOR_S, STALL_STEPS * ordered[len(ordered) // 2])
-        self._mark = (steps, now)
-        self._waiting = (step, now, self.threshold())
+                half = len(step_s) // 2
+                if self._slow >= len(step_s) - half:
+                    self._auto = max(STALL_FLOOR_S, STALL_STEPS * sorted(step_s)[half])
+                else:
+                    self._auto = STALL_FLOOR_S
+                self._limit = self._auto
+        self._mark_steps, self._mark_at = steps, now
+        self._waiting = (step, now, self._limit)
         # (after _waiting is set: the watchdog lets go of a watch only when it sees no wait)
         if self._watchdog and not self._watched:
             _WATCHDOG.begin(self)
@@ -177,7 +193,7 @@ class StallWatch(Part):
 
     def on_pause(self, now: float) -> None:
         # the time between passes is no step's
-        self._mark = None
+        self._mark_steps = -1
 
     def look(self) -> bool:
         """Report the wait running now if it passed its threshold and was not reported. Any

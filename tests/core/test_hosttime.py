@@ -195,3 +195,26 @@ def test_the_fetch_is_the_sources_time_not_the_records(listened: bool) -> None:
     assert stats.fetch_s == pytest.approx(5 * MS)
     assert stats.body_s == pytest.approx((10 + (25 if listened else 0)) * MS)
     _adds_up(stats)
+
+
+def test_waits_between_passes_stay_outside_after_the_next_pass() -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(None, wait="spin", drain=False)
+    for i in thr.wrap(range(10)):
+        dev.launch(100 * MS)
+        if i == 3:
+            break
+    thr.drain()  # outside the pass: the device is busy for 400 ms more
+    assert thr.stats.wait_outside_s == pytest.approx(400 * MS, abs=1 * MS)
+    for _ in thr.wrap(range(3)):  # the next pass: its own waits are inside
+        dev.launch(10 * MS)
+    thr.drain()  # outside again
+    stats = thr.stats
+    assert stats.wait_outside_s == pytest.approx(430 * MS, abs=1 * MS) and stats.wait_s == 0.0
+    assert stats.waits == 2
+    _adds_up(stats)
+    with_depth = dev.throttle(1, wait="spin")
+    for _ in with_depth.wrap(range(3)):
+        dev.launch(10 * MS)
+    assert with_depth.stats.wait_s == pytest.approx(30 * MS, abs=1 * MS)
+    assert with_depth.stats.wait_outside_s == 0.0

@@ -117,3 +117,36 @@ def test_auto_on_jax_cpu_is_spin_block_and_delivers_every_value() -> None:
         x = step(x, w)
         thr.defer(x, name="loss")
     assert seen == [(s, s + 1.0) for s in range(25)] and thr.stats.completed == 25
+
+
+def test_the_spin_or_block_choice_is_the_predictions_without_a_sort() -> None:
+    import random
+
+    now = [0.0]
+
+    class Step:
+        """Completes at a fake time; each query is a fake microsecond, synchronize() sleeps to it."""
+
+        def __init__(self, seconds: float) -> None:
+            self.done_at, self.syncs = now[0] + seconds, 0
+
+        def query(self) -> bool:
+            now[0] += 1e-6
+            return now[0] >= self.done_at
+
+        def synchronize(self) -> None:
+            self.syncs += 1
+            now[0] = max(now[0], self.done_at)
+
+    wait = SpinBlock(spin_s=1e-4, history=8, quantile=0.25, min_samples=3, yield_gil=False,
+                     clock=lambda: now[0])
+    draw = random.Random(7)
+    for _ in range(400):
+        # runs of short and of long waits, so that the window's quantile crosses spin_s both ways
+        seconds = draw.choice((20e-6, 40e-6, 5e-3)) if draw.random() < 0.6 else 2e-3
+        predicted = wait.predict()
+        spins = predicted is None or predicted < wait.spin_s
+        step = Step(seconds)
+        assert wait(step, None)
+        # a spin sees a short step finish; a long one (or no spin) ends in synchronize()
+        assert step.syncs == (0 if spins and seconds < wait.spin_s else 1)

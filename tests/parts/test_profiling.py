@@ -69,6 +69,30 @@ def test_without_torch_loaded_waits_work(monkeypatch: pytest.MonkeyPatch) -> Non
     assert thr.stats.waits == 3
 
 
+def test_without_torch_a_wait_tells_no_range_hook_until_torch_is_loaded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with monkeypatch.context() as patch:
+        patch.delitem(sys.modules, "torch")  # a JAX program: torch never loaded
+        dev = FakeDevice()
+        thr = dev.throttle(1, wait="spin")
+        core = inside(thr).core
+        assert not any("ProfilerRanges" in repr(hook) for hook in core.on_wait_begin + core.on_wait)
+        for _ in thr.wrap(range(2)):
+            dev.launch(10 * MS)
+    assert not any("ProfilerRanges" in repr(hook) for hook in core.on_wait_begin + core.on_wait)
+    # torch is loaded now: the end of the next pass makes the part listen, the pass after is
+    # profiled
+    for _ in thr.wrap(range(2)):
+        dev.launch(10 * MS)
+
+    def run() -> None:
+        for _ in thr.wrap(range(3)):
+            dev.launch(10 * MS)
+
+    assert _profiled_names(run) == ["asyncthrottle.wait"] * 2 + ["asyncthrottle.drain"]
+
+
 def test_a_wait_that_times_out_still_closes_its_range() -> None:
     class Never:
         def record(self) -> None:

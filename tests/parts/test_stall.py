@@ -116,6 +116,20 @@ def test_auto_has_a_floor_and_grows_with_the_step_time(caplog: pytest.LogCapture
     assert thr.stats.stalls == 0 and watch is not None and watch.threshold() == pytest.approx(50.0, rel=0.01)
 
 
+def test_auto_comes_back_to_the_floor_once_the_slow_steps_leave_its_window() -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(depth=1, wait="poll")
+    watch = inside(thr).part(StallWatch)
+    assert watch is not None
+    _run(dev, thr, 40, {i: 2.0 for i in range(40)})  # 2 s steps: auto = 100 s
+    assert watch.threshold() == pytest.approx(100.0, rel=0.01)
+    _run(dev, thr, 12, {i: 0.5 for i in range(12)})  # 0.5 s steps: 25 s, under the floor
+    # (at most half of the window is slow: the median is a fast one)
+    assert watch.threshold() == STALL_FLOOR_S
+    _run(dev, thr, 40, {i: 0.7 for i in range(40)})  # 0.7 s steps: 35 s, over it again
+    assert watch.threshold() == pytest.approx(35.0, rel=0.01)
+
+
 def test_none_turns_it_off_and_a_synchronous_backend_has_nothing_to_watch() -> None:
     dev = FakeDevice()
     thr = dev.throttle(depth=1, wait="poll", stall=None)
