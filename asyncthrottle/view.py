@@ -222,10 +222,11 @@ class Pass(Iterator[T], Generic[T]):
             try:
                 if core.lean and len(pending) <= core.limit:  # type: ignore[operator]
                     # Core.admit() while no step must be waited for
+                    last = None
                     if pending and pending[0].query():
-                        pending.popleft()
+                        last = pending.popleft()
                         while pending and pending[0].query():
-                            pending.popleft()
+                            last = pending.popleft()
                     queued = len(pending)
                     if queued:
                         # (lean: queued < depth <= the top bucket)
@@ -234,7 +235,7 @@ class Pass(Iterator[T], Generic[T]):
                         # the device starves (histogram[0] counts these hand-outs)
                         core.histogram[0] += 1
                         if core.steps == core.supplied_step:
-                            core.supplier.supplied_idle(core.steps)
+                            core.supplier.supplied_idle(core.steps, last)
                 else:
                     core.admit()
             except BaseException:

@@ -23,7 +23,8 @@ class Backend:
             device type, ``"jax"``, or ``"events"`` (a custom ``events=`` factory).
         device: the ``device=`` option as given (None: auto-detected).
         events: the factory of step events; None on a synchronous backend (the CPU).
-        timed: a factory of events with ``elapsed_time`` (None: no device timing).
+        timed: a factory of events with ``elapsed_time`` (None: no device timing); ``new_event``
+            itself where every event can be timed (JAX, a custom ``events=``).
         trusted: ``timed``'s events are known to have ``elapsed_time`` (a built-in backend).
         streams: the ``streams=`` option as given: the streams the events are recorded on (None: the
             current one).
@@ -126,7 +127,8 @@ def resolve_backend(
     new_event = torch_backend.resolve_events(device, streams=streams, blocking=blocking)
     timed = None
     if timing and new_event is not None:
-        timed = torch_backend.resolve_events(
+        # every JAX event can be timed: its steps' own events are the timing ones
+        timed = new_event if kind == "jax" else torch_backend.resolve_events(
             device, streams=streams, blocking=blocking, timing=True
         )
     computes_on_host = False

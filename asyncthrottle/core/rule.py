@@ -98,8 +98,12 @@ class EventSupplier(Protocol):
     def supply_event(self, step: int) -> Event:
         """The event to record for ``step`` (the step the supplier named last)."""
 
-    def supplied_idle(self, step: int) -> None:
-        """``step``, a supplied one, is handed out with nothing queued on the device."""
+    def supplied_idle(self, step: int, before: Event | None) -> None:
+        """``step``, a supplied one, is handed out with nothing queued on the device.
+
+        ``before``: the event of the step before it, retired at this hand-out (None if it was
+        retired earlier).
+        """
 
 
 class Core:
@@ -343,6 +347,8 @@ class Core:
         if self.new_event is None:
             queued = 0
         else:
+            # the event retired last here (a supplier hears of it at an idle hand-out)
+            last = None
             limit = self.limit
             if limit is not None and len(pending) > limit:
                 while len(pending) > limit:
@@ -351,14 +357,14 @@ class Core:
                     step = self.steps - len(pending)
                     if not pending[0].query():
                         self._block(step, pending[0])
-                    pending.popleft()
+                    last = pending.popleft()
                     if self.on_retire:
                         self._tell_retired(step)
             if self.holds:
                 holds = self.holds
                 while pending and any(hold() for hold in holds):
                     self.wait_for(self.completed)
-                    self.retire()
+                    last = self.retire()
             # retire finished steps without blocking
             if pending and pending[0].query():
                 if self.on_retire:
@@ -366,15 +372,15 @@ class Core:
                     # Core.retire, inlined: the per-step path of a loop with deferred values
                     while True:
                         step = self.steps - len(pending)
-                        pending.popleft()
+                        last = pending.popleft()
                         tell(step)
                         if not (pending and pending[0].query()):
                             break
                 else:
                     # nobody to tell: a retirement is a popleft
-                    pending.popleft()
+                    last = pending.popleft()
                     while pending and pending[0].query():
-                        pending.popleft()
+                        last = pending.popleft()
             queued = len(pending)
             if queued:
                 top = self.top
@@ -383,7 +389,7 @@ class Core:
                 # The device starves: histogram[0] counts these hand-outs.
                 self.histogram[0] += 1
                 if self.steps == self.supplied_step:
-                    self.supplier.supplied_idle(self.steps)
+                    self.supplier.supplied_idle(self.steps, last)
                 if self.on_idle:
                     for hook in self.on_idle:
                         hook(self.steps)
@@ -420,13 +426,14 @@ class Core:
             assert self.timeout is not None
             raise ThrottleTimeout(step, self.depth, waited, self.timeout)
 
-    def retire(self) -> None:
-        """The oldest step is complete: drop its event, tell the parts."""
+    def retire(self) -> Event:
+        """The oldest step is complete: drop its event (returned), tell the parts."""
         pending = self.pending
         step = self.steps - len(pending)
-        pending.popleft()
+        event = pending.popleft()
         if self.on_retire:
             self._tell_retired(step)
+        return event
 
     def _tell_retired(self, step: int) -> None:
         """Tell every part of ``step``'s retirement, then of the steps retired meanwhile: in order,

@@ -133,11 +133,16 @@ class NonFiniteWatch(Part):
     def look(self, step: int, values: dict[str, Any]) -> None:
         """The step's values on the host: count, then warn or raise at a bad leaf. Never blocks."""
         for name, value in values.items():
-            if type(value) in _SCALARS and value.size == 1 and value.dtype.kind in "fc":
-                # the usual value, a loss (a numpy scalar array from JAX): _find without the walk
-                number = value.item()
-                if number - number == 0:
-                    continue
+            if type(value) in _SCALARS:
+                # the usual value, a loss (a numpy scalar array from JAX): _find without the walk.
+                # Its item is a number whatever the dtype (an int or a bool is never bad); an array
+                # of more than one element, or one whose item is no number, raises: walked below.
+                try:
+                    number = value.item()
+                    if number - number == 0:
+                        continue
+                except Exception:
+                    pass
             found = _find(value, name)
             if found is not None:
                 break

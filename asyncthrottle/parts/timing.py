@@ -88,6 +88,11 @@ class DeviceTiming(Part):
     nothing was queued at its hand-out -- a start marker recorded then. A
     sampled step's own event is the timing event (the core asks this part for
     the events of those steps only: unsampled steps cost one comparison).
+    Where the backend's events are its timing events (``timed`` is the
+    core's ``new_event``: JAX, a custom ``events=``), step ``n - 1``'s own
+    event, the newest in flight when ``n`` is recorded, is the start: the
+    core asks at the sampled steps alone (a rarely taken path costs the
+    loop several times its own work on a CPU-bound loop, so one a sample, not two).
     Samples are read one cycle later, at the next sampled step, and when a
     pass ends or the throttle drains (:meth:`flush`). The first failing
     ``elapsed_time`` (events without timing, such as a plain
@@ -148,6 +153,10 @@ class DeviceTiming(Part):
         self._before: Any = None
         # the markers have record_idle (JAX's: see asyncthrottle.jax); known at the first one
         self._record_idle: bool | None = None
+        # the steps' own events can be timed: a sample's start is the event of the step before it
+        self._shared = timed is core.new_event
+        # the first step after the last pause (shared events: the steps before it start no sample)
+        self._resumed = 0
         core.supply_from(self, 0)
         # its hooks: on_drop, on_pause
         core.subscribe(self)
@@ -167,22 +176,36 @@ class DeviceTiming(Part):
                 return event
             self.trusted = True
         every, core = self.every, self.core
-        # the step before a sampled one: its end is the sampled step's start
-        if step % every:
+        if self._shared:
+            # the step before's event: the newest in flight (this one is not queued yet), or the
+            # one retired at this step's idle hand-out; none across a pause
+            pending = core.pending
+            if step <= self._resumed:
+                before = None
+            elif pending:
+                before = pending[-1]
+            else:
+                before = self._before if self._before_step == step - 1 else None
+            self._before_step, self._before = -2, None
+        elif step % every:
+            # the step before a sampled one: its end is the sampled step's start
             # (Core.supply_next, inlined: the core is asking this part, so it supplies)
             core.supplied_step = step + 1
             self._before_step, self._before = step, event
             return event
+        else:
+            before = self._before if self._before_step == step - 1 else None
         ends = self.ends
         if ends:
             # the last cycle's sample, once complete
             self.flush()
-        ends.append((step, self._before if self._before_step == step - 1 else None, event,
-                     self._start if self._start_step == step else None))
+        ends.append((step, before, event, self._start if self._start_step == step else None))
         # (a held event is never re-recorded: hold none longer than needed)
         self._start_step, self._start = -2, None
+        if self._shared:
+            self.core.supply_next(self, step + every)
         # every step is sampled: each end is also the next step's start
-        if every == 1:
+        elif every == 1:
             self.core.supply_next(self, step + 1)
             self._before_step, self._before = step, event
         else:
@@ -201,7 +224,7 @@ class DeviceTiming(Part):
             # marked at the hand-out of the failed attempt: the next attempt is marked anew
             self._start_step, self._start = -2, None
         if self.core.supplied_step > step and (
-            step % self.every == 0 or (step + 1) % self.every == 0
+            step % self.every == 0 or ((step + 1) % self.every == 0 and not self._shared)
         ):
             # the step that takes its number is timed instead
             self.core.supply_next(self, step)
@@ -214,11 +237,15 @@ class DeviceTiming(Part):
         would count the whole pause as device idle (or as busy time).
         """
         self._before_step, self._before = -2, None
+        self._resumed = self.core.steps
 
-    def supplied_idle(self, step: int) -> None:
+    def supplied_idle(self, step: int, before: Event | None) -> None:
         """A timed step is handed out with nothing queued: if it is sampled, mark its start (the
-        device is idle)."""
+        device is idle); with shared events, keep the step before's (``before``), the idle's
+        start."""
         if self.trusted and not step % self.every:
+            if self._shared and before is not None:
+                self._before_step, self._before = step - 1, before
             marker = self.timed()
             record_idle = self._record_idle
             if record_idle is None:

@@ -17,6 +17,28 @@ from asyncthrottle.testing import FakeDevice
 torch = pytest.importorskip("torch")
 
 
+@pytest.fixture(autouse=True, params=["shared", "separate"])
+def timing_events(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test twice: with the steps' own events timed (JAX, events=: the fake device's) and with
+    a timing factory of their own (CUDA's), whose sampled steps' starts the part supplies itself."""
+    if request.param == "separate":
+        import sys
+
+        # (the package's `throttle` is the function: the module is sys.modules')
+        throttle_module = sys.modules["asyncthrottle.throttle"]
+        resolve = throttle_module.resolve_backend
+
+        def separate(*args: Any, **kwargs: Any) -> Any:
+            backend = resolve(*args, **kwargs)
+            if backend.timed is not None and backend.timed is backend.events:
+                timed = backend.timed
+                backend.timed = lambda: timed()  # the same events, another factory
+            return backend
+
+        monkeypatch.setattr(throttle_module, "resolve_backend", separate)
+    return str(request.param)
+
+
 def _source(dev: FakeDevice, n: int, fetch_s: float) -> Iterator[int]:
     for i in range(n):
         dev.host(fetch_s)  # taking the batch costs the host fetch_s
@@ -45,6 +67,13 @@ def test_device_bound_loop() -> None:
     assert s.device_busy_s == pytest.approx(0.200)
     assert s.starved_fraction == pytest.approx(1 / 20)  # only step 0 starts on an idle device
     assert s.in_flight_histogram == (1, 19, 0)
+
+
+def test_both_ways_of_timing_are_tested(timing_events: str) -> None:
+    thr = _loop(2, fetch_s=0.0, body_s=0.001, device_s=0.010)
+    timing = inside(thr).part(DeviceTiming)
+    assert timing is not None and timing._shared == (timing_events == "shared")
+    assert thr.stats.device_samples == 19
 
 
 def test_input_bound_loop() -> None:

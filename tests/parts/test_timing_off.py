@@ -82,7 +82,7 @@ def test_a_part_that_lets_go_while_supplying_an_event_is_not_asked_again() -> No
             core.supply_next(self, step + 1)  # after letting go: ignored
             return dev.event()
 
-        def supplied_idle(self, step: int) -> None:
+        def supplied_idle(self, step: int, before: at.Event | None) -> None:
             pass
 
     part = OneShot()
