@@ -90,9 +90,9 @@ class DeviceTiming(Part):
     the events of those steps only: unsampled steps cost one comparison).
     Where the backend's events are its timing events (``timed`` is the
     core's ``new_event``: JAX, a custom ``events=``), step ``n - 1``'s own
-    event, the newest in flight when ``n`` is recorded, is the start: the
-    core asks at the sampled steps alone (a rarely taken path costs the
-    loop several times its own work on a CPU-bound loop, so one a sample, not two).
+    event, the newest in flight when ``n`` is recorded (or the one its idle
+    hand-out retired), is the start: the core asks this part at the sampled
+    steps alone, one call a sample instead of two.
     Samples are read one cycle later, at the next sampled step, and when a
     pass ends or the throttle drains (:meth:`flush`). The first failing
     ``elapsed_time`` (events without timing, such as a plain
