@@ -93,7 +93,8 @@ class Throttle:
             least 30 s; None: off. Never touches an event.
         drain: wait for every step at the end of a wrapped iteration.
         streams: record on these streams (one event each) instead of the current stream.
-        sample_every: time every k-th step on the device (None: no device timing, no sections).
+        sample_every: time every k-th step on the device, step 0 (compilation, autotuning)
+            excepted (None: no device timing, no sections).
         ranks_every: under ``torch.distributed``, all-gather the ranks' recent median step
             times (their sections' own work, when the loop has sections) every that many steps,
             without a wait, for ``stats.rank_scores``/``slowest_rank``; every rank must use it.
