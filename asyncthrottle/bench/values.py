@@ -19,6 +19,15 @@ torch) training step and batches, it times in interleaved rounds:
   ``(jax.tree.leaves(outputs), metrics)``; when full, the oldest is popped,
   ``block_until_ready``-ed, and its metrics written. On CUDA the same queue
   holds a ``torch.cuda.Event`` recorded after the step, synchronized on pop;
+* ``by-hand``: the same rule written out in a few lines, no library: a
+  ``collections.deque`` of the steps' losses (on CUDA, of an event recorded
+  after each step with its loss); before a step, with 2 queued, the oldest is
+  ``block_until_ready``-ed (synchronized) and written. MaxText's pattern
+  without ``queue.Queue``'s locks or ``jax.tree.leaves``: the floor of what
+  any throttle of this rule can cost, so ``defer`` against it is the
+  library's own cost, and ``by-hand`` against ``maxtext`` is what the
+  runtime does with a faster host (on JAX on the CPU, a tiny step's rounds
+  split into fast and slow ones: ``benchmarks/jax_tiny_states.py``);
 * ``plain``: no throttle, no metrics (asynchronous, unbounded).
 
 Each time is the median of the rounds (the spread is min-max); each speed is the
@@ -38,15 +47,16 @@ import queue
 import statistics
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..throttle import Throttle
 
-__all__ = ["MODES", "main", "measure", "speeds"]
+__all__ = ["MODES", "jax_loops", "main", "measure", "speeds"]
 
 # the second mode is the other wait: "defer-hybrid" on JAX, "defer-block" on CUDA
-MODES = ("defer", "defer-hybrid", "defer-block", "float", "maxtext", "plain")
+MODES = ("defer", "defer-hybrid", "defer-block", "float", "maxtext", "by-hand", "plain")
 # (label, width, batch, steps): a ~50 us and a ~1.5 ms step on the 2-core VM (docs/benchmarks.md)
 JAX_SIZES = (("tiny", 32, 320, 3000), ("device-bound", 256, 512, 200))
 CUDA_SIZES = (("tiny", 32, 320, 5000), ("device-bound", 2048, 8192, 400))
@@ -79,10 +89,16 @@ def jax_mlp(width: int, batch: int) -> tuple[Callable[[Any], Any], Any]:
     return jax.jit(train, donate_argnums=0), params
 
 
-def _jax_loops(width: int, batch: int) -> dict[str, Loop]:
+def jax_loops(width: int, batch: int,
+              instrument: Callable[[Callable[[Any], Any]], Callable[[Any], Any]] | None = None
+              ) -> dict[str, Loop]:
+    """The JAX loops of the values bench by mode, on one step and parameters; ``instrument``, if
+    given, wraps the jitted step in every loop alike (``benchmarks/jax_tiny_states.py``)."""
     import jax
 
     step, params = jax_mlp(width, batch)
+    if instrument is not None:
+        step = instrument(step)
     state = [step(params)[0]]
     jax.block_until_ready(state[0])  # type: ignore[no-untyped-call]
     logged: list[float] = []
@@ -119,6 +135,20 @@ def _jax_loops(width: int, batch: int) -> dict[str, Loop]:
             wait_for_next()
         state[0] = p
 
+    def by_hand(n: int) -> None:
+        p = state[0]
+        inflight: deque[Any] = deque()
+        for _ in range(n):
+            if len(inflight) == 2:
+                oldest = inflight.popleft()
+                oldest.block_until_ready()  # host-device sync: the pattern measured
+                logged.append(float(oldest))
+            p, loss = step(p)
+            inflight.append(loss)
+        while inflight:
+            logged.append(float(inflight.popleft()))  # host-device sync: the loop's end
+        state[0] = p
+
     def defer(n: int, wait: str = "auto") -> None:
         p = state[0]
         thr = Throttle(2, device="jax", wait=wait)
@@ -131,7 +161,7 @@ def _jax_loops(width: int, batch: int) -> dict[str, Loop]:
 
     return {
         "defer": defer, "defer-hybrid": lambda n: defer(n, "hybrid"), "float": every,
-        "maxtext": maxtext, "plain": plain,
+        "maxtext": maxtext, "by-hand": by_hand, "plain": plain,
     }
 
 
@@ -182,6 +212,20 @@ def _cuda_loops(width: int, batch: int) -> dict[str, Loop]:
         while not inflight.empty():
             wait_for_next()
 
+    def by_hand(n: int) -> None:
+        inflight: deque[tuple[Any, Any]] = deque()
+        for _ in range(n):
+            if len(inflight) == 2:
+                event, loss = inflight.popleft()
+                event.synchronize()  # host-device sync: the pattern measured
+                logged.append(loss.item())
+            loss = step()
+            event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            event.record()
+            inflight.append((event, loss))
+        while inflight:
+            logged.append(inflight.popleft()[1].item())  # host-device sync: the loop's end
+
     def defer(n: int, wait: str = "auto") -> None:
         thr = Throttle(2, device="cuda", wait=wait)
         thr.on_complete(lambda s, values: logged.append(float(values["loss"])))
@@ -190,7 +234,7 @@ def _cuda_loops(width: int, batch: int) -> dict[str, Loop]:
 
     return {
         "defer": defer, "defer-block": lambda n: defer(n, "block"), "float": every,
-        "maxtext": maxtext, "plain": plain,
+        "maxtext": maxtext, "by-hand": by_hand, "plain": plain,
     }
 
 
@@ -275,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           "interleaved rounds; us/step median [min-max]; speed vs maxtext in the same round, "
           "median [min-max] (> 1: faster); cpu: the process's CPU per step, every thread, median")
     for backend in backends:
-        sizes, make = (JAX_SIZES, _jax_loops) if backend == "jax" else (CUDA_SIZES, _cuda_loops)
+        sizes, make = (JAX_SIZES, jax_loops) if backend == "jax" else (CUDA_SIZES, _cuda_loops)
         for label, width, batch, steps in sizes:
             n = max(1, round(steps * args.scale))
             cpu: dict[str, list[float]] = {}

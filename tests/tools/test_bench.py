@@ -291,10 +291,10 @@ def test_values_mode_runs_every_mode_at_tiny_scale(capsys: pytest.CaptureFixture
     pytest.importorskip("jax")
     assert cli.main(["--values", "--backend", "jax", "--rounds", "1", "--scale", "0.01"]) == 0
     out = capsys.readouterr().out
-    for mode in ("defer", "defer-hybrid", "float", "maxtext", "plain"):
+    for mode in ("defer", "defer-hybrid", "float", "maxtext", "by-hand", "plain"):
         assert f"  {mode} " in out
     rows = [line for line in out.splitlines() if line.startswith("  ")]
-    assert len(rows) == 10 and all(re.search(r"cpu \d+ us$", row) for row in rows)  # the process's CPU
+    assert len(rows) == 12 and all(re.search(r"cpu \d+ us$", row) for row in rows)  # the process's CPU
     assert "tiny step" in out and "device-bound step" in out
 
 
