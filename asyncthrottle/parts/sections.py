@@ -103,7 +103,8 @@ class Sections(Part):
     wait. On a synchronous backend (the CPU) the host clock times every step's
     sections: there the host's time is the device's. Sampling follows
     ``sample_every`` (the steps device timing samples); with
-    ``sample_every=None`` an asynchronous device times no sections.
+    ``sample_every=None`` an asynchronous device times no sections. Step 0 is
+    never timed: its one-time work (a compilation, autotuning) is no phase's.
 
     A section used several times in one step (micro-batches) counts the sum.
     ``collective=True`` marks a section that holds a collective (DDP's
@@ -189,7 +190,8 @@ class Sections(Part):
             core.listen("on_drop", self.on_drop)
         self.step = step
         every = self.every
-        self.timing = every is not None and (every == 1 or step % every == 0)
+        # (never step 0: its one-time work, a compilation, is no phase's time; as device timing)
+        self.timing = every is not None and step > 0 and (every == 1 or step % every == 0)
 
     # -- the core's notifications ----------------------------------------------
 
