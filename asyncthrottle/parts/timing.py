@@ -250,7 +250,8 @@ class DeviceTiming(Part):
         """A timed step is handed out with nothing queued: if it is sampled, mark its start (the
         device is idle); with shared events, keep the step before's (``before``), the idle's
         start."""
-        if self.trusted and not step % self.every:
+        # (step 0 is never sampled: at every=1 it is supplied as the step before step 1)
+        if self.trusted and step and not step % self.every:
             if self._shared and before is not None:
                 self._before_step, self._before = step - 1, before
             marker = self.timed()

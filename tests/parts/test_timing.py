@@ -120,24 +120,29 @@ def test_sampling_every_kth_step_extrapolates_totals() -> None:
     assert dev.records == 40  # one event per step: the device was never idle at a sampled hand-out
 
 
-@pytest.mark.parametrize("failed_first", [False, True])
-@pytest.mark.parametrize("every", [1, 8])
-def test_the_first_step_is_not_timed(every: int, failed_first: bool,
-                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """Step 0 carries one-time host work with the device idle (JAX compiles the step in its first
-    call, cuDNN autotunes, modules initialise lazily): timed from its hand-out, one such sample was
-    the mean's and the totals' whole figure (a JAX loop read 4.58 ms/step, p50 0.08)."""
+@pytest.fixture
+def trusted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake device's events known to have elapsed_time, as a built-in backend's: an idle
+    hand-out of a sampled step gets a start marker from the first."""
     import sys
 
     throttle_module = sys.modules["asyncthrottle.throttle"]
     resolve = throttle_module.resolve_backend
 
-    def trusted(*args: Any, **kwargs: Any) -> Any:
+    def trusting(*args: Any, **kwargs: Any) -> Any:
         backend = resolve(*args, **kwargs)
-        backend.trusted = True  # as a built-in backend's: step 0's hand-out gets a start marker
+        backend.trusted = True
         return backend
 
-    monkeypatch.setattr(throttle_module, "resolve_backend", trusted)
+    monkeypatch.setattr(throttle_module, "resolve_backend", trusting)
+
+
+@pytest.mark.parametrize("failed_first", [False, True])
+@pytest.mark.parametrize("every", [1, 8])
+def test_the_first_step_is_not_timed(every: int, failed_first: bool, trusted: None) -> None:
+    """Step 0 carries one-time host work with the device idle (JAX compiles the step in its first
+    call, cuDNN autotunes, modules initialise lazily): timed from its hand-out, one such sample was
+    the mean's and the totals' whole figure (a JAX loop read 4.58 ms/step, p50 0.08)."""
     dev = FakeDevice()
     thr = dev.throttle(2, wait="spin", sample_every=every)
     if failed_first:
@@ -154,6 +159,17 @@ def test_the_first_step_is_not_timed(every: int, failed_first: bool,
     assert s.device_ms_mean == pytest.approx(2.0) and s.device_ms_p90 == pytest.approx(2.0)
     assert s.device_busy_s == pytest.approx(40 * 0.002)  # extrapolated, and less than the wall
     assert s.device_busy_s < s.wall_s - (1.0 if failed_first else 0.0)
+
+
+def test_a_starved_loop_marks_the_start_of_every_sampled_step_but_step_0(trusted: None) -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(1, wait="spin", sample_every=1)
+    for _ in thr.wrap(range(5)):
+        dev.host(0.001)
+        dev.launch(0.002)
+    # each step's event, and a start marker at the idle hand-outs of steps 1..4: none at step 0
+    assert dev.records == 5 + 4 and thr.stats.device_samples == 4
+    assert thr.stats.device_ms_p50 == pytest.approx(3.0)  # from the hand-out: the body's 1 ms too
 
 
 def test_memory_stays_bounded_over_many_steps() -> None:
