@@ -2,72 +2,30 @@
 
 Every message names the option, the value and a fix. Every check runs on every
 backend, the CPU included, before anything is built: a value the CPU accepts
-never fails only on a GPU. Parts call these helpers from their own ``check``.
+never fails only on a GPU. Parts call these helpers from their own ``check``;
+the helpers live in ``core/checks.py`` (the core's wait strategies use them,
+and the core imports nothing outside ``core/``).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-_NUMBER = (int, float)
+from .core.checks import (
+    check_bool,
+    check_callable,
+    check_choice,
+    check_int,
+    check_positive,
+    check_real,
+    wrong_type,
+)
 
-
-def _wrong_type(option: str, value: object, rule: str, fix: str) -> TypeError:
-    return TypeError(f"{option} must be {rule}, got {value!r} ({type(value).__name__}); {fix}")
-
-
-def check_bool(option: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise _wrong_type(option, value, "True or False", f"pass {option}=True or {option}=False")
-    return value
-
-
-def check_int(option: str, value: object, *, minimum: int, rule: str, fix: str,
-              none: bool = True) -> int | None:
-    """An int >= ``minimum`` (None too when ``none``); ``rule`` says what the option means."""
-    if value is None and none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _wrong_type(option, value, rule, fix)
-    if value < minimum:
-        raise ValueError(f"{option} must be {rule}, got {value!r}; {fix}")
-    return value
-
-
-def check_positive(option: str, value: object, *, rule: str, fix: str,
-                   infinite: str = "error") -> float | None:
-    """A number > 0 or None; ``infinite``: ``"error"`` rejects ``inf``, ``"none"`` reads it as
-    None."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, _NUMBER):
-        raise _wrong_type(option, value, rule, fix)
-    # `not > 0` also rejects NaN
-    if not value > 0 or (math.isinf(value) and infinite == "error"):
-        raise ValueError(f"{option} must be {rule}, got {value!r}; {fix}")
-    return None if math.isinf(value) else float(value)
-
-
-def check_choice(option: str, value: object, choices: Iterable[str | None], *, fix: str) -> Any:
-    """One of ``choices``; a string that differs only in case or spaces is told how to write it."""
-    allowed = tuple(choices)
-    if value in allowed and (value is None or isinstance(value, str)):
-        return value
-    shown = (", ".join(repr(c) for c in allowed[:-1]) + f" or {allowed[-1]!r}"
-             if len(allowed) > 1 else repr(allowed[0]))
-    if not isinstance(value, str):
-        raise _wrong_type(option, value, shown, fix)
-    near = [c for c in allowed if isinstance(c, str) and c == value.strip().lower()]
-    hint = f"write it {option}={near[0]!r}" if near else fix
-    raise ValueError(f"{option} must be {shown}, got {value!r}; {hint}")
-
-
-def check_callable(option: str, value: object, *, rule: str, fix: str) -> Any:
-    if value is not None and not callable(value):
-        raise _wrong_type(option, value, rule, fix)
-    return value
+__all__ = [
+    "check_bool", "check_callable", "check_choice", "check_core", "check_depth", "check_int",
+    "check_positive", "check_real",
+]
 
 
 # -- the options of the core (the parts check their own) ----------------------
@@ -98,6 +56,6 @@ def check_core(options: Mapping[str, Any]) -> float | None:
                              infinite="none")
     check_bool("drain", options["drain"])
     if not callable(options["clock"]):
-        raise _wrong_type("clock", options["clock"], "a zero-argument callable returning seconds",
+        raise wrong_type("clock", options["clock"], "a zero-argument callable returning seconds",
                           "pass e.g. clock=time.perf_counter")
     return timeout

@@ -7,8 +7,9 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
+from .checks import check_bool, check_callable, check_int, check_real
 from .events import Event
 
 
@@ -47,7 +48,7 @@ class Spin:
     honours_timeout = True
 
     def __init__(self, *, clock: Callable[[], float] = time.perf_counter) -> None:
-        self._clock = clock
+        self._clock = _check_clock(clock)
 
     def __call__(self, event: Event, timeout: float | None, waited: float = 0.0) -> bool:
         """``waited``: seconds this wait already lasted (a stall report interrupted it); counts
@@ -125,13 +126,10 @@ class SpinBlock(Block):
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         super().__init__(clock=clock)
-        if spin_s < 0:
-            raise ValueError(f"spin_s must be >= 0, got {spin_s!r}")
-        if history < 1 or not 1 <= min_samples <= history:
-            raise ValueError("history must be >= 1 and min_samples in [1, history], got "
-                             f"{history!r}, {min_samples!r}")
-        if not 0 <= quantile <= 1:
-            raise ValueError(f"quantile must be in [0, 1], got {quantile!r}")
+        check_real("spin_s", spin_s, low=0, rule=">= 0 (seconds)",
+                   fix="e.g. spin_s=1e-4 (100 us; 0 never spins)")
+        _check_history(history, min_samples, quantile)
+        check_bool("yield_gil", yield_gil)
         self.spin_s, self.quantile, self.min_samples = spin_s, quantile, min_samples
         self.yield_gil = yield_gil
         # seconds from each call to complete
@@ -210,17 +208,13 @@ class Poll:
         clock: Callable[[], float] = time.perf_counter,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        if not 0 < max_sleep_s <= 0.1:
-            raise ValueError("max_sleep_s must be in (0, 0.1] to keep Ctrl-C responsive, got "
-                             f"{max_sleep_s!r}")
-        if not 0 <= min_sleep_s <= max_sleep_s:
-            raise ValueError(f"min_sleep_s must be in [0, max_sleep_s], got {min_sleep_s!r}")
-        if spin_s < 0 or fraction <= 0:
-            raise ValueError(f"spin_s must be >= 0 and fraction > 0, got {spin_s!r} and "
-                             f"{fraction!r}")
+        _check_sleeps(min_sleep_s, max_sleep_s)
+        check_real("spin_s", spin_s, low=0, rule=">= 0 (seconds)",
+                   fix="e.g. spin_s=0 (the default: a Python spin holds the GIL)")
+        _check_fraction(fraction)
         self.spin_s, self.fraction = spin_s, fraction
         self.min_sleep_s, self.max_sleep_s = min_sleep_s, max_sleep_s
-        self._clock, self._sleep = clock, sleep
+        self._clock, self._sleep = _check_clock(clock), _check_sleep(sleep)
 
     def __call__(self, event: Event, timeout: float | None, waited: float = 0.0) -> bool:
         """``waited``: seconds this wait already lasted (a stall report interrupted it): the slices
@@ -301,26 +295,20 @@ class Hybrid:
         clock: Callable[[], float] = time.perf_counter,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        if history < 1 or not 1 <= min_samples <= history:
-            raise ValueError("history must be >= 1 and min_samples in [1, history], got "
-                             f"{history!r}, {min_samples!r}")
-        if not 0 <= quantile <= 1:
-            raise ValueError(f"quantile must be in [0, 1], got {quantile!r}; 0.25 wakes early on a "
-                             "quarter of waits")
-        if not 0 < max_sleep_s <= 0.1:
-            raise ValueError("max_sleep_s must be in (0, 0.1] to keep Ctrl-C responsive, got "
-                             f"{max_sleep_s!r}")
-        if min(jitter, slack_s, spin_s, min_sleep_s) < 0 or fraction <= 0:
-            raise ValueError(
-                "jitter, slack_s, spin_s and min_sleep_s must be >= 0 and fraction > 0, got "
-                f"{jitter!r}, {slack_s!r}, {spin_s!r}, {min_sleep_s!r}, {fraction!r}"
-            )
+        _check_history(history, min_samples, quantile)
+        _check_sleeps(min_sleep_s, max_sleep_s)
+        check_real("jitter", jitter, low=0, rule=">= 0 (a share of the predicted wait)",
+                   fix="e.g. jitter=0.02")
+        for option, value in (("slack_s", slack_s), ("spin_s", spin_s)):
+            check_real(option, value, low=0, rule=">= 0 (seconds)", fix=f"e.g. {option}=5e-5")
+        _check_fraction(fraction)
+        check_bool("yield_gil", yield_gil)
         self.quantile, self.min_samples = quantile, min_samples
         self.jitter, self.slack_s = jitter, slack_s
         self.spin_s, self.fraction = spin_s, fraction
         self.min_sleep_s, self.max_sleep_s = min_sleep_s, max_sleep_s
         self.yield_gil = yield_gil
-        self._clock, self._sleep = clock, sleep
+        self._clock, self._sleep = _check_clock(clock), _check_sleep(sleep)
         # seconds from each call to seen complete
         self._waits: deque[float] = deque(maxlen=history)
         # Linux: ~70-100 us until measured
@@ -407,6 +395,47 @@ _BY_NAME: dict[str, Callable[[], WaitStrategy]] = {
 }
 # wait="auto" is chosen once the device is known (see auto_wait)
 NAMES = sorted([*_BY_NAME, "auto"])
+
+
+def _check_history(history: object, min_samples: object, quantile: object) -> None:
+    """The options of a strategy that predicts a wait from the last ``history`` ones."""
+    check_int("history", history, minimum=1, rule="an int >= 1 (waits remembered)",
+              fix="e.g. history=16", none=False)
+    check_int("min_samples", min_samples, minimum=1, rule="an int >= 1 (waits timed before "
+              "predicting)", fix="e.g. min_samples=3", none=False)
+    if min_samples > history:  # type: ignore[operator]
+        raise ValueError(f"min_samples must be in [1, history], got {min_samples!r} with "
+                         f"history={history!r}; raise history or lower min_samples")
+    check_real("quantile", quantile, low=0, high=1, rule="in [0, 1]",
+               fix="0.25 (the default) wakes early on a quarter of waits")
+
+
+def _check_sleeps(min_sleep_s: object, max_sleep_s: object) -> None:
+    check_real("max_sleep_s", max_sleep_s, low=0, high=0.1, low_open=True,
+               rule="in (0, 0.1] (seconds: it bounds how late Ctrl-C arrives)",
+               fix="e.g. max_sleep_s=0.002")
+    check_real("min_sleep_s", min_sleep_s, low=0, high=max_sleep_s,  # type: ignore[arg-type]
+               rule=f"in [0, max_sleep_s={max_sleep_s!r}] (seconds)", fix="e.g. min_sleep_s=1e-5")
+
+
+def _check_fraction(fraction: object) -> None:
+    check_real("fraction", fraction, low=0, low_open=True,
+               rule="> 0 (a sleep slice's share of the time waited)", fix="e.g. fraction=0.02")
+
+
+def _callable(option: str, value: Any, rule: str, fix: str) -> Any:
+    """``value`` if it is a callable (None is refused too)."""
+    if value is None:
+        raise TypeError(f"{option} must be {rule}, got None; {fix}")
+    return check_callable(option, value, rule=rule, fix=fix)
+
+
+def _check_clock(clock: Any) -> Any:
+    return _callable("clock", clock, "a callable returning seconds", "e.g. clock=time.perf_counter")
+
+
+def _check_sleep(sleep: Any) -> Any:
+    return _callable("sleep", sleep, "a callable taking seconds", "e.g. sleep=time.sleep")
 
 
 def auto_wait(computes_on_host: bool, timeout: float | None) -> WaitStrategy:

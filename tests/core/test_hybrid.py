@@ -193,11 +193,11 @@ def test_throttle_timeout_with_hybrid_raises() -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"history": 0}, "history must be >= 1"),
-        ({"min_samples": 20}, "min_samples in \\[1, history\\]"),
+        ({"history": 0}, "history must be an int >= 1"),
+        ({"min_samples": 20}, "min_samples must be in \\[1, history\\], got 20 with history=16"),
         ({"quantile": 1.5}, "quantile must be in \\[0, 1\\], got 1.5"),
         ({"max_sleep_s": 0.5}, "max_sleep_s must be in \\(0, 0.1\\]"),
-        ({"fraction": 0.0}, "fraction > 0"),
+        ({"fraction": 0.0}, "fraction must be > 0"),
         ({"jitter": -1.0}, "must be >= 0"),
     ],
 )

@@ -3,11 +3,14 @@ wait; "auto" picks it where the device is the host's own cores."""
 
 from __future__ import annotations
 
+import inspect
+import re
+
 import pytest
 from helpers import inside
 
 import asyncthrottle as at
-from asyncthrottle.core.waits import Hybrid, SpinBlock, auto_wait
+from asyncthrottle.core.waits import Hybrid, Poll, Spin, SpinBlock, auto_wait
 from asyncthrottle.testing import FakeDevice
 
 
@@ -77,6 +80,32 @@ def test_options_are_checked() -> None:
         SpinBlock(history=2, min_samples=3)
     with pytest.raises(ValueError, match="quantile"):
         SpinBlock(quantile=2)
+
+
+_BAD_WAIT_OPTIONS = [
+    ("spin_s", "1ms", TypeError),  # Python's own error named no option
+    ("spin_s", float("nan"), ValueError),  # a NaN deadline compares False: spun however long
+    ("spin_s", True, TypeError),
+    ("max_sleep_s", float("nan"), ValueError),
+    ("fraction", "0.02", TypeError),
+    ("history", 2.5, TypeError),
+    ("quantile", float("nan"), ValueError),
+    ("yield_gil", "no", TypeError),  # truthy: taken as True without a word
+    ("clock", None, TypeError),
+    ("sleep", 0.001, TypeError),
+]
+
+
+@pytest.mark.parametrize(
+    ("strategy", "option", "value", "error"),
+    [(strategy, *bad) for strategy in (Hybrid, Poll, SpinBlock, Spin) for bad in _BAD_WAIT_OPTIONS
+     if bad[0] in inspect.signature(strategy).parameters],
+)
+def test_every_wait_option_names_itself_the_value_and_a_fix(
+    strategy: type, option: str, value: object, error: type[Exception]
+) -> None:
+    with pytest.raises(error, match=f"^{option} must be .*got {re.escape(repr(value))}.*; "):
+        strategy(**{option: value})
 
 
 def test_spin_block_refuses_a_timeout_and_auto_takes_one() -> None:
