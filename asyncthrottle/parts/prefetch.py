@@ -25,12 +25,14 @@ UNBOUNDED_SLOTS = 4
 
 
 class Slot:
-    """One pinned staging buffer, its copy event, and the step that used it last."""
+    """One pinned staging buffer, its copy event, the step that used it last, and the typed views
+    of its buffer made so far (by deferred values: ``(dtype, shape)`` to a view)."""
 
-    __slots__ = ("buffer", "event", "nbytes", "step")
+    __slots__ = ("buffer", "event", "nbytes", "step", "views")
 
     def __init__(self, buffer: Any, nbytes: int, event: Any, step: int) -> None:
         self.buffer, self.nbytes, self.event, self.step = buffer, nbytes, event, step
+        self.views: dict[Any, Any] = {}
 
 
 class PinnedRing:
@@ -69,6 +71,8 @@ class PinnedRing:
         if slot.nbytes < need:
             self.nbytes += self.size - slot.nbytes
             slot.buffer, slot.nbytes = self._model.pin(self.size), self.size
+            # views of the old buffer: let it go
+            slot.views = {}
         slot.step = step
         self.busy.append(slot)
         return slot

@@ -150,6 +150,27 @@ def test_inf_and_nested_values_are_checked_and_the_place_is_named() -> None:
     assert _first_bad(complex(1.0, INF)).name == "m"
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16", "complex64"])
+def test_a_tensor_of_several_elements_is_checked_in_every_dtype(dtype: str) -> None:
+    """numpy reads most dtypes as a view; bfloat16 (which numpy lacks) and a conjugate view take
+    torch's own check."""
+    torch = pytest.importorskip("torch")
+    kind = getattr(torch, dtype)
+    for bad in (NAN, INF, -INF):
+        value = torch.tensor([1.0, 2.0, 3.0]).to(kind)
+        value[2] = bad
+        assert _first_bad({"w": value}).name == "m['w']"
+    clean = torch.tensor([[1.0, 2.0], [3.0, 4.0]]).to(kind)
+    dev = FakeDevice()
+    thr = dev.throttle(2, nonfinite="raise")
+    _run(thr, dev, [clean, clean.t(), clean[:, 1]])  # contiguous or not: a view either way
+    assert thr.stats.nonfinite == 0
+    if kind.is_complex:
+        conjugate = torch.tensor([1 + 1j, complex(0.0, NAN)], dtype=kind).conj()
+        assert conjugate.is_conj()  # numpy() refuses it
+        assert _first_bad(conjugate).name == "m"
+
+
 def test_a_name_deferred_twice_in_a_step_is_checked_in_each_of_its_values() -> None:
     dev = FakeDevice()
     thr = dev.throttle(2, nonfinite="raise")
