@@ -330,12 +330,13 @@ STEPS: list[Step] = [
         ),
     ),
     Step(
-        "The loss every step: defer vs .item() vs MaxText's pattern (bench --values --backend "
-        "cuda, #26)",
+        "The loss every step: defer vs .item() vs MaxText's pattern vs by hand; the seed's x + 1 "
+        "deferred vs the pooled reference with its pinned ring (bench --values --backend cuda, "
+        "#26)",
         20,
-        # not yet run: 5 modes x 2 sizes x 3 rounds at half the step counts; the budget was taken
-        # from
-        # the two rows above (their runs fit in 60 s)
+        # not yet run: 6 modes x 2 sizes x 3 rounds at half the step counts, then 4 loops x 3
+        # rounds of 2,500 x + 1 steps (~1 s); the budget was taken from the two rows above (their
+        # runs fit in 60 s)
         command_section(
             [
                 PYTHON, "-m", "asyncthrottle", "bench", "--values", "--backend", "cuda", "--rounds",

@@ -30,6 +30,11 @@ torch) training step and batches, it times in interleaved rounds:
   split into fast and slow ones: ``benchmarks/jax_tiny_states.py``);
 * ``plain``: no throttle, no metrics (asynchronous, unbounded).
 
+On CUDA it then runs the seed's ``y = x + 1`` with ``y`` deferred every step
+against the 15-line pooled-event reference that copies ``y`` into its own
+pinned ring, at depth 1 and 2 (``bench.seed_values``; the #26 target is
+>= 0.92x of the reference).
+
 Each time is the median of the rounds (the spread is min-max); each speed is the
 median [min-max] of the per-round speeds against ``maxtext`` in the same round
 (> 1: faster than MaxText's pattern), so that a drift of the machine between
@@ -60,6 +65,8 @@ MODES = ("defer", "defer-hybrid", "defer-block", "float", "maxtext", "by-hand", 
 # (label, width, batch, steps): a ~50 us and a ~1.5 ms step on the 2-core VM (docs/benchmarks.md)
 JAX_SIZES = (("tiny", 32, 320, 3000), ("device-bound", 256, 512, 200))
 CUDA_SIZES = (("tiny", 32, 320, 5000), ("device-bound", 2048, 8192, 400))
+# the seed's x + 1 with y deferred (CUDA): steps a round
+SEED_STEPS = 5000
 
 Loop = Callable[[int], None]
 
@@ -326,12 +333,40 @@ def main(argv: Sequence[str] | None = None) -> int:
             times = measure(make(width, batch), n, args.rounds, cpu)
             print(f"\n{backend}, {label} step (width {width}, batch {batch}, {n} steps):")
             for name in times:
-                t = times[name]
-                speed = speeds(times, name)
-                print(f"  {name:12s} {statistics.median(t):9.1f} us [{min(t):.1f}-{max(t):.1f}]  "
-                      f"x{statistics.median(speed):.2f} [{min(speed):.2f}-{max(speed):.2f}]  "
-                      f"cpu {statistics.median(cpu[name]):.0f} us")
+                print(_row(name, times, "maxtext") + f"  cpu {statistics.median(cpu[name]):.0f} us")
+        if backend == "cuda":
+            _seed_rows(args.rounds, args.scale)
     return 0
+
+
+def _row(name: str, times: dict[str, list[float]], against: str) -> str:
+    """A table row: ``name``'s median time [range] and its speed against ``against``."""
+    t, speed = times[name], speeds(times, name, against)
+    return (f"  {name:12s} {statistics.median(t):9.1f} us [{min(t):.1f}-{max(t):.1f}]  "
+            f"x{statistics.median(speed):.2f} [{min(speed):.2f}-{max(speed):.2f}]")
+
+
+def _seed_rows(rounds: int, scale: float) -> None:
+    """The seed's ``x + 1`` with ``y`` deferred every step against the 15-line pooled reference
+    with its own pinned ring (``bench.seed_values``), at depth 1 and 2."""
+    import torch
+
+    from ..backends.torch import resolve_events
+    from .seed_values import DEPTHS, seed_loops
+
+    device = torch.device("cuda")
+    new_event = resolve_events(device)
+    assert new_event is not None
+    logged: list[float] = []
+    loops = seed_loops(device, new_event, {"device": device}, pin=True, logged=logged)
+    n = max(1, round(SEED_STEPS * scale))
+    times = measure(loops, n, rounds)
+    print(f"\ncuda, the seed's y = x + 1 with y deferred every step ({n} steps), against the "
+          "15-line pooled-event reference with its own pinned ring at the same depth (target "
+          ">= 0.92):")
+    for depth in DEPTHS:
+        for name in (f"defer {depth}", f"reference {depth}"):
+            print(_row(name, times, f"reference {depth}"))
 
 
 if __name__ == "__main__":

@@ -298,6 +298,63 @@ def test_values_mode_runs_every_mode_at_tiny_scale(capsys: pytest.CaptureFixture
     assert "tiny step" in out and "device-bound step" in out
 
 
+@pytest.mark.parametrize("timed", [False, True])
+def test_the_seed_values_loops_deliver_every_step_in_order_at_each_depth(timed: bool) -> None:
+    """``bench --values --backend cuda``'s x + 1 rows: the throttle's defer() and the 15-line
+    reference with its own ring, here on CPU tensors and no-op events (pin=False)."""
+    torch = pytest.importorskip("torch")
+    from asyncthrottle.bench.overhead import _NoopEvent, _TimedNoopEvent
+    from asyncthrottle.bench.seed_values import DEPTHS, seed_loops
+    from asyncthrottle.bench.values import measure
+
+    event = _TimedNoopEvent if timed else _NoopEvent
+    logged: list[float] = []
+    loops = seed_loops(torch.device("cpu"), event, {"events": event}, pin=False, logged=logged)
+    assert list(loops) == [f"{kind} {d}" for d in DEPTHS for kind in ("defer", "reference")]
+    for loop in loops.values():
+        logged.clear()
+        loop(25)
+        assert logged == [2.0] * 25  # y = x + 1 of ones, every step, once
+    times = measure(loops, 10, 2)
+    assert all(len(t) == 2 and min(t) > 0 for t in times.values())
+
+
+class _RingEvent:
+    """An event that completes only when synchronized: the reference must wait before it reads."""
+
+    def __init__(self) -> None:
+        self.done, self.records = True, 0
+
+    def record(self) -> None:
+        self.done = False
+        self.records += 1
+
+    def query(self) -> bool:
+        return self.done
+
+    def synchronize(self) -> None:
+        self.done = True
+
+
+def test_the_seed_reference_reads_a_slot_only_after_its_event_and_reuses_its_events() -> None:
+    torch = pytest.importorskip("torch")
+    from asyncthrottle.bench.seed_values import seed_loops
+
+    made: list[_RingEvent] = []
+
+    def new_event() -> _RingEvent:
+        made.append(_RingEvent())
+        return made[-1]
+
+    logged: list[float] = []
+    loops = seed_loops(torch.device("cpu"), new_event, {"events": new_event}, pin=False,
+                       logged=logged)
+    made.clear()
+    loops["reference 2"](30)
+    assert len(made) == 3 and sum(e.records for e in made) == 30  # depth + 1 events, re-recorded
+    assert logged == [2.0] * 30 and all(e.done for e in made)
+
+
 def test_values_speeds_are_per_round_ratios_against_maxtext() -> None:
     from asyncthrottle.bench.values import speeds
 
