@@ -14,7 +14,9 @@ is the speed with the check over without it (1.0: free). Loops:
 * ``fake-float``: the FakeDevice, a Python float deferred every step (the throttle's own cost,
   nothing else);
 * ``fake-torch``: the FakeDevice, a 0-d CPU torch tensor deferred every step;
-* ``fake-dict``: the FakeDevice, a dict of a loss, a grad norm (0-d tensors) and an int step.
+* ``fake-dict``: the FakeDevice, a dict of a loss, a grad norm (0-d tensors) and an int step;
+* ``fake-vector``: the FakeDevice, a CPU torch tensor of 8 floats deferred every step (per-layer
+  gradient norms).
 """
 
 from __future__ import annotations
@@ -108,8 +110,9 @@ def main(argv: list[str] | None = None) -> None:
             args.steps,
             lambda i: {"loss": torch.tensor(1.0 + i), "grad_norm": torch.tensor(0.5), "step": i},
         )
+        loops["fake-vector"] = fake(args.steps, lambda i: torch.full((8,), 1.0 + i))
     except ImportError:
-        print("torch is not installed: fake-torch and fake-dict left out")
+        print("torch is not installed: fake-torch, fake-dict and fake-vector left out")
     times: dict[tuple[str, str | None], list[float]] = {
         (name, m): [] for name in loops for m in (None, "warn")
     }
