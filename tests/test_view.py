@@ -97,6 +97,7 @@ class _FakeCudaTensor:
 
     def __init__(self, copies: list[dict[str, Any]]) -> None:
         self.device = SimpleNamespace(type="cuda", index=0)
+        self.is_cpu, self.is_cuda = False, True
         self.copies = copies
         self.dtype, self.shape = torch.float32, ()
 
@@ -126,6 +127,9 @@ def test_device_tensors_copy_without_blocking_only_where_an_event_orders_the_cop
     fake_cuda: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     copies: list[dict[str, Any]] = []
+    # a first throttle imports torch's compiler (torch._dynamo), which needs the real torch.Tensor:
+    # made before the patch, so the test passes run alone too
+    at.Throttle(2, device="cpu")
     monkeypatch.setattr(torch, "Tensor", _FakeCudaTensor)  # isinstance checks see the fake as a tensor
     main, side = _Stream("main"), _Stream("side")
     current = [main]
