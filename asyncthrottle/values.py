@@ -381,7 +381,8 @@ class Completions:
     def defer(self, value: Any, name: str | None, copy: bool = False) -> Deferred:
         open_ = self.open
         if not open_ and copy is False and type(name) is str and self._subscribed:
-            off_cpu = _JAX_ARRAYS.get(type(value))
+            kind = type(value)
+            off_cpu = _JAX_ARRAYS.get(kind)
             if off_cpu is not None:
                 # the usual call: the step's first value, one named JAX array (the path below, with
                 # nothing to check)
@@ -389,6 +390,15 @@ class Completions:
                     value.copy_to_host_async()
                 # (positional: a call with keywords costs more, once a step)
                 deferred = Deferred(self.core.steps, name, value, self._wait, False, [value])
+                open_.append(deferred)
+                return deferred
+            torch = sys.modules.get("torch")
+            if torch is not None and kind is torch.Tensor:
+                # the other usual call: one named torch tensor (the path below, without the walk)
+                copier = Snapshot(self.core.synchronous, False, self)
+                host = copier._tensor(torch, value.detach())
+                deferred = Deferred(self.core.steps, name, host, self._wait, False, None,
+                                    copier.ringed)
                 open_.append(deferred)
                 return deferred
         if name is not None and not isinstance(name, str):

@@ -108,3 +108,32 @@ def test_defer_in_a_compiled_step_compiles_a_fixed_number_of_graphs() -> None:
     finally:
         THR = None
         torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("device", ["cpu", "fake"])
+def test_one_named_tensor_takes_the_short_path_and_arrives_as_the_walked_one(device: str) -> None:
+    """``defer(tensor, name=...)``, a step's first value, skips the walk (a plain torch.Tensor
+    only): a detached snapshot of the value it had, like the same tensor deferred inside a dict."""
+    from asyncthrottle.testing import FakeDevice
+
+    dev = FakeDevice()
+    thr = at.Throttle(2, device="cpu") if device == "cpu" else dev.throttle(2)
+    got: list[dict[str, object]] = []
+    thr.on_complete(lambda step, values: got.append(values))
+    weight = torch.ones(3, requires_grad=True)
+    parameter = torch.nn.Parameter(torch.ones(2))  # a subclass: the walk, as before
+    for i in thr.wrap(range(3)):
+        value = weight * (i + 1)
+        short = thr.defer(value, name="short")
+        thr.defer({"walked": value}, name="dict")
+        thr.defer(parameter, name="param")
+        with torch.no_grad():
+            value.add_(100.0)  # after the snapshot: not seen
+            parameter.add_(1.0)
+        dev.launch(1e-3)
+    thr.drain()
+    assert [v["short"].tolist() for v in got] == [[1.0] * 3, [2.0] * 3, [3.0] * 3]
+    assert all(torch.equal(v["short"], v["dict"]["walked"]) for v in got)  # type: ignore[index]
+    assert not any(v["short"].requires_grad for v in got)  # type: ignore[union-attr]
+    assert [v["param"].tolist() for v in got] == [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]  # type: ignore[union-attr]
+    assert short.get().tolist() == [3.0] * 3
