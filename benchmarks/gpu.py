@@ -254,8 +254,9 @@ def timelines(budget_s: float, max_steps: int = 200) -> str:
 # where traces and pictures go: the report's folder (set by run())
 OUT_DIR = Path(".")
 
-# Each budget is what the section took on the H200 (2026-12-01) with room; they add up to TOTAL_S,
-# so that the script runs twice in 15 minutes of GPU time.
+# Each budget is what the section took on the H200 (2026-12-01) with room; they add up to TOTAL_S
+# (8 minutes): one run fits a session's 15 minutes of device time with the machine's start and a
+# partial rerun (--total-s to shorten one), not two full runs. One command may run 10 minutes.
 STEPS: list[Step] = [
     Step("Environment", 10, environment),
     # 17 s
