@@ -134,6 +134,7 @@ def test_one_named_tensor_takes_the_short_path_and_arrives_as_the_walked_one(dev
     thr.drain()
     assert [v["short"].tolist() for v in got] == [[1.0] * 3, [2.0] * 3, [3.0] * 3]
     assert all(torch.equal(v["short"], v["dict"]["walked"]) for v in got)  # type: ignore[index]
-    assert not any(v["short"].requires_grad for v in got)  # type: ignore[union-attr]
+    assert not any(v["short"].requires_grad or v["param"].requires_grad  # type: ignore[union-attr]
+                   or v["dict"]["walked"].requires_grad for v in got)  # type: ignore[index]
     assert [v["param"].tolist() for v in got] == [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]  # type: ignore[union-attr]
     assert short.get().tolist() == [3.0] * 3

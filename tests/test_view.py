@@ -107,8 +107,17 @@ class _FakeCudaTensor:
     def element_size(self) -> int:
         return 4
 
+    requires_grad = True  # detached before the copy
+
     def detach(self) -> _FakeCudaTensor:
         return self
+
+    def get_device(self) -> int:
+        return 0
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel() * self.element_size()
 
     def to(self, device: str, non_blocking: bool = False) -> str:
         self.copies.append({"device": device, "non_blocking": non_blocking})

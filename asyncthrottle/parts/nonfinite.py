@@ -14,6 +14,7 @@ import dataclasses
 import sys
 import warnings
 from collections.abc import Mapping
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from .._options import check_choice
@@ -132,7 +133,15 @@ class NonFiniteWatch(Part):
 
     def look(self, step: int, values: dict[str, Any]) -> None:
         """The step's values on the host: count, then warn or raise at a bad leaf. Never blocks."""
+        tensor = _tensor_type()
         for name, value in values.items():
+            if type(value) is tensor:
+                # the usual torch value, a loss or a small tensor on the host: _find without the
+                # walk
+                if not _tensor_bad(value):
+                    continue
+                found: tuple[str, Any] | None = (name, value)
+                break
             if type(value) in _SCALARS:
                 # the usual value, a loss (a numpy scalar array from JAX): _find without the walk.
                 # Its item is a number whatever the dtype (an int or a bool is never bad); an array
@@ -148,6 +157,7 @@ class NonFiniteWatch(Part):
                 break
         else:
             return
+        assert found is not None  # (for mypy: the loop breaks at one)
         self.steps += 1
         if self.first is None:
             self.first = step
@@ -161,6 +171,8 @@ class NonFiniteWatch(Part):
                           stacklevel=2)
 
 
+# a CPU tensor of at most this many elements is read with tolist() and walked in Python
+_WALKED = 128
 # numpy's array and scalar types of floats (or complexes) seen by _host_array_bad
 _SCALARS: set[type] = set()
 
@@ -178,7 +190,7 @@ def _find(value: Any, where: str) -> tuple[str, Any] | None:
         return (where, value) if _host_array_bad(value) else None
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
-        return (where, value) if _tensor_bad(torch, value) else None
+        return (where, value) if _tensor_bad(value) else None
     # bool is an int
     if isinstance(value, (int, str, bytes)) or value is None:
         return None
@@ -205,34 +217,44 @@ def _find(value: Any, where: str) -> tuple[str, Any] | None:
     return (where, value) if _numpy_bad(value) else None
 
 
-def _tensor_bad(torch: Any, tensor: Any) -> bool:
+def _tensor_type() -> Any:
+    """``torch.Tensor``, or None before torch is imported."""
+    torch = sys.modules.get("torch")
+    return None if torch is None else torch.Tensor
+
+
+def _tensor_bad(tensor: Any) -> bool:
     """A CPU tensor that holds a NaN or an Inf; a tensor elsewhere is never asked (a delivered one
     is on the host)."""
     try:
         if not tensor.is_cpu:
             return False
-        if tensor.numel() == 1:
-            # an int or a bool is finite: its difference with itself is 0
-            number = tensor.item()
-            return bool(number - number != 0)
         size = tensor.numel()
-        if not (tensor.is_floating_point() or tensor.is_complex()) or not size:
-            return False
-        if size <= 128:
-            # a small tensor's numbers, walked in Python: inside a loop that defers a tensor every
-            # step, torch's or numpy's isfinite cost ~25 us a step even on two floats (5-10 us
-            # when timed alone), this ~6 (benchmarks/nonfinite.py, fake-vector); bfloat16 and
-            # complex read so too
-            for number in tensor.tolist() if tensor.dim() == 1 else tensor.reshape(-1).tolist():
+        if size <= _WALKED:
+            # A small tensor's numbers, read in one call and walked in Python: inside a loop that
+            # defers a tensor every step, torch's or numpy's isfinite cost ~25 us a step even on
+            # two floats (5-10 us when timed alone), and every torch call ~1-3 (a reshape to 1-d
+            # too), this one tolist(). Any dtype reads so (bfloat16, complex); an int or a bool is
+            # finite: its difference with itself is 0.
+            numbers = tensor.tolist()
+            if type(numbers) is not list:
+                # a 0-d tensor: one number
+                return bool(numbers - numbers != 0)
+            while numbers and type(numbers[0]) is list:
+                # rows: one level flatter (chain runs in C; a comprehension is a call in 3.11)
+                numbers = list(chain.from_iterable(numbers))
+            for number in numbers:
                 if number - number != 0:
                     return True
+            return False
+        if not (tensor.is_floating_point() or tensor.is_complex()):
             return False
         try:
             # a view, no copy
             array = tensor.numpy()
         except (TypeError, RuntimeError):
             # a dtype numpy lacks (bfloat16), a conjugate or negative view: torch's own check
-            return not bool(torch.isfinite(tensor).all())
+            return not bool(sys.modules["torch"].isfinite(tensor).all())
         return _host_array_bad(array)
     except RuntimeError:
         # a layout that does not read this way (sparse, quantized): never a loop's end

@@ -32,8 +32,17 @@ class _FakeCudaTensor:
         self.dtype, self.shape = data.dtype, data.shape
         self.fallback_copies = 0
 
+    requires_grad = True  # detached before the copy
+
     def detach(self) -> _FakeCudaTensor:
         return self
+
+    def get_device(self) -> int:
+        return 0
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel() * self.element_size()
 
     def numel(self) -> int:
         return int(self.data.numel())

@@ -171,6 +171,25 @@ def test_a_tensor_of_several_elements_is_checked_in_every_dtype(dtype: str) -> N
         assert _first_bad(conjugate).name == "m"
 
 
+@pytest.mark.parametrize("shape", [(), (1,), (1, 2), (2, 3, 4), (2, 0, 3), (129,), (3, 50)])
+def test_a_tensor_deferred_alone_is_checked_in_every_shape(shape: tuple[int, ...]) -> None:
+    """A tensor deferred as the whole value skips the walk: small ones are read with one tolist() and
+    flattened, large ones through numpy."""
+    torch = pytest.importorskip("torch")
+    clean = torch.ones(shape)
+    dev = FakeDevice()
+    thr = dev.throttle(2, nonfinite="raise")
+    _run(thr, dev, [clean, clean.to(torch.bfloat16), clean.to(torch.int64), clean > 0], name="m")
+    assert thr.stats.nonfinite == 0  # floats, bfloat16, integers and booleans that are finite
+    if not clean.numel():
+        return
+    for bad in (NAN, INF, -INF):
+        value = clean.clone()
+        value.view(-1)[-1] = bad  # the last number: every row is looked at
+        err = _first_bad(value)
+        assert err.name == "m" and err.value is not None
+
+
 def test_a_name_deferred_twice_in_a_step_is_checked_in_each_of_its_values() -> None:
     dev = FakeDevice()
     thr = dev.throttle(2, nonfinite="raise")
