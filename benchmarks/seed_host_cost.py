@@ -1,0 +1,141 @@
+"""Host cost per step of the seed's ``y = x + 1`` with ``y`` deferred every step, as the CUDA path
+takes it, on the CPU: the throttle's ``defer()`` beside the 15-line reference with its own ring.
+
+Run: ``.venv/bin/python benchmarks/seed_host_cost.py [--rounds 11] [--steps 5000]``.
+
+``bench --values --backend cuda`` measures the #26 seed target (>= 0.92x of the reference) on a GPU.
+Without one, this runs the same two loops (``asyncthrottle.bench.seed_values``) on CPU tensors whose
+snapshots are routed through the pinned ring as a CUDA tensor's are (``values.tensor_snapshot``
+stood in for; the ring's buffers are plain CPU tensors, the stream key a constant), with no-op
+events. So every Python line and torch call of the deferred-tensor path runs: the ring copy
+(``copy_``), the copy out of the ring at retirement (``clone``), the non-finite watch, the delivery
+to an ``on_complete`` callback that reads ``y[0, 0]``, as the reference reads its slot. What a CUDA
+call costs beyond its CPU twin (a launch, a ``cudaMemcpyAsync``) is not here: it is paid by both
+loops alike, so on a GPU the ratio is nearer 1 than here.
+
+Two figures per loop:
+
+* **µs per step**, the loop thread's CPU time (``time.thread_time``: a preemption by another VM's
+  work is not counted), median [min-max] of interleaved rounds, and the speed over the reference
+  in each round (median [min-max]);
+* **calls per step**: Python calls and C calls (``sys.setprofile``'s ``call`` and ``c_call``
+  events) over 200 steps. These are exact: the same on every machine and every run, so a change to
+  the path shows in them even where the machine's noise hides it in the times. Attribute reads of a
+  tensor (``is_cpu``, ``nbytes``) and indexing are not calls and are not counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+
+from asyncthrottle import values
+from asyncthrottle.backends import snapshots
+from asyncthrottle.bench.overhead import _NoopEvent as NoopEvent  # always complete
+from asyncthrottle.bench.seed_values import seed_loops
+
+# snapshots that went into a ring slot
+RINGED = [0]
+
+
+def route_through_the_ring() -> None:
+    """CPU tensors take the CUDA snapshot path: copied into a ring slot, out of it at retirement."""
+    snapshots.CudaSnapshots.pin = lambda self, nbytes: torch.empty(nbytes, dtype=torch.uint8)  # type: ignore[method-assign]
+    snapshots.CudaSnapshots.stream_key = lambda self, index: (0, 0, 1)  # type: ignore[method-assign]
+    real = values.tensor_snapshot
+
+    def tensor_snapshot(tensor: Any, synchronous: bool, owner: Any) -> tuple[Any, bool]:
+        if owner is not None and not synchronous:
+            host = owner._ring_copy(tensor.detach() if tensor.requires_grad else tensor)
+            if host is not None:
+                RINGED[0] += 1
+                return host, True
+        return real(tensor, synchronous, owner)
+
+    values.tensor_snapshot = tensor_snapshot
+
+
+OPTIONS: dict[str, dict[str, Any]] = {
+    "defer": {},
+    "defer, nonfinite=None": {"nonfinite": None},
+    "defer, sample_every=None": {"sample_every": None},
+    "defer, both off": {"nonfinite": None, "sample_every": None},
+}
+
+
+def make_loops(depth: int, logged: list[float]) -> dict[str, Callable[[int], None]]:
+    loops = {"reference": seed_loops(torch.device("cpu"), NoopEvent, {"events": NoopEvent},
+                                     pin=False, logged=logged)[f"reference {depth}"]}
+    for label, extra in OPTIONS.items():
+        loops[label] = seed_loops(torch.device("cpu"), NoopEvent, {"events": NoopEvent, **extra},
+                                  pin=False, logged=logged)[f"defer {depth}"]
+    return loops
+
+
+def calls_per_step(loop: Callable[[int], None], steps: int = 200) -> tuple[float, float]:
+    """(Python calls, C calls) per step, over ``steps`` steps of a warm loop."""
+    counts: Counter[str] = Counter()
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event in ("call", "c_call"):
+            counts[event] += 1
+
+    loop(steps)
+    sys.setprofile(profile)
+    try:
+        loop(steps)
+    finally:
+        sys.setprofile(None)
+    return counts["call"] / steps, counts["c_call"] / steps
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=11)
+    parser.add_argument("--steps", type=int, default=5000)
+    parser.add_argument("--depth", type=int, default=2)
+    args = parser.parse_args(argv)
+    route_through_the_ring()
+    logged: list[float] = []
+    loops = make_loops(args.depth, logged)
+    for label, loop in loops.items():
+        logged.clear()
+        ringed = RINGED[0]
+        loop(50)
+        assert logged == [2.0] * 50, (label, logged[:4])  # every step's y, once, in order
+        # the throttle's snapshots took the ring (a free slot every step)
+        assert label == "reference" or RINGED[0] - ringed == 50, (label, RINGED[0] - ringed)
+    times: dict[str, list[float]] = {label: [] for label in loops}
+    for _ in range(args.rounds):
+        for label, loop in loops.items():
+            start = time.thread_time()
+            loop(args.steps)
+            times[label].append((time.thread_time() - start) / args.steps * 1e6)
+            logged.clear()
+    print(f"{platform.machine()}, {platform.python_implementation()} {platform.python_version()}, "
+          f"torch {torch.__version__}; the seed's x + 1 on CPU tensors through the ring, depth "
+          f"{args.depth}, {args.steps} steps x {args.rounds} rounds")
+    print(f"  {'loop':26s} {'us/step':>22s} {'speed vs reference':>24s} {'calls/step':>16s}")
+    for label, loop in loops.items():
+        spent = times[label]
+        speed = [ref / mine for ref, mine in zip(times["reference"], spent, strict=True)]
+        python, c = calls_per_step(loop)
+        print(f"  {label:26s} {statistics.median(spent):7.2f} [{min(spent):.2f}-{max(spent):.2f}]"
+              f"   x{statistics.median(speed):.2f} [{min(speed):.2f}-{max(speed):.2f}]"
+              f"    {python:5.1f} py {c:5.1f} C")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
