@@ -3,6 +3,7 @@ keys."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["CudaSnapshots"]
@@ -23,7 +24,9 @@ class CudaSnapshots:
         import torch
 
         self._torch = torch
-        self._key = torch._C._cuda_getCurrentStream
+        # stream_key(index): the key of device index's current stream (a tuple of ints: no Python
+        # Stream); torch's own C function, so asking it makes no Python call either
+        self.stream_key: Callable[[int], Any] = torch._C._cuda_getCurrentStream
         self._streams: dict[Any, Any] = {}
 
     def pin(self, nbytes: int) -> Any:
@@ -34,10 +37,6 @@ class CudaSnapshots:
         """No event per slot: the step's own event covers the copy, and the slot is reused after it
         retires."""
         return None
-
-    def stream_key(self, index: int | None) -> Any:
-        """The key of device ``index``'s current stream (a tuple of ints: no Python ``Stream``)."""
-        return self._key(self._torch.cuda.current_device() if index is None else index)
 
     def stream(self, key: Any) -> Any:
         """The ``torch.cuda.Stream`` of ``key``, made once per stream."""

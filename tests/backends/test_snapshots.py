@@ -84,7 +84,7 @@ class _CountingSnapshots:
     def event(self) -> None:
         return None
 
-    def stream_key(self, index: int | None) -> Any:
+    def stream_key(self, index: int) -> Any:
         self.key_calls += 1
         return self.current
 
