@@ -7,11 +7,12 @@ Run: ``.venv/bin/python benchmarks/seed_host_cost.py [--rounds 11] [--steps 5000
 Without one, this runs the same two loops (``asyncthrottle.bench.seed_values``) on CPU tensors whose
 snapshots are routed through the pinned ring as a CUDA tensor's are (``values.tensor_snapshot``
 stood in for; the ring's buffers are plain CPU tensors, the stream key a constant), with no-op
-events. So every Python line and torch call of the deferred-tensor path runs: the ring copy
-(``copy_``), the copy out of the ring at retirement (``clone``), the non-finite watch, the delivery
-to an ``on_complete`` callback that reads ``y[0, 0]``, as the reference reads its slot. What a CUDA
-call costs beyond its CPU twin (a launch, a ``cudaMemcpyAsync``) is not here: it is paid by both
-loops alike, so on a GPU the ratio is nearer 1 than here.
+events (the throttle's can be timed, so its device timing samples as on CUDA). So every Python line
+and torch call of the deferred-tensor path runs: the ring copy (``copy_``), the copy out of the ring
+at retirement (``clone``), the non-finite watch, the delivery to an ``on_complete`` callback that
+reads ``y[0, 0]``, as the reference reads its slot. What a CUDA call costs beyond its CPU twin (a
+launch, a ``cudaMemcpyAsync``) is not here: both loops pay it alike, so on a GPU the ratio is nearer
+1 than here (how near: ``bench --values --backend cuda``).
 
 Two figures per loop:
 
@@ -42,7 +43,8 @@ import torch
 
 from asyncthrottle import values
 from asyncthrottle.backends import snapshots
-from asyncthrottle.bench.overhead import _NoopEvent as NoopEvent  # always complete
+from asyncthrottle.bench.overhead import _NoopEvent as NoopEvent
+from asyncthrottle.bench.overhead import _TimedNoopEvent as TimedNoopEvent
 from asyncthrottle.bench.seed_values import seed_loops
 
 # snapshots that went into a ring slot
@@ -85,8 +87,10 @@ def make_loops(depth: int, logged: list[float]) -> dict[str, Callable[[int], Non
     loops = {"reference": seed_loops(torch.device("cpu"), NoopEvent, {"events": NoopEvent},
                                      pin=False, logged=logged)[f"reference {depth}"]}
     for label, extra in OPTIONS.items():
-        loops[label] = seed_loops(torch.device("cpu"), NoopEvent, {"events": NoopEvent, **extra},
-                                  pin=False, logged=logged)[f"defer {depth}"]
+        # the throttle's events can be timed, as CUDA's are: its device timing samples
+        options = {"events": TimedNoopEvent, **extra}
+        loops[label] = seed_loops(torch.device("cpu"), NoopEvent, options, pin=False,
+                                  logged=logged)[f"defer {depth}"]
     return loops
 
 
