@@ -3,6 +3,7 @@ keys."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,10 @@ class CudaSnapshots:
         # stream_key(index): the key of device index's current stream (a tuple of ints: no Python
         # Stream); torch's own C function, so asking it makes no Python call either
         self.stream_key: Callable[[int], Any] = torch._C._cuda_getCurrentStream
+        # copy(host, tensor): enqueue the copy of device tensor into pinned host on the current
+        # stream; never blocks (torch's copy_ itself, no Python frame)
+        self.copy: Callable[[Any, Any], Any] = functools.partial(torch.Tensor.copy_,
+                                                                 non_blocking=True)
         self._streams: dict[Any, Any] = {}
 
     def pin(self, nbytes: int) -> Any:
@@ -47,8 +52,3 @@ class CudaSnapshots:
                 stream_id=stream_id, device_index=device_index, device_type=device_type)
             self._streams[key] = stream
         return stream
-
-    def copy(self, host: Any, tensor: Any) -> None:
-        """Enqueue the copy of device ``tensor`` into pinned ``host`` on the current stream; never
-        blocks."""
-        host.copy_(tensor, non_blocking=True)
