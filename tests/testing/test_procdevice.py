@@ -107,8 +107,11 @@ def test_default_telemetry_reads_the_device_timeline_through_hybrid_waits() -> N
         stats = thr.stats
     assert stats.device_samples == 4 and stats.max_in_flight == 2  # step 0: events= are timed once seen timeable
     assert stats.device_ms_p50 == pytest.approx(1.0)  # the device's own timestamps: ops back to back
-    # how many of the 38 hand-outs find their step unfinished depends on the host's scheduling, not on the rule
-    assert stats.waits >= 1 and wait.predict() is not None and wait.predict() > 0
+    # How many of the 38 hand-outs find their step unfinished depends on the host's scheduling, not on the rule; so
+    # does the prediction's size: a wait whose step completes during its first nap records its lower bound, 0 (the
+    # step was last seen unfinished at the wait's start), and on a busy host a quarter of them may.
+    predicted = wait.predict()
+    assert stats.waits >= 1 and predicted is not None and predicted >= 0  # the waits were timed
 
 
 def test_close_runs_the_queue_then_ends_the_process() -> None:
