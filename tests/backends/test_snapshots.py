@@ -198,3 +198,54 @@ def test_a_copy_on_a_side_stream_joins_the_steps_event_once_per_stream(model: ty
         thr.defer(_FakeCudaTensor(torch.zeros(2)))  # on the stream the event records on
         completions.before_record(thr.in_flight, event)
     assert counting.streams_made == 1 and len(joined) == 1
+
+
+def test_ring_values_through_an_exception_a_break_and_more_passes(model: type[_CountingSnapshots]) -> None:
+    """The edges a real loop hits, with CUDA tensors in the ring: a ``step()`` that raises after its defer (that value
+    never arrives, and its slot is not written again before the device is done with it), an exception out of a wrapped
+    loop (the step it leaves is recorded: its value arrives), a ``break``, and more passes."""
+    dev = FakeDevice()
+    thr = dev.throttle(2, sample_every=None)
+    arrived: dict[int, list[float]] = {}
+    thr.on_complete(lambda step, values: arrived.__setitem__(int(values["x"][0]) // 100, values["x"].tolist()))
+    writer: dict[int, int] = {}  # buffer -> the tag of the value copied into it last
+    tags = iter(range(1000))
+    dropped: list[tuple[int, Any]] = []  # (tag, its Deferred)
+
+    def body() -> tuple[int, Any]:
+        tag = next(tags)
+        deferred = thr.defer(_FakeCudaTensor(torch.arange(4, dtype=torch.float32) + 100 * tag), name="x")
+        buffer = model.last.copies[-1]
+        before = writer.get(buffer)
+        assert before is None or before in arrived or before in [t for t, _ in dropped], (
+            f"the value of tag {tag} overwrites the slot of tag {before} before it arrived")
+        writer[buffer] = tag
+        dev.launch(1e-3)
+        return tag, deferred
+
+    for i in range(5):  # tags 0-4; tag 2's step fails
+        try:
+            with thr.step():
+                made = body()
+                if i == 2:
+                    dropped.append(made)
+                    raise ZeroDivisionError
+        except ZeroDivisionError:
+            pass
+    with pytest.raises(ZeroDivisionError):
+        for i in thr.wrap(range(10)):  # tags 5-9: the body raises at tag 9, after its defer
+            body()
+            if i == 4:
+                raise ZeroDivisionError
+    for i in thr.wrap(range(10)):  # tags 10-15: a break
+        body()
+        if i == 5:
+            break
+    for _ in thr.wrap(range(6)):  # tags 16-21
+        body()
+    thr.drain()
+    assert sorted(arrived) == [t for t in range(22) if t != 2]  # every value but the failed step()'s
+    assert all(values == [100.0 * t + k for k in range(4)] for t, values in arrived.items())
+    with pytest.raises(RuntimeError, match="never arrive"):
+        dropped[0][1].get()
+    assert len(model.last.pins) <= 2 + 2  # the ring's slots, each pinned once, across every pass
