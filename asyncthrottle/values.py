@@ -544,10 +544,14 @@ class Completions:
         if join is None:
             return
         model = self.model
-        on_current = getattr(event, "records_on_current", False)
+        # The key of the stream the event records on: a copy enqueued there is ordered before it
+        # already. That is the current stream of the event's device, not of the tensor's: a tensor
+        # on another GPU is copied on that GPU's stream, which the event must join.
+        index = (getattr(event, "device_index", None)
+                 if getattr(event, "records_on_current", False) else None)
+        here = model.stream_key(index()) if index is not None else None
         for key in keys:
-            # the stream the event records on
-            if not (on_current and key == model.stream_key(key[1])):
+            if key != here:
                 join(model.stream(key))
 
     def on_record(self, step: int, event: Event | None, now: float) -> None:

@@ -41,6 +41,7 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
     monkeypatch.setattr(torch.cuda, "Event", FakeTorchEvent)
     monkeypatch.setattr(torch, "Event", FakeTorchEvent)  # the generic event the CUDA backend records
     monkeypatch.setattr(torch.cuda, "current_device", lambda: state.device)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: state.device)  # current_device's own C call
     monkeypatch.setattr(torch.cuda, "current_stream", lambda index=None: f"current-stream-of-{index}")
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: state.capturing)
     return state

@@ -95,8 +95,8 @@ def test_deferred_numpy_arrays_and_tensor_subclasses_are_snapshots() -> None:
 class _FakeCudaTensor:
     """Stands in for a CUDA tensor: records how it was copied to the host."""
 
-    def __init__(self, copies: list[dict[str, Any]]) -> None:
-        self.device = SimpleNamespace(type="cuda", index=0)
+    def __init__(self, copies: list[dict[str, Any]], index: int = 0) -> None:
+        self.device = SimpleNamespace(type="cuda", index=index)
         self.is_cpu, self.is_cuda = False, True
         self.copies = copies
         self.dtype, self.shape = torch.float32, ()
@@ -113,7 +113,7 @@ class _FakeCudaTensor:
         return self
 
     def get_device(self) -> int:
-        return 0
+        return int(self.device.index)
 
     @property
     def nbytes(self) -> int:
@@ -168,6 +168,38 @@ def test_device_tensors_copy_without_blocking_only_where_an_event_orders_the_cop
     with sync_thr.step():
         sync_thr.defer(_FakeCudaTensor(copies))
     assert copies[-1] == {"device": "cpu", "non_blocking": False}
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:0", "cuda:1"], ids=["current-device", "index-0", "index-1"])
+def test_a_copy_on_another_devices_stream_is_joined_before_the_steps_event(
+    fake_cuda: SimpleNamespace, monkeypatch: pytest.MonkeyPatch, device: str
+) -> None:
+    """A tensor on another GPU than the one the step's event records on (model parallel in one process): torch
+    enqueues its copy on that GPU's current stream, which the event does not cover unless it joins it."""
+    copies: list[dict[str, Any]] = []
+    at.Throttle(2, device="cpu")  # torch's compiler imported before torch.Tensor is patched (see above)
+    monkeypatch.setattr(torch, "Tensor", _FakeCudaTensor)
+    streams = {f"main@{d}": _Stream(f"main@{d}") for d in (0, 1)}
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda index=None: streams[f"main@{index or 0}"])
+    from asyncthrottle.backends import snapshots
+
+    class Model:  # the ring's copy model: each device's current stream is main@<index>
+        def __init__(self) -> None:
+            self.pin = lambda nbytes: torch.empty(nbytes, dtype=torch.uint8)
+            self.event = lambda: None
+            self.stream_key = lambda index: (f"main@{index}", index, 1)
+            self.stream = lambda key: streams[key[0]]
+            self.copy = lambda host, tensor: copies.append({"device": "cpu", "non_blocking": True})
+
+    monkeypatch.setattr(snapshots, "CudaSnapshots", Model)
+    events_on = 1 if device == "cuda:1" else 0  # the current device is 0
+    thr = at.Throttle(2, device=device, sample_every=None)
+    for index in (0, 1):
+        with thr.step():
+            thr.defer(_FakeCudaTensor(copies, index=index))
+    # the event's own stream needs no join; the other device's stream is joined into it, once
+    assert streams[f"main@{events_on}"].waited == [f"main@{1 - events_on}"]
+    assert streams[f"main@{1 - events_on}"].waited == []
 
 
 def test_a_copy_on_a_side_stream_is_joined_before_the_steps_event(fake_cuda: SimpleNamespace) -> None:

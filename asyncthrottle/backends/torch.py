@@ -88,9 +88,13 @@ class TorchEvent:
         capturing: a callable that is True while a CUDA graph is being captured.
         current: returns the current stream, to join side streams to
             (:meth:`wait_stream`) when ``stream`` does not name one.
+        device_index: returns the index of the device whose current stream it
+            records on (CUDA), so a copy on another device's stream is known to
+            need a join; None: not known (every copy stream is joined).
     """
 
-    __slots__ = ("_after", "_capturing", "_current", "_event", "_stream", "query", "synchronize")
+    __slots__ = ("_after", "_capturing", "_current", "_event", "_stream", "device_index", "query",
+                 "synchronize")
 
     query: Callable[[], bool]
     synchronize: Callable[[], None]
@@ -101,9 +105,11 @@ class TorchEvent:
         stream: Any = None,
         capturing: Callable[[], bool] | None = None,
         current: Callable[[], Any] | None = None,
+        device_index: Callable[[], int] | None = None,
     ) -> None:
         self._event, self._stream = event, stream
         self._capturing, self._current = capturing, current
+        self.device_index = device_index
         self._after: list[Any] = []
         self.query = event.query
         # host-device sync when called: the caller chose to block
@@ -248,10 +254,16 @@ def resolve_events(
     current_cuda = (
         functools.partial(torch.cuda.current_stream, torch_device.index) if cuda else None
     )
+    # the device whose current stream the events record on: the named one, else the current one
+    # (C calls: partial(int, k) returns k; _cuda_getDevice is torch.cuda.current_device's own)
+    device_index: Callable[[], int] | None = None
+    if cuda:
+        device_index = (torch._C._cuda_getDevice if torch_device.index is None
+                        else functools.partial(int, torch_device.index))
     if streams is None:
         generic = getattr(raw, "func", None) is getattr(torch, "Event", False)
         current = _stream_of(torch, torch_device, generic)
-        return EventPool(lambda: TorchEvent(raw(), current, capturing, current_cuda))
+        return EventPool(lambda: TorchEvent(raw(), current, capturing, current_cuda, device_index))
     if torch_device.type == "mps":
         raise ValueError("streams= does not apply to MPS, which has one stream per device; drop "
                          "streams=")

@@ -183,7 +183,7 @@ def test_a_copy_on_a_side_stream_joins_the_steps_event_once_per_stream(model: ty
     raw = SimpleNamespace(record=lambda stream=None: recorded.append(stream), query=lambda: True,
                           synchronize=lambda: None)
     main = SimpleNamespace(wait_stream=lambda other: joined.append(other))
-    event = TorchEvent(raw, None, None, lambda: main)  # records on the current stream, as the CUDA backend does
+    event = TorchEvent(raw, None, None, lambda: main, lambda: 0)  # records on cuda:0's current stream, as on CUDA
     completions = inside(thr).values
     counting.current = (7, 0, 1)  # under `with torch.cuda.stream(side):`
     with thr.step():
