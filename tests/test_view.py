@@ -264,3 +264,18 @@ def test_a_value_made_on_a_side_stream_arrives_complete_with_its_step(streams: b
             x = torch.full((), float(i) + 1.0, device="cuda")
             thr.defer(x, name="x")  # copied on side: the step's event must come after the copy
     assert got == [1.0, 2.0, 3.0, 4.0]
+
+
+@pytest.mark.cuda
+def test_a_value_on_another_gpu_arrives_complete_with_its_step() -> None:
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA devices")
+    thr = at.Throttle(1, device="cuda:0")
+    got: list[float] = []
+    thr.on_complete(lambda step, values: got.append(float(values["x"])))
+    for i in thr.wrap(range(4)):
+        with torch.cuda.device(1):
+            torch.cuda._sleep(20_000_000)  # milliseconds of work on cuda:1's stream before the value
+            x = torch.full((), float(i) + 1.0, device="cuda:1")
+        thr.defer(x, name="x")  # copied on cuda:1's current stream: the step's event on cuda:0 must come after it
+    assert got == [1.0, 2.0, 3.0, 4.0]
