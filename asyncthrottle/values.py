@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import sys
 from collections import UserDict, deque
 from collections.abc import Callable, Mapping
@@ -15,6 +16,7 @@ from .core.events import Event
 if TYPE_CHECKING:
     from .core.rule import Core
 
+_log = logging.getLogger("asyncthrottle")
 OnComplete = Callable[[int, dict[str, Any]], None]
 # steps of ring slots kept when depth=None bounds nothing
 UNBOUNDED_STEPS = 4
@@ -378,6 +380,8 @@ class Completions:
         self.model: Any = None
         # ring copies in the current step
         self._ring_leaves = 0
+        # a step's copies were waited for, its event unable to join their stream (said once)
+        self._unordered = False
         # the most ring copies one step made
         self._ring_per_step = 1
         # recorded steps' values, until retired
@@ -540,10 +544,11 @@ class Completions:
         if not keys:
             return
         self.stream_keys = []
+        model = self.model
         join = getattr(event, "wait_stream", None)
         if join is None:
+            self._finish_unordered(event, keys)
             return
-        model = self.model
         # The key of the stream the event records on: a copy enqueued there is ordered before it
         # already. That is the current stream of the event's device, not of the tensor's: a tensor
         # on another GPU is copied on that GPU's stream, which the event must join.
@@ -553,6 +558,26 @@ class Completions:
         for key in keys:
             if key != here:
                 join(model.stream(key))
+
+    def _finish_unordered(self, event: Event, keys: list[Any]) -> None:
+        """Wait for the copies that ``event``, which cannot join a stream (no ``wait_stream``: JAX's
+        events, most custom ``events=``), does not cover; a bare ``torch.cuda.Event`` covers the
+        copies on the stream it records on, the current device's current stream."""
+        model = self.model
+        here = (model.stream_key(model.current_device()) if model.records_on_current(event)
+                else None)
+        for key in keys:
+            if key == here:
+                continue
+            if not self._unordered:
+                self._unordered = True
+                _log.warning(
+                    "asyncthrottle: a deferred CUDA tensor was copied on a stream the throttle's "
+                    "events cannot be ordered after (%r has no wait_stream(stream)), so the host "
+                    "waits for such copies at the end of their step; defer on the current stream, "
+                    "use device='cuda', or give the events a wait_stream method", type(event))
+            # host-device sync: nothing else orders this copy before its step's values are read
+            model.stream(key).synchronize()
 
     def on_record(self, step: int, event: Event | None, now: float) -> None:
         values = self.open

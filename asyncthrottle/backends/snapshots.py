@@ -33,6 +33,8 @@ class CudaSnapshots:
         self.copy: Callable[[Any, Any], Any] = functools.partial(torch.Tensor.copy_,
                                                                  non_blocking=True)
         self._streams: dict[Any, Any] = {}
+        # current_device(): the current CUDA device's index (torch.cuda.current_device's own call)
+        self.current_device: Callable[[], int] = torch._C._cuda_getDevice
 
     def pin(self, nbytes: int) -> Any:
         """A pinned host buffer of ``nbytes`` bytes (a 1-d uint8 tensor)."""
@@ -42,6 +44,11 @@ class CudaSnapshots:
         """No event per slot: the step's own event covers the copy, and the slot is reused after it
         retires."""
         return None
+
+    def records_on_current(self, event: Any) -> bool:
+        """Whether ``event``, which cannot join another stream, records on the current device's
+        current stream: a bare ``torch.cuda.Event`` (``record()`` with no stream) does."""
+        return isinstance(event, self._torch.cuda.Event)
 
     def stream(self, key: Any) -> Any:
         """The ``torch.cuda.Stream`` of ``key``, made once per stream."""

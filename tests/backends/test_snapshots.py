@@ -73,6 +73,8 @@ class _CountingSnapshots:
         self.key_calls = 0
         self.current = (1, 0, 1)  # (stream_id, device_index, device_type) of the current stream
         self.copies: list[int] = []  # the buffer (data_ptr) each copy wrote
+        self.synchronized: list[Any] = []  # the streams waited for on the host, in order
+        self.bare = True  # the steps' events, with no wait_stream, record on the current stream (as torch.cuda.Event)
         _CountingSnapshots.last = self
 
     last: _CountingSnapshots
@@ -88,9 +90,15 @@ class _CountingSnapshots:
         self.key_calls += 1
         return self.current
 
+    def current_device(self) -> int:
+        return 0
+
+    def records_on_current(self, event: Any) -> bool:
+        return self.bare
+
     def stream(self, key: Any) -> Any:
         self.streams_made += 1
-        return ("stream", key)
+        return SimpleNamespace(key=key, synchronize=lambda: self.synchronized.append(key))
 
     def copy(self, host: Any, tensor: Any) -> None:
         self.copies.append(host.data_ptr())
@@ -192,7 +200,7 @@ def test_a_copy_on_a_side_stream_joins_the_steps_event_once_per_stream(model: ty
         counting.current = (1, 0, 1)  # back on the main stream before the step ends
         completions.before_record(thr.in_flight, event)
         event.record()
-    assert joined == [("stream", (7, 0, 1))]  # one join for two copies on the side stream
+    assert [stream.key for stream in joined] == [(7, 0, 1)]  # one join for two copies on the side stream
     assert counting.streams_made == 1
     with thr.step():
         thr.defer(_FakeCudaTensor(torch.zeros(2)))  # on the stream the event records on
@@ -249,3 +257,31 @@ def test_ring_values_through_an_exception_a_break_and_more_passes(model: type[_C
     with pytest.raises(RuntimeError, match="never arrive"):
         dropped[0][1].get()
     assert len(model.last.pins) <= 2 + 2  # the ring's slots, each pinned once, across every pass
+
+
+@pytest.mark.parametrize("bare", [True, False], ids=["torch.cuda.Event", "other"])
+def test_events_that_cannot_join_a_stream_wait_for_the_copies_they_do_not_cover(
+    model: type[_CountingSnapshots], bare: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """JAX's events and most custom ``events=`` have no ``wait_stream``: a copy on a stream they do not record on is
+    waited for at the end of its step (said once), so its value is never read before it is written. A bare
+    ``torch.cuda.Event`` records on the current device's current stream: the copies there need nothing."""
+    dev = FakeDevice()  # its events have no wait_stream
+    thr = dev.throttle(2, sample_every=None)
+    arrived: list[list[float]] = []
+    thr.on_complete(lambda step, values: arrived.append(values["x"].tolist()))
+    with thr.step():
+        thr.defer(_FakeCudaTensor(torch.zeros(2)), name="x")
+    counting = model.last
+    counting.bare = bare
+    for i in range(4):
+        counting.current = (7, 0, 1) if i % 2 else (1, 0, 1)  # odd steps: the copy runs on a side stream
+        with thr.step():
+            thr.defer(_FakeCudaTensor(torch.full((2,), float(i))), name="x")
+            counting.current = (1, 0, 1)  # back on the main stream before the step ends
+            dev.launch(1e-3)
+    thr.drain()
+    side, main = (7, 0, 1), (1, 0, 1)
+    assert counting.synchronized == ([side, side] if bare else [main, side, main, side])
+    assert arrived[1:] == [[float(i)] * 2 for i in range(4)]
+    assert sum("cannot be ordered after" in r.getMessage() for r in caplog.records) == 1  # said once per throttle
