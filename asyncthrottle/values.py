@@ -517,7 +517,10 @@ class Completions:
         so)."""
         for deferred in self.open:
             deferred._dropped = True
-        self.open, self.stream_keys, self._ring_leaves = [], [], 0
+        # (stream_keys are kept: the copies were enqueued and write into their ring slots, which
+        # are taken again only after the step of that number retires; the next recorded step's
+        # event joins their streams, so that retirement comes after them)
+        self.open, self._ring_leaves = [], 0
 
     # -- the core's notifications -----------------------------------------------
 

@@ -285,3 +285,24 @@ def test_events_that_cannot_join_a_stream_wait_for_the_copies_they_do_not_cover(
     assert counting.synchronized == ([side, side] if bare else [main, side, main, side])
     assert arrived[1:] == [[float(i)] * 2 for i in range(4)]
     assert sum("cannot be ordered after" in r.getMessage() for r in caplog.records) == 1  # said once per throttle
+
+
+def test_a_failed_steps_copies_on_a_side_stream_are_covered_by_the_next_steps_event(
+    model: type[_CountingSnapshots],
+) -> None:
+    """A failed ``step()`` records nothing, but its copies were enqueued and write into ring slots that are taken
+    again once the next step of its number retires: that step's event must come after them."""
+    dev = FakeDevice()  # its events have no wait_stream: a copy off the current stream is waited for
+    thr = dev.throttle(2, sample_every=None)
+    with thr.step():
+        thr.defer(_FakeCudaTensor(torch.zeros(2)), name="x")
+    counting = model.last
+    counting.current = (7, 0, 1)  # the failed step's copy runs on a side stream
+    with pytest.raises(ZeroDivisionError), thr.step():
+        thr.defer(_FakeCudaTensor(torch.ones(2)), name="x")
+        counting.current = (1, 0, 1)
+        raise ZeroDivisionError
+    assert counting.synchronized == []  # nothing recorded, nothing waited for yet
+    with thr.step():
+        thr.defer(_FakeCudaTensor(torch.full((2,), 2.0)), name="x")  # on the main stream
+    assert counting.synchronized == [(7, 0, 1)]  # the next recorded step covers the failed one's copy
