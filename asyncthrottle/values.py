@@ -453,7 +453,7 @@ class Completions:
 
     def _ring_copy(self, tensor: Any) -> Any:
         """Enqueue ``tensor``'s copy into a ring slot on the current stream; None: torch pins it (no
-        free slot)."""
+        free slot, or a layout a flat slot cannot hold)."""
         ring, model = self.ring, self.model
         if ring is None:
             # here, not at the top: prefetch imports this module
@@ -467,6 +467,10 @@ class Completions:
         keys = self.stream_keys
         if key not in keys:
             keys.append(key)
+        if tensor.layout is not sys.modules["torch"].strided or tensor.is_nested:
+            # sparse and nested tensors have no flat bytes to view (nbytes raises for sparse ones):
+            # torch's own copy, on the same stream
+            return None
         self._ring_leaves += 1
         nbytes = tensor.nbytes
         slot = ring.take(self.core.steps, nbytes)

@@ -108,6 +108,7 @@ class _FakeCudaTensor:
         return 4
 
     requires_grad = True  # detached before the copy
+    layout, is_nested = torch.strided, False
 
     def detach(self) -> _FakeCudaTensor:
         return self

@@ -33,6 +33,7 @@ class _FakeCudaTensor:
         self.fallback_copies = 0
 
     requires_grad = True  # detached before the copy
+    layout, is_nested = torch.strided, False
 
     def detach(self) -> _FakeCudaTensor:
         return self
@@ -306,3 +307,26 @@ def test_a_failed_steps_copies_on_a_side_stream_are_covered_by_the_next_steps_ev
     with thr.step():
         thr.defer(_FakeCudaTensor(torch.full((2,), 2.0)), name="x")  # on the main stream
     assert counting.synchronized == [(7, 0, 1)]  # the next recorded step covers the failed one's copy
+
+
+def test_a_sparse_tensor_is_copied_by_torch_on_the_same_stream(model: type[_CountingSnapshots]) -> None:
+    """A ring slot holds flat bytes: a sparse (or nested) tensor, whose nbytes raises, takes torch's own non-blocking
+    copy, still enqueued on a stream the step's event covers."""
+    dev = FakeDevice()
+    thr = dev.throttle(2, sample_every=None)
+    arrived: list[Any] = []
+    thr.on_complete(lambda step, values: arrived.append(values["x"]))
+    dense = _FakeCudaTensor(torch.zeros(2))
+    sparse = _FakeCudaTensor(torch.ones(2))
+    sparse.layout = torch.sparse_coo
+    with thr.step():
+        thr.defer(dense, name="x")
+    counting = model.last
+    counting.current, counting.bare = (7, 0, 1), False  # on a side stream the step's event cannot join
+    with thr.step():
+        thr.defer(sparse, name="x")
+        dev.launch(1e-3)
+    thr.drain()
+    assert sparse.fallback_copies == 1 and len(counting.copies) == 1  # torch's copy, not a ring slot's
+    assert counting.synchronized == [(7, 0, 1)]  # its stream is still covered
+    assert arrived[1].tolist() == [1.0, 1.0]
