@@ -571,7 +571,7 @@ class Completions:
         events, most custom ``events=``), does not cover; a bare ``torch.cuda.Event`` covers the
         copies on the stream it records on, the current device's current stream."""
         model = self.model
-        here = (model.stream_key(model.current_device()) if model.records_on_current(event)
+        here = (model.stream_key(model.current_device()) if model.bare_event(event)
                 else None)
         for key in keys:
             if key == here:

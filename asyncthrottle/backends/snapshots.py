@@ -45,7 +45,7 @@ class CudaSnapshots:
         retires."""
         return None
 
-    def records_on_current(self, event: Any) -> bool:
+    def bare_event(self, event: Any) -> bool:
         """Whether ``event``, which cannot join another stream, records on the current device's
         current stream: a bare ``torch.cuda.Event`` (``record()`` with no stream) does."""
         return isinstance(event, self._torch.cuda.Event)

@@ -94,7 +94,7 @@ class TorchEvent:
     """
 
     __slots__ = ("_after", "_capturing", "_current", "_event", "_stream", "device_index", "query",
-                 "synchronize")
+                 "records_on_current", "synchronize")
 
     query: Callable[[], bool]
     synchronize: Callable[[], None]
@@ -110,15 +110,13 @@ class TorchEvent:
         self._event, self._stream = event, stream
         self._capturing, self._current = capturing, current
         self.device_index = device_index
+        # it records on the current stream of its device, not on a fixed stream (an attribute, not
+        # a property: read once a step)
+        self.records_on_current = stream is None or callable(stream)
         self._after: list[Any] = []
         self.query = event.query
         # host-device sync when called: the caller chose to block
         self.synchronize = event.synchronize
-
-    @property
-    def records_on_current(self) -> bool:
-        """Whether it records on the current stream of its device (not on a fixed stream)."""
-        return self._stream is None or callable(self._stream)
 
     def wait_stream(self, stream: Any) -> None:
         """Order this event after the work enqueued on ``stream`` so far (joined when it is next

@@ -94,7 +94,7 @@ class _CountingSnapshots:
     def current_device(self) -> int:
         return 0
 
-    def records_on_current(self, event: Any) -> bool:
+    def bare_event(self, event: Any) -> bool:
         return self.bare
 
     def stream(self, key: Any) -> Any:
