@@ -28,6 +28,7 @@ Two figures per loop:
 from __future__ import annotations
 
 import argparse
+import functools
 import platform
 import statistics
 import sys
@@ -43,9 +44,21 @@ import torch
 
 from asyncthrottle import values
 from asyncthrottle.backends import snapshots
-from asyncthrottle.bench.overhead import _NoopEvent as NoopEvent
-from asyncthrottle.bench.overhead import _TimedNoopEvent as TimedNoopEvent
+from asyncthrottle.backends.pool import EventPool
+from asyncthrottle.backends.torch import TorchEvent
+from asyncthrottle.bench.overhead import _NoopEvent, _TimedNoopEvent
 from asyncthrottle.bench.seed_values import seed_loops
+
+
+def cuda_like(raw: type[Any]) -> EventPool:
+    """An event factory as the CUDA backend's: a pool of ``TorchEvent`` around no-op events,
+    recording on the current stream of the stand-in's device (-1, a CPU tensor's
+    ``get_device()``)."""
+    device_index = functools.partial(int, -1)
+    return EventPool(lambda: TorchEvent(raw(), None, None, None, device_index))
+
+
+NoopEvent, TimedNoopEvent = cuda_like(_NoopEvent), cuda_like(_TimedNoopEvent)
 
 # snapshots that went into a ring slot
 RINGED = [0]
