@@ -6,8 +6,9 @@ Run: ``.venv/bin/python benchmarks/seed_host_cost.py [--rounds 11] [--steps 5000
 ``bench --values --backend cuda`` measures the #26 seed target (>= 0.92x of the reference) on a GPU.
 Without one, this runs the same two loops (``asyncthrottle.bench.seed_values``) on CPU tensors whose
 snapshots are routed through the pinned ring as a CUDA tensor's are (``values.tensor_snapshot``
-stood in for; the ring's buffers are plain CPU tensors, the stream key a constant), with no-op
-events (the throttle's can be timed, so its device timing samples as on CUDA). So every Python line
+stood in for; the ring's buffers are plain CPU tensors, the stream key a constant), with the CUDA
+backend's events around no-op ones (``TorchEvent`` in an ``EventPool``; the throttle's can be
+timed, so its device timing samples as on CUDA). So every Python line
 and torch call of the deferred-tensor path runs: the ring copy (``copy_``), the copy out of the ring
 at retirement (``clone``), the non-finite watch, the delivery to an ``on_complete`` callback that
 reads ``y[0, 0]``, as the reference reads its slot. What a CUDA call costs beyond its CPU twin (a
