@@ -150,11 +150,15 @@ def tensor_snapshot(tensor: Any, synchronous: bool, owner: Completions | None) -
         return tensor.clone(), False
     if synchronous:
         return tensor.to("cpu"), False  # host-device sync: no order for a non-blocking copy here
-    if tensor.is_cuda and owner is not None:
-        host = owner._ring_copy(tensor)
-        if host is not None:
-            return host, True
-    # Non-blocking device-to-host copy (torch pins it), enqueued before the step's event.
+    if owner is not None:
+        # CUDA and XPU tensors: into the pinned ring (is_xpu read only off CUDA)
+        kind = "cuda" if tensor.is_cuda else "xpu" if tensor.is_xpu else None
+        if kind is not None:
+            host = owner._ring_copy(tensor, kind)
+            if host is not None:
+                return host, True
+    # Non-blocking device-to-host copy (torch pins it, except for MPS, whose memory the host
+    # shares), enqueued before the step's event.
     return tensor.to("cpu", non_blocking=True), False
 
 
@@ -370,13 +374,13 @@ class Completions:
         self.core, self._wait = core, wait
         # the current step's values, until it is recorded
         self.open: list[Deferred] = []
-        # keys of the CUDA streams the current step's copies were enqueued on
+        # keys of the CUDA (XPU) streams the current step's copies were enqueued on
         self.stream_keys: list[Any] = []
         # unretired values holding JAX arrays, in step order
         self.holding: deque[Deferred] = deque()
-        # the PinnedRing of CUDA snapshots, made at the first CUDA tensor
+        # the PinnedRing of CUDA (or XPU) snapshots, made at the first such tensor
         self.ring: Any = None
-        # its CudaSnapshots (pinned buffers, stream keys)
+        # its TorchSnapshots (pinned buffers, stream keys)
         self.model: Any = None
         # ring copies in the current step
         self._ring_leaves = 0
@@ -451,17 +455,23 @@ class Completions:
         open_.append(deferred)
         return deferred
 
-    def _ring_copy(self, tensor: Any) -> Any:
+    def _ring_copy(self, tensor: Any, kind: str) -> Any:
         """Enqueue ``tensor``'s copy into a ring slot on the current stream; None: torch pins it (no
-        free slot, or a layout a flat slot cannot hold)."""
+        free slot, or a layout a flat slot cannot hold). ``kind``: its device type, ``"cuda"`` or
+        ``"xpu"``."""
         ring, model = self.ring, self.model
         if ring is None:
             # here, not at the top: prefetch imports this module
-            from .backends.snapshots import CudaSnapshots
+            from .backends.snapshots import TorchSnapshots
             from .parts.prefetch import PinnedRing
 
-            self.model = model = CudaSnapshots()
+            self.model = model = TorchSnapshots(kind)
             self.ring = ring = PinnedRing(model, self._ring_limit)  # type: ignore[arg-type]  # pin and event only
+        elif kind != model.kind:
+            raise ValueError(
+                f"defer() got a tensor on {kind}, but this throttle's deferred tensors are on "
+                f"{model.kind}: the step's event cannot be ordered after a copy on another kind of "
+                f"device; defer its .cpu() copy, or use one throttle per device type")
         # (get_device() makes no torch.device: a CUDA tensor's index)
         key = model.stream_key(tensor.get_device())
         keys = self.stream_keys
@@ -478,13 +488,13 @@ class Completions:
             return None
         # a step defers the same tensors as the step before: the slot keeps its views (three
         # torch calls, 6.6 us on the host, made once per slot and kind of tensor)
-        kind = (tensor.dtype, tensor.shape)
+        form = (tensor.dtype, tensor.shape)
         views = slot.views
-        host = views.get(kind)
+        host = views.get(form)
         if host is None:
             host = slot.buffer[:nbytes].view(tensor.dtype).view(tensor.shape)
             if len(views) < 8:
-                views[kind] = host
+                views[form] = host
         model.copy(host, tensor)
         return host
 
@@ -529,8 +539,9 @@ class Completions:
     # -- the core's notifications -----------------------------------------------
 
     def before_record(self, step: int, event: Event) -> None:
-        """Order the step's event after the copies enqueued on other CUDA streams (no ``Stream``
-        made otherwise); give a JAX event the step's held arrays to wait on (``cover``)."""
+        """Order the step's event after the copies enqueued on other CUDA or XPU streams (no
+        ``Stream`` made otherwise); give a JAX event the step's held arrays to wait on
+        (``cover``)."""
         values = self.open
         arrays: list[Any] | None
         if len(values) == 1:

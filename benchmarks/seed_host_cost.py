@@ -67,20 +67,20 @@ RINGED = [0]
 
 def route_through_the_ring() -> None:
     """CPU tensors take the CUDA snapshot path: copied into a ring slot, out of it at retirement."""
-    snapshots.CudaSnapshots.pin = lambda self, nbytes: torch.empty(nbytes, dtype=torch.uint8)  # type: ignore[method-assign]
-    made = snapshots.CudaSnapshots.__init__
+    snapshots.TorchSnapshots.pin = lambda self, nbytes: torch.empty(nbytes, dtype=torch.uint8)  # type: ignore[method-assign]
+    made = snapshots.TorchSnapshots.__init__
 
-    def init(self: snapshots.CudaSnapshots) -> None:
-        made(self)
+    def init(self: snapshots.TorchSnapshots, kind: str) -> None:
+        made(self, kind)
         # a CPU tensor's get_device() is -1; one C call, like torch's for a CUDA tensor
         self.stream_key = {-1: (0, 0, 1)}.__getitem__
 
-    snapshots.CudaSnapshots.__init__ = init  # type: ignore[method-assign]
+    snapshots.TorchSnapshots.__init__ = init  # type: ignore[method-assign]
     real = values.tensor_snapshot
 
     def tensor_snapshot(tensor: Any, synchronous: bool, owner: Any) -> tuple[Any, bool]:
         if owner is not None and not synchronous:
-            host = owner._ring_copy(tensor.detach() if tensor.requires_grad else tensor)
+            host = owner._ring_copy(tensor.detach() if tensor.requires_grad else tensor, "cuda")
             if host is not None:
                 RINGED[0] += 1
                 return host, True

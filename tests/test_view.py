@@ -147,14 +147,15 @@ def test_device_tensors_copy_without_blocking_only_where_an_event_orders_the_cop
     from asyncthrottle.backends import snapshots
 
     class Model:  # the ring's copy model: copies into a pinned slot on the current stream, known by its key
-        def __init__(self) -> None:
+        def __init__(self, kind: str) -> None:
+            self.kind = kind
             self.pin = lambda nbytes: torch.empty(nbytes, dtype=torch.uint8)
             self.event = lambda: None
             self.stream_key = lambda index: (current[-1].name, index, 1)
             self.stream = lambda key: {"main": main, "side": side}[key[0]]
             self.copy = lambda host, tensor: copies.append({"device": "cpu", "non_blocking": True})
 
-    monkeypatch.setattr(snapshots, "CudaSnapshots", Model)
+    monkeypatch.setattr(snapshots, "TorchSnapshots", Model)
     thr = at.Throttle(2, device="cuda", sample_every=None)
     with thr.step():
         current.append(side)  # as under `with torch.cuda.stream(side):`
@@ -185,14 +186,15 @@ def test_a_copy_on_another_devices_stream_is_joined_before_the_steps_event(
     from asyncthrottle.backends import snapshots
 
     class Model:  # the ring's copy model: each device's current stream is main@<index>
-        def __init__(self) -> None:
+        def __init__(self, kind: str) -> None:
+            self.kind = kind
             self.pin = lambda nbytes: torch.empty(nbytes, dtype=torch.uint8)
             self.event = lambda: None
             self.stream_key = lambda index: (f"main@{index}", index, 1)
             self.stream = lambda key: streams[key[0]]
             self.copy = lambda host, tensor: copies.append({"device": "cpu", "non_blocking": True})
 
-    monkeypatch.setattr(snapshots, "CudaSnapshots", Model)
+    monkeypatch.setattr(snapshots, "TorchSnapshots", Model)
     events_on = 1 if device == "cuda:1" else 0  # the current device is 0
     thr = at.Throttle(2, device=device, sample_every=None)
     for index in (0, 1):

@@ -1,4 +1,4 @@
-"""The device side of deferred CUDA tensors: pinned ring buffers, copies, and current-stream
+"""The device side of deferred CUDA and XPU tensors: pinned ring buffers, copies, and current-stream
 keys."""
 
 from __future__ import annotations
@@ -7,12 +7,16 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["CudaSnapshots"]
+__all__ = ["RINGED", "TorchSnapshots"]
+
+# the device types whose deferred tensors go into the pinned ring: torch gives both the same C
+# functions (current stream as a key, current device) and the same Stream and Event classes
+RINGED = ("cuda", "xpu")
 
 
-class CudaSnapshots:
-    """Pinned host buffers and non-blocking copies into them, for ``Throttle.defer`` of CUDA
-    tensors.
+class TorchSnapshots:
+    """Pinned host buffers and non-blocking copies into them, for ``Throttle.defer`` of CUDA or XPU
+    tensors (``kind``).
 
     A copy is enqueued on the current stream; the stream is known by its key,
     the ``(stream_id, device_index, device_type)`` tuple torch keeps in C++,
@@ -21,20 +25,25 @@ class CudaSnapshots:
     :class:`~asyncthrottle.parts.prefetch.PinnedRing` holds the buffers.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, kind: str) -> None:
         import torch
 
+        if kind not in RINGED:
+            raise ValueError(f"TorchSnapshots(kind={kind!r}): the ring holds {RINGED} tensors")
+        self.kind = kind
         self._torch = torch
+        self._module = getattr(torch, kind)
         # stream_key(index): the key of device index's current stream (a tuple of ints: no Python
-        # Stream); torch's own C function, so asking it makes no Python call either
-        self.stream_key: Callable[[int], Any] = torch._C._cuda_getCurrentStream
+        # Stream); torch's own C function (torch.cuda/xpu.current_stream's), so asking it makes no
+        # Python call either
+        self.stream_key: Callable[[int], Any] = getattr(torch._C, f"_{kind}_getCurrentStream")
         # copy(host, tensor): enqueue the copy of device tensor into pinned host on the current
         # stream; never blocks (torch's copy_ itself, no Python frame)
         self.copy: Callable[[Any, Any], Any] = functools.partial(torch.Tensor.copy_,
                                                                  non_blocking=True)
         self._streams: dict[Any, Any] = {}
-        # current_device(): the current CUDA device's index (torch.cuda.current_device's own call)
-        self.current_device: Callable[[], int] = torch._C._cuda_getDevice
+        # current_device(): the current device's index (torch.cuda/xpu.current_device's own call)
+        self.current_device: Callable[[], int] = getattr(torch._C, f"_{kind}_getDevice")
 
     def pin(self, nbytes: int) -> Any:
         """A pinned host buffer of ``nbytes`` bytes (a 1-d uint8 tensor)."""
@@ -47,15 +56,16 @@ class CudaSnapshots:
 
     def bare_event(self, event: Any) -> bool:
         """Whether ``event``, which cannot join another stream, records on the current device's
-        current stream: a bare ``torch.cuda.Event`` (``record()`` with no stream) does."""
-        return isinstance(event, self._torch.cuda.Event)
+        current stream: a bare ``torch.cuda.Event`` (``torch.xpu.Event``; ``record()`` with no
+        stream) does."""
+        return isinstance(event, self._module.Event)
 
     def stream(self, key: Any) -> Any:
-        """The ``torch.cuda.Stream`` of ``key``, made once per stream."""
+        """The ``torch.cuda.Stream`` (``torch.xpu.Stream``) of ``key``, made once per stream."""
         stream = self._streams.get(key)
         if stream is None:
             stream_id, device_index, device_type = key
-            stream = self._torch.cuda.Stream(  # type: ignore[no-untyped-call]
+            stream = self._module.Stream(
                 stream_id=stream_id, device_index=device_index, device_type=device_type)
             self._streams[key] = stream
         return stream

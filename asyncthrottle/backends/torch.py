@@ -89,7 +89,7 @@ class TorchEvent:
         current: returns the current stream, to join side streams to
             (:meth:`wait_stream`) when ``stream`` does not name one.
         device_index: returns the index of the device whose current stream it
-            records on (CUDA), so a copy on another device's stream is known to
+            records on (CUDA, XPU), so a copy on another device's stream is known to
             need a join; None: not known (every copy stream is joined).
     """
 
@@ -247,21 +247,23 @@ def resolve_events(
             "or device='cpu'"
         )
     raw = _raw_factory(torch, torch_device, blocking=blocking, timing=timing)
-    cuda = torch_device.type == "cuda"
-    capturing = torch.cuda.is_current_stream_capturing if cuda else None
-    current_cuda = (
-        functools.partial(torch.cuda.current_stream, torch_device.index) if cuda else None
-    )
-    # the device whose current stream the events record on: the named one, else the current one
-    # (C calls: partial(int, k) returns k; _cuda_getDevice is torch.cuda.current_device's own)
+    kind = torch_device.type
+    capturing = torch.cuda.is_current_stream_capturing if kind == "cuda" else None
+    # CUDA and XPU: the stream that side streams (deferred tensors' copies) are joined to, and the
+    # device whose current stream the events record on: the named one, else the current one (C
+    # calls: partial(int, k) returns k; _cuda_getDevice is torch.cuda.current_device's own)
+    current: Callable[[], Any] | None = None
     device_index: Callable[[], int] | None = None
-    if cuda:
-        device_index = (torch._C._cuda_getDevice if torch_device.index is None
+    if kind in ("cuda", "xpu"):
+        module = getattr(torch, kind)
+        current = functools.partial(module.current_stream, torch_device.index)
+        device_index = (getattr(torch._C, f"_{kind}_getDevice", module.current_device)
+                        if torch_device.index is None
                         else functools.partial(int, torch_device.index))
     if streams is None:
         generic = getattr(raw, "func", None) is getattr(torch, "Event", False)
-        current = _stream_of(torch, torch_device, generic)
-        return EventPool(lambda: TorchEvent(raw(), current, capturing, current_cuda, device_index))
+        on = _stream_of(torch, torch_device, generic)
+        return EventPool(lambda: TorchEvent(raw(), on, capturing, current, device_index))
     if torch_device.type == "mps":
         raise ValueError("streams= does not apply to MPS, which has one stream per device; drop "
                          "streams=")

@@ -169,3 +169,33 @@ def test_generic_accelerators_use_torch_event(monkeypatch: pytest.MonkeyPatch) -
     assert factory is not None
     factory().record()
     assert made == [{"device": torch.device("meta"), "enable_timing": False}]
+
+
+@pytest.mark.parametrize("device", ["xpu", "xpu:1"], ids=["current-device", "index-1"])
+def test_xpu_events_join_the_side_streams_of_deferred_copies(monkeypatch: pytest.MonkeyPatch, device: str) -> None:
+    """An XPU event records ``torch.Event`` on the current stream (no Python ``Stream`` a step); a side stream it is
+    asked to wait for (a deferred tensor copied under ``with torch.xpu.stream(side):``) is joined to the stream it
+    records on, as on CUDA, not dropped; and it knows its device, so a copy on its own stream needs no join."""
+    torch = pytest.importorskip("torch")
+    waited: list[tuple[Any, Any]] = []
+
+    class Stream:
+        def __init__(self, name: Any) -> None:
+            self.name = name
+
+        def wait_stream(self, other: Any) -> None:
+            waited.append((self.name, other))
+
+    monkeypatch.setattr(torch, "Event", lambda **kw: FakeTorchEvent(**kw))
+    monkeypatch.setattr(devices, "_is_available", lambda torch, kind: kind == "xpu")
+    monkeypatch.setattr(torch.xpu, "current_stream", lambda index=None: Stream(f"current-of-{index}"))
+    monkeypatch.setattr(torch.xpu, "current_device", lambda: 1 if device == "xpu:1" else 0)
+    monkeypatch.setattr(torch._C, "_xpu_getDevice", lambda: 0, raising=False)
+    factory = devices.resolve_events(device)
+    assert factory is not None
+    event = factory()
+    event.wait_stream("side")
+    event.record()
+    index = 1 if device == "xpu:1" else None
+    assert waited == [(f"current-of-{index}", "side")]
+    assert event.device_index() == (1 if device == "xpu:1" else 0)

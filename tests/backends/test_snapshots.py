@@ -1,7 +1,7 @@
-"""Deferred CUDA tensors, with counting fakes: a ring of reused pinned buffers, no Python stream per tensor.
+"""Deferred CUDA (and XPU) tensors, with counting fakes: a ring of reused pinned buffers, no Python stream per tensor.
 
-The tensors are fakes that say they live on CUDA; the copy model
-(``asyncthrottle.backends.snapshots.CudaSnapshots``) is a fake that counts pinned
+The tensors are fakes that say they live on CUDA (or XPU); the copy model
+(``asyncthrottle.backends.snapshots.TorchSnapshots``) is a fake that counts pinned
 allocations, stream objects and copies; the steps' events are a FakeDevice's.
 """
 
@@ -56,6 +56,15 @@ class _FakeCudaTensor:
         return self.data.clone()
 
 
+class _FakeXpuTensor(_FakeCudaTensor):
+    """A tensor that says it is on xpu:0 (``is_cuda`` False, ``is_xpu`` True)."""
+
+    def __init__(self, data: Any) -> None:
+        super().__init__(data)
+        self.device = SimpleNamespace(type="xpu", index=0)
+        self.is_cuda, self.is_xpu = False, True
+
+
 class _AnyTensor(type):
     def __instancecheck__(cls, obj: Any) -> bool:
         return isinstance(obj, (_RealTensor, _FakeCudaTensor))
@@ -68,7 +77,8 @@ class _Tensor(metaclass=_AnyTensor):
 class _CountingSnapshots:
     """The copy model, counting: pinned buffers made, Stream objects made, copies (into which buffer)."""
 
-    def __init__(self) -> None:
+    def __init__(self, kind: str) -> None:
+        self.kind = kind  # the device type of the tensors it copies: "cuda" or "xpu"
         self.pins: list[int] = []
         self.streams_made = 0
         self.key_calls = 0
@@ -115,12 +125,14 @@ def model(monkeypatch: pytest.MonkeyPatch) -> type[_CountingSnapshots]:
         warm.defer(torch.zeros(1))
     warm.drain()
     monkeypatch.setattr(torch, "Tensor", _Tensor)
-    monkeypatch.setattr(snapshots, "CudaSnapshots", _CountingSnapshots)
+    monkeypatch.setattr(snapshots, "TorchSnapshots", _CountingSnapshots)
     return _CountingSnapshots
 
 
-def _run(steps: int, depth: int, sizes: list[int] | None = None) -> tuple[Any, list[Any], dict[int, Any]]:
-    """A loop deferring one CUDA tensor a step on a FakeDevice; returns the throttle, the tensors and what arrived."""
+def _run(steps: int, depth: int, sizes: list[int] | None = None,
+         tensor_type: type[_FakeCudaTensor] = _FakeCudaTensor) -> tuple[Any, list[Any], dict[int, Any]]:
+    """A loop deferring one CUDA (``tensor_type``'s) tensor a step on a FakeDevice; returns the throttle, the tensors
+    and what arrived."""
     dev = FakeDevice()
     thr = dev.throttle(depth, sample_every=None)
     arrived: dict[int, Any] = {}
@@ -130,7 +142,7 @@ def _run(steps: int, depth: int, sizes: list[int] | None = None) -> tuple[Any, l
     tensors = []
     for i in thr.wrap(range(steps)):
         n = sizes[i] if sizes else 4
-        tensor = _FakeCudaTensor(torch.arange(n, dtype=torch.float32) + 100 * i)
+        tensor = tensor_type(torch.arange(n, dtype=torch.float32) + 100 * i)
         tensors.append(tensor)
         before = len(_CountingSnapshots.last.copies) if hasattr(_CountingSnapshots, "last") else 0
         thr.defer(tensor, name="x")
@@ -145,9 +157,13 @@ def _run(steps: int, depth: int, sizes: list[int] | None = None) -> tuple[Any, l
     return thr, tensors, arrived
 
 
-def test_steady_state_makes_no_pinned_allocation_and_no_stream_object(model: type[_CountingSnapshots]) -> None:
-    _, tensors, arrived = _run(steps=50, depth=2)
+@pytest.mark.parametrize("tensor_type", [_FakeCudaTensor, _FakeXpuTensor], ids=["cuda-tensors", "xpu-tensors"])
+def test_steady_state_makes_no_pinned_allocation_and_no_stream_object(
+    model: type[_CountingSnapshots], tensor_type: type[_FakeCudaTensor]
+) -> None:
+    _, tensors, arrived = _run(steps=50, depth=2, tensor_type=tensor_type)
     counting = model.last
+    assert counting.kind == tensor_type(torch.zeros(1)).device.type  # XPU tensors take the same ring
     assert len(counting.pins) <= 2 + 2  # depth + 2 slots, each pinned once: none in steady state
     assert counting.streams_made == 0  # the copies ran on the event's stream: joined without a Stream object
     assert len(counting.copies) == 50 and all(t.fallback_copies == 0 for t in tensors)  # one ring copy each
@@ -330,3 +346,43 @@ def test_a_sparse_tensor_is_copied_by_torch_on_the_same_stream(model: type[_Coun
     assert sparse.fallback_copies == 1 and len(counting.copies) == 1  # torch's copy, not a ring slot's
     assert counting.synchronized == [(7, 0, 1)]  # its stream is still covered
     assert arrived[1].tolist() == [1.0, 1.0]
+
+
+def test_a_throttle_that_rings_one_device_type_refuses_a_tensor_of_another(model: type[_CountingSnapshots]) -> None:
+    """The step's event can be ordered after copies on its own kind of device only: a CUDA throttle's deferred XPU
+    tensor (or the reverse) would be read before its copy is done, so it is refused, saying what to do."""
+    thr = FakeDevice().throttle(2, sample_every=None)
+    with thr.step():
+        thr.defer(_FakeCudaTensor(torch.zeros(2)), name="x")
+    refused = r"got a tensor on xpu, but this throttle's deferred tensors are on cuda.*\.cpu\(\)"
+    with pytest.raises(ValueError, match=refused), thr.step():
+        thr.defer(_FakeXpuTensor(torch.zeros(2)), name="y")
+    with thr.step():  # the throttle goes on
+        thr.defer(_FakeCudaTensor(torch.ones(2)), name="x")
+    thr.drain()
+    assert thr.latest["x"].tolist() == [1.0, 1.0]
+
+
+def test_the_xpu_copy_model_uses_torch_xpus_own_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``TorchSnapshots("xpu")`` keys streams with ``torch._C._xpu_getCurrentStream`` (no Python ``Stream``), makes a
+    ``torch.xpu.Stream`` only to join a side stream, and knows a bare ``torch.xpu.Event``; other kinds are refused."""
+    made: list[dict[str, Any]] = []
+
+    class Stream:
+        def __init__(self, **key: Any) -> None:
+            made.append(key)
+
+    class Event:
+        pass
+
+    monkeypatch.setattr(torch._C, "_xpu_getCurrentStream", lambda index: (5, index, 12), raising=False)
+    monkeypatch.setattr(torch._C, "_xpu_getDevice", lambda: 0, raising=False)
+    monkeypatch.setattr(torch.xpu, "Stream", Stream)
+    monkeypatch.setattr(torch.xpu, "Event", Event)
+    xpu = snapshots.TorchSnapshots("xpu")
+    assert xpu.stream_key(1) == (5, 1, 12) and xpu.current_device() == 0
+    assert xpu.stream((5, 1, 12)) is xpu.stream((5, 1, 12))  # once per stream
+    assert made == [{"stream_id": 5, "device_index": 1, "device_type": 12}]
+    assert xpu.bare_event(Event()) and not xpu.bare_event(object())
+    with pytest.raises(ValueError, match="mps"):
+        snapshots.TorchSnapshots("mps")
