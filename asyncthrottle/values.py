@@ -254,7 +254,8 @@ class Deferred:
     """
 
     __slots__ = (
-        "_done", "_dropped", "_event", "_held", "_host", "_lost", "_ringed", "_settled", "_wait",
+        "_copied", "_done", "_dropped", "_event", "_held", "_host", "_lost", "_ringed", "_settled",
+        "_wait",
         "name", "step", "unnamed",
     )
 
@@ -278,6 +279,8 @@ class Deferred:
         self._settled = False
         # a held array was donated before its step completed
         self._lost: DonatedValueError | None = None
+        # events recorded after its copies on streams the step's event cannot join (None: none)
+        self._copied: list[Any] | None = None
 
     def _donated(self, seen_at: int | None) -> bool:
         """Whether a held array was deleted (donated); the first time, remembers where it was seen.
@@ -293,6 +296,12 @@ class Deferred:
         """The value on the host, made once the step is complete (the device arrays and ring slot
         are let go)."""
         if not self._settled:
+            copied = self._copied
+            if copied:
+                for marker in copied:
+                    # host-device sync: this copy's stream is not one the step's event covers; it
+                    # was enqueued with the step, so it is done or nearly
+                    marker.synchronize()
             host = self._host
             off_cpu = _JAX_ARRAYS.get(type(host))
             if off_cpu is not None:
@@ -317,7 +326,10 @@ class Deferred:
         if self._done:
             return True
         event = self._event
-        return event is not None and event.query()
+        if event is None or not event.query():
+            return False
+        copied = self._copied
+        return not copied or all(marker.query() for marker in copied)
 
     def get(self) -> Any:
         """The value on the host, waiting for its step if needed (a host-device sync on that step).
@@ -384,8 +396,10 @@ class Completions:
         self.model: Any = None
         # ring copies in the current step
         self._ring_leaves = 0
-        # a step's copies were waited for, its event unable to join their stream (said once)
+        # a step's copies were on a stream its event cannot join (said once)
         self._unordered = False
+        # (step, events recorded after such copies), in step order, until the step retires
+        self._copied: deque[tuple[int, list[Any]]] = deque()
         # the most ring copies one step made
         self._ring_per_step = 1
         # recorded steps' values, until retired
@@ -565,7 +579,7 @@ class Completions:
         model = self.model
         join = getattr(event, "wait_stream", None)
         if join is None:
-            self._finish_unordered(event, keys)
+            self._finish_unordered(step, event, keys)
             return
         # The key of the stream the event records on: a copy enqueued there is ordered before it
         # already. That is the current stream of the event's device, not of the tensor's: a tensor
@@ -577,25 +591,48 @@ class Completions:
             if key != here:
                 join(model.stream(key))
 
-    def _finish_unordered(self, event: Event, keys: list[Any]) -> None:
-        """Wait for the copies that ``event``, which cannot join a stream (no ``wait_stream``: JAX's
-        events, most custom ``events=``), does not cover; a bare ``torch.cuda.Event`` covers the
-        copies on the stream it records on, the current device's current stream."""
+    def _finish_unordered(self, step: int, event: Event, keys: list[Any]) -> None:
+        """Order the step's values after the copies that ``event``, which cannot join a stream (no
+        ``wait_stream``: JAX's events, most custom ``events=``), does not cover: an event is
+        recorded on each such stream, after them, and the values wait for it when they are read
+        (never blocks here). A bare ``torch.cuda.Event`` covers the copies on the stream it
+        records on, the current device's current stream."""
         model = self.model
         here = (model.stream_key(model.current_device()) if model.bare_event(event)
                 else None)
+        markers = []
         for key in keys:
             if key == here:
                 continue
             if not self._unordered:
                 self._unordered = True
                 _log.warning(
-                    "asyncthrottle: a deferred CUDA tensor was copied on a stream the throttle's "
-                    "events cannot be ordered after (%r has no wait_stream(stream)), so the host "
-                    "waits for such copies at the end of their step; defer on the current stream, "
-                    "use device='cuda', or give the events a wait_stream method", type(event))
-            # host-device sync: nothing else orders this copy before its step's values are read
-            model.stream(key).synchronize()
+                    "asyncthrottle: a deferred tensor was copied on a stream the throttle's events "
+                    "cannot be ordered after (%r has no wait_stream(stream)), so an event is "
+                    "recorded there each step and its values wait for it when read; defer on the "
+                    "current stream, use the tensor's device as the throttle's, or give the "
+                    "events a wait_stream method", type(event))
+            # recorded after the copies enqueued there so far; never blocks
+            markers.append(model.marker(key))
+        if markers:
+            for deferred in self.open:
+                deferred._copied = markers
+            # (also for a step with no value: a failed step's copies, covered here, write into
+            # ring slots taken again once this step retires)
+            self._copied.append((step, markers))
+
+    def _release_copies(self, step: int) -> None:
+        """Wait for the copies that steps up to ``step`` made on streams their events could not
+        join; their events go back to the model."""
+        copied, model = self._copied, self.model
+        while copied and copied[0][0] <= step:
+            markers = copied.popleft()[1]
+            for marker in markers:
+                # host-device sync: see _finish_unordered; the step itself is complete
+                marker.synchronize()
+            model.release(markers)
+            # (the step's values share the list: they have nothing left to wait for)
+            markers.clear()
 
     def on_record(self, step: int, event: Event | None, now: float) -> None:
         values = self.open
@@ -631,6 +668,9 @@ class Completions:
         holding = self.holding
         while holding and holding[0].step <= step:
             holding.popleft()
+        if self._copied:
+            # before the settles read the slots those copies write
+            self._release_copies(step)
         error: Exception | None = None
         values: dict[str, Any] = {}
         # names deferred more than once in the step: their value is the list of them

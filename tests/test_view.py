@@ -282,3 +282,20 @@ def test_a_value_on_another_gpu_arrives_complete_with_its_step() -> None:
             x = torch.full((), float(i) + 1.0, device="cuda:1")
         thr.defer(x, name="x")  # copied on cuda:1's current stream: the step's event on cuda:0 must come after it
     assert got == [1.0, 2.0, 3.0, 4.0]
+
+
+@pytest.mark.cuda
+def test_a_value_copied_on_a_stream_the_events_cannot_join_arrives_complete() -> None:
+    """``events=torch.cuda.Event`` has no ``wait_stream``: a value made on a side stream gets an event of its own after
+    its copy, which its delivery waits for (no stream synchronize); ``ready()`` says False until that copy is done."""
+    side = torch.cuda.Stream()
+    thr = at.Throttle(1, events=torch.cuda.Event)
+    got: list[float] = []
+    thr.on_complete(lambda step, values: got.append(float(values["x"])))
+    for i in thr.wrap(range(4)):
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(20_000_000)  # milliseconds of work on the side stream before the value
+            x = torch.full((), float(i) + 1.0, device="cuda")
+            deferred = thr.defer(x, name="x")
+    assert got == [1.0, 2.0, 3.0, 4.0]
+    assert deferred.ready() and float(deferred) == 4.0

@@ -42,6 +42,8 @@ class TorchSnapshots:
         self.copy: Callable[[Any, Any], Any] = functools.partial(torch.Tensor.copy_,
                                                                  non_blocking=True)
         self._streams: dict[Any, Any] = {}
+        # events given back by release(), recorded again by marker()
+        self._markers: list[Any] = []
         # current_device(): the current device's index (torch.cuda/xpu.current_device's own call)
         self.current_device: Callable[[], int] = getattr(torch._C, f"_{kind}_getDevice")
 
@@ -69,3 +71,16 @@ class TorchSnapshots:
                 stream_id=stream_id, device_index=device_index, device_type=device_type)
             self._streams[key] = stream
         return stream
+
+    def marker(self, key: Any) -> Any:
+        """An event recorded now on the stream of ``key``, after the copies enqueued there so far
+        (for a step event that cannot join that stream); reused once :meth:`release` gives it
+        back. Never blocks."""
+        free = self._markers
+        event = free.pop() if free else self._module.Event()
+        event.record(self.stream(key))
+        return event
+
+    def release(self, markers: list[Any]) -> None:
+        """``markers`` are complete and nothing reads them any more: record them again."""
+        self._markers.extend(markers)

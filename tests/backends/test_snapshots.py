@@ -74,6 +74,19 @@ class _Tensor(metaclass=_AnyTensor):
     """``torch.Tensor`` for the test: real tensors and the fakes are both tensors."""
 
 
+class _Marker:
+    """An event the counting model recorded on a stream after its copies."""
+
+    def __init__(self, model: _CountingSnapshots) -> None:
+        self.model, self.key = model, None
+
+    def query(self) -> bool:
+        return self.model.copies_done
+
+    def synchronize(self) -> None:
+        self.model.waited.append(self.key)
+
+
 class _CountingSnapshots:
     """The copy model, counting: pinned buffers made, Stream objects made, copies (into which buffer)."""
 
@@ -85,6 +98,11 @@ class _CountingSnapshots:
         self.current = (1, 0, 1)  # (stream_id, device_index, device_type) of the current stream
         self.copies: list[int] = []  # the buffer (data_ptr) each copy wrote
         self.synchronized: list[Any] = []  # the streams waited for on the host, in order
+        self.marked: list[Any] = []  # the streams an event was recorded on after their copies, in order
+        self.waited: list[Any] = []  # the streams whose such event the host waited for, in order
+        self.markers_made = 0
+        self.copies_done = True  # what a marker's query() answers
+        self._free: list[_Marker] = []
         self.bare = True  # the steps' events, with no wait_stream, record on the current stream (as torch.cuda.Event)
         _CountingSnapshots.last = self
 
@@ -110,6 +128,19 @@ class _CountingSnapshots:
     def stream(self, key: Any) -> Any:
         self.streams_made += 1
         return SimpleNamespace(key=key, synchronize=lambda: self.synchronized.append(key))
+
+    def marker(self, key: Any) -> _Marker:
+        if self._free:
+            marker = self._free.pop()
+        else:
+            marker = _Marker(self)
+            self.markers_made += 1
+        marker.key = key
+        self.marked.append(key)
+        return marker
+
+    def release(self, markers: list[_Marker]) -> None:
+        self._free.extend(markers)
 
     def copy(self, host: Any, tensor: Any) -> None:
         self.copies.append(host.data_ptr())
@@ -277,31 +308,59 @@ def test_ring_values_through_an_exception_a_break_and_more_passes(model: type[_C
 
 
 @pytest.mark.parametrize("bare", [True, False], ids=["torch.cuda.Event", "other"])
-def test_events_that_cannot_join_a_stream_wait_for_the_copies_they_do_not_cover(
+def test_events_that_cannot_join_a_stream_order_the_values_after_the_copies_they_do_not_cover(
     model: type[_CountingSnapshots], bare: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """JAX's events and most custom ``events=`` have no ``wait_stream``: a copy on a stream they do not record on is
-    waited for at the end of its step (said once), so its value is never read before it is written. A bare
-    ``torch.cuda.Event`` records on the current device's current stream: the copies there need nothing."""
+    """JAX's events and most custom ``events=`` have no ``wait_stream``: a copy on a stream they do not record on gets
+    an event of its own recorded after it there (said once), which the host waits for before the value is read, so it
+    is never read half written; no stream is synchronized, so torch's work is not serialised with the host's. A bare
+    ``torch.cuda.Event`` records on the current device's current stream: the copies there need nothing. The marker
+    events are reused once their step retired."""
     dev = FakeDevice()  # its events have no wait_stream
     thr = dev.throttle(2, sample_every=None)
-    arrived: list[list[float]] = []
-    thr.on_complete(lambda step, values: arrived.append(values["x"].tolist()))
+    arrived: list[tuple[list[float], int]] = []  # each value, and how many marker waits came before its delivery
+    thr.on_complete(lambda step, values: arrived.append((values["x"].tolist(), len(model.last.waited))))
     with thr.step():
         thr.defer(_FakeCudaTensor(torch.zeros(2)), name="x")
     counting = model.last
     counting.bare = bare
-    for i in range(4):
-        counting.current = (7, 0, 1) if i % 2 else (1, 0, 1)  # odd steps: the copy runs on a side stream
+    side, main = (7, 0, 1), (1, 0, 1)
+    for i in range(20):
+        counting.current = side if i % 2 else main  # odd steps: the copy runs on a side stream
         with thr.step():
             thr.defer(_FakeCudaTensor(torch.full((2,), float(i))), name="x")
-            counting.current = (1, 0, 1)  # back on the main stream before the step ends
+            counting.current = main  # back on the main stream before the step ends
             dev.launch(1e-3)
     thr.drain()
-    side, main = (7, 0, 1), (1, 0, 1)
-    assert counting.synchronized == ([side, side] if bare else [main, side, main, side])
-    assert arrived[1:] == [[float(i)] * 2 for i in range(4)]
+    marked = [side if i % 2 else main for i in range(20) if i % 2 or not bare]
+    assert counting.synchronized == []  # no stream synchronize()
+    assert counting.marked == marked and counting.waited == marked  # each waited for once, at its step's delivery
+    assert [value for value, _ in arrived[1:]] == [[float(i)] * 2 for i in range(20)]
+    waits_before = [waits for _, waits in arrived[1:]]
+    assert waits_before == [len([i for i in range(k + 1) if i % 2 or not bare]) for k in range(20)]
+    assert counting.markers_made <= 2 + 2  # reused once their steps retired
     assert sum("cannot be ordered after" in r.getMessage() for r in caplog.records) == 1  # said once per throttle
+
+
+def test_a_value_whose_copy_an_event_cannot_cover_is_not_ready_until_the_copy_is(
+    model: type[_CountingSnapshots],
+) -> None:
+    """``ready()`` is True only once the step and its uncovered copy are complete; ``get()`` waits for the copy."""
+    dev = FakeDevice()
+    thr = dev.throttle(4, sample_every=None)
+    with thr.step():
+        thr.defer(_FakeCudaTensor(torch.zeros(2)), name="x")
+    counting = model.last
+    counting.bare, counting.copies_done = False, False
+    counting.current = (7, 0, 1)
+    with thr.step():
+        deferred = thr.defer(_FakeCudaTensor(torch.ones(2)), name="x")
+    assert not deferred.ready()  # the step is complete on the fake device (no launch); the copy is not
+    assert deferred.get().tolist() == [1.0, 1.0] and counting.waited == [(7, 0, 1)]
+    counting.copies_done = True
+    assert deferred.ready()
+    thr.drain()
+    assert thr.latest["x"].tolist() == [1.0, 1.0]
 
 
 def test_a_failed_steps_copies_on_a_side_stream_are_covered_by_the_next_steps_event(
@@ -319,10 +378,12 @@ def test_a_failed_steps_copies_on_a_side_stream_are_covered_by_the_next_steps_ev
         thr.defer(_FakeCudaTensor(torch.ones(2)), name="x")
         counting.current = (1, 0, 1)
         raise ZeroDivisionError
-    assert counting.synchronized == []  # nothing recorded, nothing waited for yet
+    assert counting.marked == []  # nothing recorded yet
     with thr.step():
         thr.defer(_FakeCudaTensor(torch.full((2,), 2.0)), name="x")  # on the main stream
-    assert counting.synchronized == [(7, 0, 1)]  # the next recorded step covers the failed one's copy
+    assert counting.marked == [(7, 0, 1)]  # the next recorded step covers the failed one's copy
+    thr.drain()
+    assert counting.waited == [(7, 0, 1)] and counting.synchronized == []
 
 
 def test_a_sparse_tensor_is_copied_by_torch_on_the_same_stream(model: type[_CountingSnapshots]) -> None:
@@ -344,7 +405,7 @@ def test_a_sparse_tensor_is_copied_by_torch_on_the_same_stream(model: type[_Coun
         dev.launch(1e-3)
     thr.drain()
     assert sparse.fallback_copies == 1 and len(counting.copies) == 1  # torch's copy, not a ring slot's
-    assert counting.synchronized == [(7, 0, 1)]  # its stream is still covered
+    assert counting.marked == [(7, 0, 1)] and counting.waited == [(7, 0, 1)]  # its stream is still covered
     assert arrived[1].tolist() == [1.0, 1.0]
 
 
@@ -365,7 +426,8 @@ def test_a_throttle_that_rings_one_device_type_refuses_a_tensor_of_another(model
 
 def test_the_xpu_copy_model_uses_torch_xpus_own_calls(monkeypatch: pytest.MonkeyPatch) -> None:
     """``TorchSnapshots("xpu")`` keys streams with ``torch._C._xpu_getCurrentStream`` (no Python ``Stream``), makes a
-    ``torch.xpu.Stream`` only to join a side stream, and knows a bare ``torch.xpu.Event``; other kinds are refused."""
+    ``torch.xpu.Stream`` only for a side stream, knows a bare ``torch.xpu.Event`` and records ``torch.xpu.Event``
+    markers, reused; other kinds are refused."""
     made: list[dict[str, Any]] = []
 
     class Stream:
@@ -373,7 +435,8 @@ def test_the_xpu_copy_model_uses_torch_xpus_own_calls(monkeypatch: pytest.Monkey
             made.append(key)
 
     class Event:
-        pass
+        def record(self, stream: Any) -> None:
+            self.stream = stream
 
     monkeypatch.setattr(torch._C, "_xpu_getCurrentStream", lambda index: (5, index, 12), raising=False)
     monkeypatch.setattr(torch._C, "_xpu_getDevice", lambda: 0, raising=False)
@@ -384,5 +447,9 @@ def test_the_xpu_copy_model_uses_torch_xpus_own_calls(monkeypatch: pytest.Monkey
     assert xpu.stream((5, 1, 12)) is xpu.stream((5, 1, 12))  # once per stream
     assert made == [{"stream_id": 5, "device_index": 1, "device_type": 12}]
     assert xpu.bare_event(Event()) and not xpu.bare_event(object())
+    marker = xpu.marker((5, 1, 12))  # recorded on that stream, after its copies
+    assert isinstance(marker, Event) and marker.stream is xpu.stream((5, 1, 12))
+    xpu.release([marker])
+    assert xpu.marker((5, 1, 12)) is marker  # recorded again once given back
     with pytest.raises(ValueError, match="mps"):
         snapshots.TorchSnapshots("mps")
