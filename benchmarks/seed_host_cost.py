@@ -34,7 +34,6 @@ import platform
 import statistics
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
+from _calls import calls_per_step  # (benchmarks/, this script's own folder)
 
 from asyncthrottle import values
 from asyncthrottle.backends import snapshots
@@ -106,23 +106,6 @@ def make_loops(depth: int, logged: list[float]) -> dict[str, Callable[[int], Non
         loops[label] = seed_loops(torch.device("cpu"), NoopEvent, options, pin=False,
                                   logged=logged)[f"defer {depth}"]
     return loops
-
-
-def calls_per_step(loop: Callable[[int], None], steps: int = 200) -> tuple[float, float]:
-    """(Python calls, C calls) per step, over ``steps`` steps of a warm loop."""
-    counts: Counter[str] = Counter()
-
-    def profile(frame: Any, event: str, arg: Any) -> None:
-        if event in ("call", "c_call"):
-            counts[event] += 1
-
-    loop(steps)
-    sys.setprofile(profile)
-    try:
-        loop(steps)
-    finally:
-        sys.setprofile(None)
-    return counts["call"] / steps, counts["c_call"] / steps
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,13 +18,19 @@ like a JAX array. No device work runs, so the figure is the same from run to run
   or without device timing.
 
 Each figure is the median over the rounds of the loop's microseconds per step over a bare loop that
-makes the same stand-in arrays.
+makes the same stand-in arrays, beside the loop's Python and C calls a step over the bare loop's
+(``sys.setprofile``'s ``call`` and ``c_call`` events: exact, the same on every run).
 
 ``--bound``: the same loops on a device-bound stand-in, an array unfinished until
 ``block_until_ready()``, so every step of every loop waits: the throttle's whole wait path, as the
 default wait on JAX's CPU backend (``"spin-block"``) takes it on a device-bound step (it predicts a
 long wait and sleeps in ``synchronize()``; ``SpinBlock(spin_s=0)`` here, since the stand-in has no
 time in which a spin could see it finish).
+
+``--metrics``: each step's value is a dict of three metrics (``loss``, ``mae``, ``grad_norm``), as
+MaxText logs them: ``maxtext`` queues ``jax.tree.leaves`` of the dict and reads each metric,
+``defer`` defers the dict (under the name ``"loss"``, as the loss alone is) and its callback
+reads each.
 
 ``--sampling``: instead, ``defer`` at ``sample_every`` = 1, 2, 4, 8, 16 and 64 beside
 ``sample_every=None``, and what one sampled step costs: (per-step cost - unsampled cost) * k.
@@ -41,6 +47,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from _calls import calls_per_step  # (benchmarks/, this script's own folder)
 
 from asyncthrottle import SpinBlock, Throttle
 
@@ -87,12 +94,28 @@ class BoundArray(StandInArray):
 _EVERY = (1, 2, 4, 8, 16, 64)
 # the stand-in the loops make (--bound: BoundArray)
 _ARRAY: list[type[StandInArray]] = [StandInArray]
+# --metrics: the names of a step's metrics (else one value, the loss)
+_METRICS: list[tuple[str, ...]] = []
+
+
+def _value() -> Any:
+    """A step's output: the loss, or (--metrics) a dict of metrics."""
+    array = _ARRAY[0]
+    if _METRICS:
+        return {name: array(1.0) for name in _METRICS[0]}
+    return array(1.0)
+
+
+def _read(value: Any) -> list[float]:
+    """The numbers a logger writes of a step's delivered value (numpy arrays or stand-ins)."""
+    if isinstance(value, dict):
+        return [float(np.array(item)) for item in value.values()]
+    return [float(np.array(value))]
 
 
 def bare(n: int) -> None:
-    array = _ARRAY[0]
     for _ in range(n):
-        array(1.0)
+        _value()
 
 
 def maxtext(n: int) -> None:
@@ -102,13 +125,12 @@ def maxtext(n: int) -> None:
     def wait_for_next() -> None:
         outputs, metrics = inflight.get()
         jax.block_until_ready(outputs)  # type: ignore[no-untyped-call]
-        logged.append(float(np.array(metrics["loss"])))
+        logged.extend(_read(metrics["loss"]))
 
-    array = _ARRAY[0]
     for _ in range(n):
         if inflight.full():
             wait_for_next()
-        loss = array(1.0)
+        loss = _value()
         inflight.put((jax.tree.leaves(loss), {"loss": loss}))
     while not inflight.empty():
         wait_for_next()
@@ -119,12 +141,11 @@ def throttled(**options: Any) -> Callable[[int], None]:
         logged: list[float] = []
         bound: dict[str, Any] = {"wait": SpinBlock(spin_s=0.0)} if _ARRAY[0] is BoundArray else {}
         thr = Throttle(2, device="jax", **bound, **options)
-        thr.on_complete(lambda step, values: logged.append(float(values["loss"])))
-        array = _ARRAY[0]
+        thr.on_complete(lambda step, values: logged.extend(_read(values["loss"])))
         for _ in thr.wrap(range(n)):
-            thr.defer(array(1.0), name="loss")
-        if len(logged) != n:
-            raise AssertionError(f"{len(logged)} of {n} losses arrived")
+            thr.defer(_value(), name="loss")
+        if len(logged) != n * max(1, len(_METRICS[0]) if _METRICS else 1):
+            raise AssertionError(f"{len(logged)} numbers of {n} steps arrived")
 
     return run
 
@@ -137,9 +158,13 @@ def main() -> None:
                         help="the cost of one sampled step at sample_every = 1 .. 64")
     parser.add_argument("--bound", action="store_true",
                         help="a device-bound stand-in: every step waits (in synchronize())")
+    parser.add_argument("--metrics", action="store_true",
+                        help="each step's value is a dict of three metrics, not the loss alone")
     args = parser.parse_args()
     if args.bound:
         _ARRAY[0] = BoundArray
+    if args.metrics:
+        _METRICS.append(("loss", "mae", "grad_norm"))
     loops: dict[str, Callable[[int], None]] = {"bare": bare}
     if args.sampling:
         for every in _EVERY:
@@ -158,12 +183,15 @@ def main() -> None:
             per_step[name].append((time.thread_time() - start) / args.steps * 1e6)
     base = statistics.median(per_step["bare"])
     print(f"host CPU per step over a bare loop, us (median of {args.rounds} rounds [range], "
-          f"{args.steps:,} steps)")
+          f"{args.steps:,} steps); calls a step over the bare loop's, Python and C (exact)")
+    bare_calls = calls_per_step(bare)
     unsampled = statistics.median(per_step["defer, sample_every=None"]) - base
     for name, values in per_step.items():
         if name != "bare":
             cost = statistics.median(values) - base
-            line = f"  {name:26s} {cost:6.2f} [{min(values) - base:.2f}..{max(values) - base:.2f}]"
+            python, c = calls_per_step(loops[name])
+            line = (f"  {name:26s} {cost:6.2f} [{min(values) - base:.2f}..{max(values) - base:.2f}]"
+                    f"  {python - bare_calls[0]:5.1f} py {c - bare_calls[1]:5.1f} C")
             period = name.rpartition("=")[2]
             if args.sampling and period.isdigit():
                 line += f"  one sampled step: {(cost - unsampled) * int(period):5.1f}"

@@ -143,9 +143,8 @@ class NonFiniteWatch(Part):
                 found: tuple[str, Any] | None = (name, value)
                 break
             if type(value) in _SCALARS:
-                # the usual value, a loss (a numpy scalar array from JAX): _find without the walk.
-                # Its item is a number whatever the dtype (an int or a bool is never bad); an array
-                # of more than one element, or one whose item is no number, raises: walked below.
+                # the usual value, a loss (a numpy scalar array from JAX): _find without the walk,
+                # and _scalar_bad inlined (the per-step path)
                 try:
                     number = value.item()
                     if number - number == 0:
@@ -177,6 +176,19 @@ _WALKED = 128
 _SCALARS: set[type] = set()
 
 
+def _scalar_bad(value: Any) -> bool:
+    """Whether ``value``, of a type in ``_SCALARS``, may be bad: False when it is one finite number.
+
+    Its item is a number whatever the dtype (an int or a bool is never bad); an array of more than
+    one element, or one whose item is no number, raises: True, so that :func:`_find` walks it.
+    """
+    try:
+        number = value.item()
+        return bool(number - number != 0)
+    except Exception:
+        return True
+
+
 def _find(value: Any, where: str) -> tuple[str, Any] | None:
     """The first leaf of ``value`` that is a NaN or an Inf, with its place, or None."""
     # numpy's float64 too
@@ -198,6 +210,10 @@ def _find(value: Any, where: str) -> tuple[str, Any] | None:
         return None if cmath.isfinite(value) else (where, value)
     if isinstance(value, (dict, Mapping)):
         for key, item in value.items():
+            if type(item) in _SCALARS and not _scalar_bad(item):
+                # the usual item, a metric (a numpy scalar array from JAX): no walk, and no place
+                # named for it
+                continue
             found = _find(item, f"{where}[{key!r}]")
             if found is not None:
                 return found

@@ -139,3 +139,29 @@ def test_on_the_real_jax_backend_a_donated_value_raises_and_a_loss_output_arrive
         for _ in thr.wrap(range(2)):
             thr.defer(state, name="state")
             state, loss = step(state)
+
+
+def test_a_dict_of_metrics_every_step_arrives_and_a_donated_item_is_named() -> None:
+    """The usual value, a dict of JAX metrics, deferred every step: held (no copy), read as numpy arrays that own their
+    data; an item a later step donates before its step completed raises, naming the dict, while the step's other
+    values arrive."""
+    dev = FakeDevice()
+    thr = dev.throttle(2)
+    got: list[dict[str, Any]] = []
+    thr.on_complete(lambda step, values: got.append(values["m"]))
+    for i in range(4):
+        with thr.step():
+            thr.defer({"loss": jnp.float32(i) + 0.0, "mae": jnp.float32(2 * i) + 0.0}, name="m")
+    thr.drain()
+    assert [(float(m["loss"]), float(m["mae"])) for m in got] == [(float(i), 2.0 * i) for i in range(4)]
+    assert all(type(v) is np.ndarray and v.flags.owndata for m in got for v in m.values())
+    dev.launch(1.0)  # the next steps stay unfinished until the clock moves
+    state = _state()
+    with thr.step():
+        lost = thr.defer({"loss": jnp.float32(9.0) + 0.0, "state": state}, name="m")
+        kept = thr.defer(jnp.float32(7.0) + 0.0, name="loss")
+    with thr.step():
+        state = _donating(state)
+    with pytest.raises(DonatedValueError) as raised:
+        lost.get()
+    assert raised.value.name == "m" and raised.value.step == 4 and kept.get() == 7.0

@@ -274,3 +274,24 @@ def test_the_options_errors() -> None:
 def test_the_error_pickles_with_its_fields() -> None:
     err = pickle.loads(pickle.dumps(at.NonFiniteError(3, "loss", INF, 5)))
     assert (err.step, err.name, err.value, err.seen) == (3, "loss", INF, 5) and "2 step(s) later" in str(err)
+
+
+def test_a_dict_of_jax_metrics_every_step_names_the_bad_item_after_clean_steps() -> None:
+    """The usual JAX value, a dict of scalar metrics, is read item by item without its walk once the metrics' type is
+    known: a NaN in one item, a later step's array of several elements and a bare float are still found and named."""
+    jnp = pytest.importorskip("jax.numpy")
+    metrics = [{"loss": jnp.float32(i), "mae": jnp.float32(2.0 * i)} for i in range(6)]
+    metrics[3] = {"loss": jnp.float32(3.0), "mae": jnp.float32(NAN)}
+    metrics[4] = {"loss": jnp.float32(4.0), "mae": jnp.array([1.0, INF])}
+    metrics[5] = {"loss": jnp.float32(5.0), "mae": INF}
+    dev = FakeDevice()
+    thr = dev.throttle(2)
+    with pytest.warns(at.NonFiniteWarning, match=r"value \"m\['mae'\]\" of step 3 is nan"):
+        _run(thr, dev, metrics, name="m")
+        thr.drain()
+    assert thr.stats.nonfinite == 3 and thr.stats.nonfinite_first == 3
+    thr = FakeDevice().throttle(2, nonfinite="raise")
+    with pytest.raises(at.NonFiniteError) as caught:
+        _run(thr, dev, [metrics[0], metrics[1], metrics[4]], name="m")
+        thr.drain()
+    assert caught.value.step == 2 and caught.value.name == "m['mae']"

@@ -22,3 +22,19 @@ def test_seed_host_cost_runs_every_loop_through_the_ring_and_counts_calls() -> N
     rows = {line.split("  ")[1].strip(): line for line in lines}
     assert set(rows) == {"reference", "defer", "defer, nonfinite=None", "defer, sample_every=None", "defer, both off"}
     assert "3.0 py   6.0 C" in rows["reference"]  # exact: TorchEvent.record and its no-op event's two
+
+
+@pytest.mark.parametrize("metrics", [False, True], ids=["the-loss", "a-dict-of-metrics"])
+def test_values_host_cost_runs_and_counts_the_calls_of_each_loop(metrics: bool) -> None:
+    pytest.importorskip("jax")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "values_host_cost.py"), "--rounds", "1", "--steps", "200",
+         *(["--metrics"] if metrics else [])],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert done.returncode == 0, done.stderr  # its own check: every number of every step arrived
+    rows = {line.split("  ")[1].strip(): line.split() for line in done.stdout.splitlines() if line.startswith("  ")}
+    assert set(rows) == {"maxtext", "defer", "defer, nonfinite=None", "defer, sample_every=None"}
+    python = float(rows["defer"][-4])  # "... <py> py <C> C"
+    # exact counts (the stand-ins call no JAX): a bound that a slower walk or watch would break
+    assert python <= (49.0 if metrics else 27.0), done.stdout
