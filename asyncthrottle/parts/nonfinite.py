@@ -209,10 +209,15 @@ def _find(value: Any, where: str) -> tuple[str, Any] | None:
     if isinstance(value, complex):
         return None if cmath.isfinite(value) else (where, value)
     if isinstance(value, (dict, Mapping)):
+        tensor = None if torch is None else torch.Tensor
         for key, item in value.items():
-            if type(item) in _SCALARS and not _scalar_bad(item):
-                # the usual item, a metric (a numpy scalar array from JAX): no walk, and no place
-                # named for it
+            # the usual items, metrics (numpy scalar arrays from JAX, small torch tensors): no walk,
+            # and no place named for a clean one
+            kind = type(item)
+            if kind in _SCALARS:
+                if not _scalar_bad(item):
+                    continue
+            elif kind is tensor and not _tensor_bad(item):
                 continue
             found = _find(item, f"{where}[{key!r}]")
             if found is not None:

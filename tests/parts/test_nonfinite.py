@@ -295,3 +295,15 @@ def test_a_dict_of_jax_metrics_every_step_names_the_bad_item_after_clean_steps()
         _run(thr, dev, [metrics[0], metrics[1], metrics[4]], name="m")
         thr.drain()
     assert caught.value.step == 2 and caught.value.name == "m['mae']"
+
+
+def test_a_dict_of_torch_metrics_names_the_bad_item_after_clean_steps() -> None:
+    torch = pytest.importorskip("torch")
+    metrics = [{"loss": torch.tensor(float(i)), "acc": torch.tensor([0.5, 0.5])} for i in range(5)]
+    metrics[3] = {"loss": torch.tensor(3.0), "acc": torch.tensor([0.5, NAN])}
+    dev = FakeDevice()
+    thr = dev.throttle(2, nonfinite="raise")
+    with pytest.raises(at.NonFiniteError) as caught:
+        _run(thr, dev, metrics, name="m")
+        thr.drain()
+    assert caught.value.step == 3 and caught.value.name == "m['acc']"
