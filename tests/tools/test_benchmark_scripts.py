@@ -38,3 +38,14 @@ def test_values_host_cost_runs_and_counts_the_calls_of_each_loop(metrics: bool) 
     python = float(rows["defer"][-4])  # "... <py> py <C> C"
     # exact counts (the stand-ins call no JAX): a bound that a slower walk or watch would break
     assert python <= (49.0 if metrics else 27.0), done.stdout
+
+
+def test_jax_metrics_runs_every_loop_and_every_metric_arrives() -> None:
+    pytest.importorskip("jax")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "jax_metrics.py"), "--steps", "30", "--rounds", "1"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert done.returncode == 0, done.stderr  # its own check: 3 metrics a step arrived in every loop
+    rows = [line.split()[0] for line in done.stdout.splitlines() if line.startswith("  ")]
+    assert rows == ["maxtext", "by-hand", "defer(dict)", "defer"]  # ("defer each" splits at its space)
