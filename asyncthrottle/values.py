@@ -595,7 +595,8 @@ class Completions:
         keys = self.stream_keys
         if not keys:
             return
-        self.stream_keys = []
+        # (kept until on_record: a record that fails, as under CUDA graph capture, drops the step,
+        # and the next step's event must cover these copies instead; see on_drop)
         model = self.model
         join = getattr(event, "wait_stream", None)
         if join is None:
@@ -657,7 +658,7 @@ class Completions:
     def on_record(self, step: int, event: Event | None, now: float) -> None:
         values = self.open
         if self.stream_keys:
-            # (before_record takes them where there is an event)
+            # the step's event covers them now
             self.stream_keys = []
         holding = self.holding
         if values:

@@ -129,6 +129,8 @@ class TorchEvent:
     def record(self) -> None:
         capturing = self._capturing
         if capturing is not None and capturing():
+            # the step is dropped: the streams it was to join are the throttle's next step's
+            self._after = []
             raise RuntimeError(
                 "asyncthrottle cannot record an event while a CUDA graph is being captured on the "
                 "current stream: call the throttle (its wrapper's next(), step(), mark(), drain()) "

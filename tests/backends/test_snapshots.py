@@ -15,6 +15,7 @@ from helpers import inside
 
 torch = pytest.importorskip("torch")
 
+import asyncthrottle as at  # noqa: E402
 from asyncthrottle.backends import snapshots  # noqa: E402
 from asyncthrottle.backends.torch import TorchEvent  # noqa: E402
 from asyncthrottle.testing import FakeDevice  # noqa: E402
@@ -453,3 +454,38 @@ def test_the_xpu_copy_model_uses_torch_xpus_own_calls(monkeypatch: pytest.Monkey
     assert xpu.marker((5, 1, 12)) is marker  # recorded again once given back
     with pytest.raises(ValueError, match="mps"):
         snapshots.TorchSnapshots("mps")
+
+
+def test_a_step_whose_record_fails_leaves_its_side_stream_copies_to_the_next_steps_event(
+    model: type[_CountingSnapshots],
+) -> None:
+    """A record that fails (under CUDA graph capture) drops its step after its values' copies were enqueued: the next
+    step's event, a different one, joins their side stream, so the ring slots they write are not taken again before
+    the copies are done; the failed event keeps no join for whoever records it next."""
+    capturing = [False]
+    joined: list[tuple[int, Any]] = []  # (which event, the stream it joined)
+    made: list[TorchEvent] = []
+
+    def new_event() -> TorchEvent:
+        index = len(made)
+        raw = SimpleNamespace(record=lambda stream=None: None, query=lambda: True, synchronize=lambda: None)
+        main = SimpleNamespace(wait_stream=lambda other: joined.append((index, other.key)))
+        made.append(TorchEvent(raw, None, lambda: capturing[0], lambda: main, lambda: 0))
+        return made[-1]
+
+    thr = at.Throttle(2, events=new_event, sample_every=None)
+    with thr.step():
+        thr.defer(_FakeCudaTensor(torch.zeros(2)), name="x")
+    counting = model.last
+    counting.current = (7, 0, 1)  # the next step's copy runs on a side stream
+    capturing[0] = True
+    with pytest.raises(RuntimeError, match="CUDA graph"), thr.step():
+        thr.defer(_FakeCudaTensor(torch.ones(2)), name="x")
+        counting.current = (1, 0, 1)
+    assert joined == [] and made[-1]._after == []  # the failed record joined nothing and keeps nothing
+    capturing[0] = False
+    with thr.step():
+        thr.defer(_FakeCudaTensor(torch.full((2,), 2.0)), name="x")  # on the main stream
+    assert joined == [(len(made) - 1, (7, 0, 1))]  # the next step's event covers the failed step's copy
+    thr.drain()
+    assert thr.latest["x"].tolist() == [2.0, 2.0]
