@@ -133,7 +133,9 @@ class NonFiniteWatch(Part):
 
     def look(self, step: int, values: dict[str, Any]) -> None:
         """The step's values on the host: count, then warn or raise at a bad leaf. Never blocks."""
-        tensor = _tensor_type()
+        # torch.Tensor, or None before torch is imported (no call: the per-step path)
+        torch = sys.modules.get("torch")
+        tensor = None if torch is None else torch.Tensor
         for name, value in values.items():
             if type(value) is tensor:
                 # the usual torch value, a loss or a small tensor on the host: _find without the
@@ -236,12 +238,6 @@ def _find(value: Any, where: str) -> tuple[str, Any] | None:
                 return found
         return None
     return (where, value) if _numpy_bad(value) else None
-
-
-def _tensor_type() -> Any:
-    """``torch.Tensor``, or None before torch is imported."""
-    torch = sys.modules.get("torch")
-    return None if torch is None else torch.Tensor
 
 
 def _tensor_bad(tensor: Any) -> bool:
