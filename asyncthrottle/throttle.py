@@ -212,7 +212,12 @@ class Throttle:
 
     @property
     def latest(self) -> dict[str, Any]:
-        """The most recent completed value of each deferred name. Never blocks."""
+        """The most recent delivered value of each deferred name. Never blocks.
+
+        A step's values are delivered in the throttle's own calls once it is seen complete (a
+        hand-out, a wait, ``drain()``), not when this is read: after a ``break``, the last steps'
+        values arrive at the next pass or ``drain()``, even if ``in_flight`` already reads 0.
+        """
         # under torch.compile: run eagerly, as a graph break
         if _compile.compiling():
             return _compile.eagerly(getattr, self, "latest")  # type: ignore[no-any-return]
