@@ -275,8 +275,7 @@ class Deferred:
 
     __slots__ = (
         "_copied", "_done", "_dropped", "_event", "_held", "_host", "_lost", "_ringed", "_settled",
-        "_wait",
-        "name", "step", "unnamed",
+        "_wait", "name", "step", "unnamed",
     )
 
     def __init__(
