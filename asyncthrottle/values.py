@@ -675,8 +675,11 @@ class Completions:
             self._ring_leaves = 0
         # a donation in this step's body is seen here: one is_deleted() an array (0.05 us)
         for deferred in holding:
-            if deferred._lost is None:
-                for array in deferred._held:  # type: ignore[union-attr]
+            # (read once: a get() of a complete step, from any thread, settles it and lets its
+            # arrays go before the step retires)
+            held = deferred._held
+            if held and deferred._lost is None:
+                for array in held:
                     if array.is_deleted():
                         deferred._donated(step)
                         break

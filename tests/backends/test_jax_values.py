@@ -6,6 +6,7 @@ the arrays, the jitted calls and their donations are real JAX (XLA on the CPU).
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -165,3 +166,42 @@ def test_a_dict_of_metrics_every_step_arrives_and_a_donated_item_is_named() -> N
     with pytest.raises(DonatedValueError) as raised:
         lost.get()
     assert raised.value.name == "m" and raised.value.step == 4 and kept.get() == 7.0
+
+
+@pytest.mark.parametrize("reader", ["loop", "thread"])
+def test_a_value_read_once_its_step_is_complete_but_not_retired_leaves_the_next_record_whole(reader: str) -> None:
+    """``get()`` of a value whose step reports completion, before a throttle call retired it (the
+    loop's thread, or a logging thread, as the docs allow): the next records and the delivery go
+    on, and a later donation is still seen."""
+    dev = FakeDevice()
+    thr = dev.throttle(4)
+    step = jax.jit(lambda s: (s + 1.0, jnp.sum(s)))
+    state = _state()
+    got: list[tuple[int, float]] = []
+    thr.on_complete(lambda n, values: got.append((n, float(values["loss"]))))
+    read: list[float] = []
+    with thr.step():
+        dev.launch(1.0)
+        state, loss = step(state)
+        first = thr.defer(loss, name="loss")
+    with thr.step():  # handed out while step 0 runs
+        dev.launch(1.0)
+        state, loss = step(state)
+        thr.defer(loss, name="loss")
+        dev.host(1.5)  # step 0 is complete, and no throttle call has retired it yet
+        assert first.ready()
+        if reader == "loop":
+            read.append(float(first))
+        else:
+            worker = threading.Thread(target=lambda: read.append(first.get().item()))
+            worker.start()
+            worker.join(timeout=30)
+        assert read == [0.0]
+    for _ in range(2):
+        with thr.step():  # the records walk the values that hold arrays: step 0's is settled
+            dev.launch(1.0)
+            state, loss = step(state)
+            thr.defer(loss, name="loss")
+    thr.drain()
+    assert got == [(0, 0.0), (1, 4.0), (2, 8.0), (3, 12.0)]
+    assert float(first) == 0.0
