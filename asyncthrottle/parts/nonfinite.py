@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import cmath
 import dataclasses
+import functools
 import sys
 import warnings
 from collections.abc import Mapping
@@ -48,8 +49,10 @@ class NonFiniteError(FloatingPointError):
             leaf is (``"loss"``, ``"metrics['grad_norm']"``, ``"loss[1]"``).
         value: that leaf, as delivered on the host (a float, a CPU tensor or a
             numpy array).
-        seen: the steps the host had started when it saw it
-            (``seen - step`` steps later).
+        seen: the step the host was at when it saw it: on an asynchronous
+            device the step being handed out (``seen - step`` steps later,
+            once step ``seen - 1`` was recorded); on a synchronous one (the
+            CPU) ``step`` itself, seen at that step's end.
     """
 
     def __init__(self, step: int, name: str, value: Any, seen: int) -> None:
@@ -63,11 +66,10 @@ class NonFiniteError(FloatingPointError):
 def describe(step: int, name: str, value: Any, seen: int) -> str:
     """The text of the warning and the error: the step, the name, the value and how late it was
     seen."""
-    return (
-        f"asyncthrottle: the deferred value {name!r} of step {step} is {_shown(value)}; seen on "
-        f"the host {seen - step} step(s) later (once step {seen - 1} was recorded), without a "
-        "sync"
-    )
+    when = ("in the same step (at its end: a synchronous backend)" if seen <= step else
+            f"{seen - step} step(s) later (once step {seen - 1} was recorded)")
+    return (f"asyncthrottle: the deferred value {name!r} of step {step} is {_shown(value)}; "
+            f"seen on the host {when}, without a sync")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,9 +89,11 @@ class NonFiniteWatch(Part):
     callbacks) and walks their mappings, lists, tuples and dataclasses.
     Floating-point and complex leaves are looked at (Python floats, numpy
     scalars and arrays, CPU torch tensors; JAX arrays arrive as numpy
-    arrays); integers, booleans and anything else are ignored, and so is a
-    tensor that is not on the CPU (a value never arrives so; a device is
-    never asked). A step counts once, at its first bad leaf.
+    arrays, bfloat16 and float8 ones as ml_dtypes arrays); integers,
+    booleans and anything else are ignored, and so is a tensor that is not
+    on the CPU (a value never arrives so; a device is never asked). A step
+    counts once, at its first bad leaf; it is warned about once per
+    throttle, at the user's line.
 
     Args:
         core: the throttle's core (read only: how many steps have started).
@@ -98,7 +102,7 @@ class NonFiniteWatch(Part):
 
     OPTIONS = ("nonfinite",)
     STATS = NonFiniteStats
-    __slots__ = ("core", "first", "mode", "steps", "warned")
+    __slots__ = ("core", "first", "mode", "registry", "steps", "warned")
 
     @staticmethod
     def check(options: Mapping[str, Any]) -> None:
@@ -120,6 +124,8 @@ class NonFiniteWatch(Part):
         self.steps = 0
         self.first: int | None = None
         self.warned = False
+        # warnings.warn_explicit's registry: this throttle's own, so another one warns too
+        self.registry: dict[Any, Any] = {}
 
     def fields(self) -> dict[str, Any]:
         return {"nonfinite": self.steps, "nonfinite_first": self.first}
@@ -163,13 +169,41 @@ class NonFiniteWatch(Part):
         if self.first is None:
             self.first = step
         where, leaf = found
+        # a synchronous backend delivers a step's values at its own end
+        seen = step if self.core.synchronous else self.core.steps
         if self.mode == "raise":
-            raise NonFiniteError(step, where, leaf, self.core.steps)
+            raise NonFiniteError(step, where, leaf, seen)
         if not self.warned:
             self.warned = True
-            warnings.warn(describe(step, where, leaf, self.core.steps)
-                          + "; later ones are counted in stats.nonfinite", NonFiniteWarning,
-                          stacklevel=2)
+            self.warn(describe(step, where, leaf, seen) + "; later ones are counted in "
+                      "stats.nonfinite")
+
+    def warn(self, message: str) -> None:
+        """Warn at the user's line (the first frame outside asyncthrottle), once a throttle.
+
+        At the library's own line (``stacklevel``), Python's once-per-place filter would show it for
+        the first throttle of a process only (a sweep, a notebook cell run again).
+        """
+        frame = _user_frame()
+        if frame is None:
+            warnings.warn(message, NonFiniteWarning, stacklevel=2)
+            return
+        globals_ = frame.f_globals
+        warnings.warn_explicit(message, NonFiniteWarning, frame.f_code.co_filename,
+                               frame.f_lineno, module=globals_.get("__name__"),
+                               registry=self.registry, module_globals=globals_)
+
+
+def _user_frame() -> Any:
+    """The innermost frame outside the asyncthrottle package, or None (Python 3.11 has no
+    ``skip_file_prefixes``)."""
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module != "asyncthrottle" and not module.startswith("asyncthrottle."):
+            return frame
+        frame = frame.f_back
+    return None
 
 
 # a CPU tensor of at most this many elements is read with tolist() and walked in Python
@@ -294,7 +328,7 @@ def _numpy_bad(value: Any) -> bool:
 def _host_array_bad(value: Any) -> bool:
     """A numpy array or scalar of floats that holds a NaN or an Inf."""
     kind = value.dtype.kind
-    if kind not in "fc":
+    if kind not in "fc" and not (kind == "V" and _extended_float(value.dtype)):
         return False
     if len(_SCALARS) < 16:
         _SCALARS.add(type(value))
@@ -304,6 +338,21 @@ def _host_array_bad(value: Any) -> bool:
         number = value.item()
         return bool(number - number != 0)
     return size > 0 and not bool(sys.modules["numpy"].isfinite(value).all())
+
+
+@functools.cache
+def _extended_float(dtype: Any) -> bool:
+    """An ml_dtypes floating type (bfloat16, float8_e4m3fn, ...: numpy's kind ``'V'``, JAX's
+    bfloat16 and float8 host copies); ``isfinite`` and ``item()`` read them like numpy's floats."""
+    ml_dtypes = sys.modules.get("ml_dtypes")
+    if ml_dtypes is None:
+        return False
+    try:
+        ml_dtypes.finfo(dtype)
+    except (TypeError, ValueError):
+        # an integer type (int4), a structured dtype, raw bytes
+        return False
+    return True
 
 
 def _shown(value: Any) -> str:

@@ -307,3 +307,79 @@ def test_a_dict_of_torch_metrics_names_the_bad_item_after_clean_steps() -> None:
         _run(thr, dev, metrics, name="m")
         thr.drain()
     assert caught.value.step == 3 and caught.value.name == "m['acc']"
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn", "float8_e5m2", "float16"])
+def test_jax_low_precision_floats_are_checked(dtype: str) -> None:
+    """bfloat16 and the float8 types reach the host as ml_dtypes arrays (``dtype.kind == 'V'`` for
+    most): a NaN, an Inf where the type has one, alone, in a dict or in an array, is found."""
+    jnp = pytest.importorskip("jax.numpy")
+    kind = getattr(jnp, dtype)
+    assert _first_bad(jnp.array(jnp.nan, kind), depth=2).name == "m"
+    assert _first_bad(jnp.array([1.0, jnp.nan, 2.0], kind)).name == "m"
+    bad = jnp.nan if dtype == "float8_e4m3fn" else jnp.inf  # e4m3fn has no Inf: NaN stands in
+    err = _first_bad({"loss": jnp.array(1.0, kind), "norm": jnp.array(bad, kind)})
+    assert err.name == "m['norm']" and ("inf" in str(err) or "nan" in str(err))
+    dev = FakeDevice()
+    thr = dev.throttle(2, nonfinite="raise")
+    clean = {"loss": jnp.array(1.5, kind), "w": jnp.ones(3, kind), "i4": jnp.ones(2, jnp.int4)}
+    _run(thr, dev, [clean, jnp.array(2.0, kind), jnp.ones(200, kind)], name="m")
+    assert thr.stats.nonfinite == 0  # finite values, and an integer ml_dtypes type, say nothing
+
+
+def test_a_jax_throttle_warns_at_a_bfloat16_nan_loss() -> None:
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    thr = at.Throttle(2, device="jax")
+    with pytest.warns(at.NonFiniteWarning, match="'loss' of step 3 is nan"):
+        for i in thr.wrap(range(6)):
+            thr.defer(jnp.log(jnp.array(3.0 - i, jnp.bfloat16)) * 0.0, name="loss")  # -inf * 0
+    assert thr.stats.nonfinite == 3 and thr.stats.nonfinite_first == 3
+
+
+def test_a_synchronous_nan_is_seen_in_its_own_step() -> None:
+    """On the CPU a step's values arrive at its end: seen in that step, 0 steps later, never a step
+    that has not started."""
+    thr = at.Throttle(2, device="cpu", nonfinite="raise")
+    with pytest.raises(at.NonFiniteError) as caught:
+        for i in range(10):
+            with thr.step():
+                thr.defer(NAN if i == 3 else float(i), name="loss")
+    err = caught.value
+    assert (err.step, err.seen) == (3, 3) and thr.stats.steps == 4
+    assert "seen on the host in the same step" in str(err) and "later" not in str(err)
+    err = pickle.loads(pickle.dumps(err))
+    assert (err.step, err.seen) == (3, 3) and "in the same step" in str(err)
+
+
+def test_an_asynchronous_nan_says_how_many_steps_later_it_was_seen() -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(2, nonfinite="raise")
+    with pytest.raises(at.NonFiniteError) as caught:
+        _run(thr, dev, [1.0, 1.0, 1.0, NAN, 1.0, 1.0, 1.0, 1.0])
+    err = caught.value
+    # raised as step 5 is handed out (depth 2): steps 4 was run after it, step 5 is starting
+    assert (err.step, err.seen) == (3, 5) and thr.stats.steps == 5
+    assert "seen on the host 2 step(s) later (once step 4 was recorded)" in str(err)
+
+
+def _warn_in_a_loop(device: str) -> None:
+    jnp = pytest.importorskip("jax.numpy") if device == "jax" else None
+    thr = at.Throttle(2, device=device)
+    for i in thr.wrap(range(4)):
+        value = NAN if i >= 1 else 1.0
+        thr.defer(value if jnp is None else jnp.array(value), name="loss")
+    thr.drain()
+
+
+@pytest.mark.parametrize("device", ["cpu", "jax"])
+def test_each_throttle_warns_once_at_the_users_line(device: str) -> None:
+    """Python shows a warning once per place: issued at the library's own line, a second throttle
+    (a sweep, a notebook cell run again) showed nothing. It is the user's line, once a throttle."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # Python's own: once per place it is issued
+        for _ in range(2):
+            _warn_in_a_loop(device)
+    shown = [w for w in caught if issubclass(w.category, at.NonFiniteWarning)]
+    assert len(shown) == 2, [str(w.message) for w in shown]
+    assert {w.filename for w in shown} == {__file__}
