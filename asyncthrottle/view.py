@@ -153,7 +153,7 @@ class Pass(Iterator[T], Generic[T]):
     """
 
     __slots__ = (
-        "__weakref__", "_admits", "_bar", "_clock", "_core", "_held", "_host",
+        "__weakref__", "_bar", "_clock", "_core", "_held", "_host",
         "_it", "_open", "_pending", "_prefetch", "_source", "_state", "_thr",
     )
 
@@ -170,8 +170,6 @@ class Pass(Iterator[T], Generic[T]):
         self._host = throttle._host
         # to=: moves each batch to the device as it is fetched
         self._prefetch = throttle._prefetch
-        # a synchronous core admits at once
-        self._admits = not core.synchronous or bool(core.on_handout)
 
     def __iter__(self) -> Pass[T]:
         return self
@@ -283,7 +281,7 @@ class Pass(Iterator[T], Generic[T]):
             if type(item) is _Fetched:
                 item = self._copy(item.batch)
         try:
-            if self._admits:
+            if core.new_event is not None or core.on_handout:
                 core.admit()
         except BaseException:
             # a timeout or Ctrl-C in the wait (or a device error in a query): keep the batch for

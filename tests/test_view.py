@@ -299,3 +299,26 @@ def test_a_value_copied_on_a_stream_the_events_cannot_join_arrives_complete() ->
             deferred = thr.defer(x, name="x")
     assert got == [1.0, 2.0, 3.0, 4.0]
     assert deferred.ready() and float(deferred) == 4.0
+
+
+class _Handouts:
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+
+    def on_handout(self, step: int, in_flight: int, now: float) -> None:
+        self.steps.append(step)
+
+
+@pytest.mark.parametrize("device", ["cpu", "fake"])
+def test_a_part_subscribed_mid_pass_hears_every_later_handout(device: str) -> None:
+    from asyncthrottle.testing import FakeDevice
+
+    thr = at.Throttle(2, device="cpu") if device == "cpu" else FakeDevice().throttle(2)
+    heard, late = _Handouts(), _Handouts()
+    for i in thr.wrap(range(5)):
+        if i == 1:
+            thr.subscribe(late)  # mid-pass: the next hand-outs must reach it
+        if i == 3:
+            thr.subscribe(heard)
+            thr.unsubscribe(late)  # and one let go mid-pass hears no more
+    assert late.steps == [2, 3] and heard.steps == [4]
