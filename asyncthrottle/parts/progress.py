@@ -24,26 +24,42 @@ def make_bar(progress: Any, total: int | None) -> Any:
     if bar_class is None:
         try:
             from tqdm.auto import tqdm
-        except ImportError:
-            raise ImportError(
-                "progress=True needs tqdm: pip install tqdm (or 'asyncthrottle')"
-            ) from None
+        except ImportError as exc:
+            raise ModuleNotFoundError(f"progress=True needs tqdm: pip install tqdm ({exc})",
+                                      name=exc.name or "tqdm") from exc
         bar_class = tqdm
     options.setdefault("total", total)
     return bar_class(**options)
 
 
 def postfix(throttle: Throttle) -> str:
-    """The bar's postfix: completed, in flight, host wait %, device idle %, latest values."""
+    """The bar's postfix: completed, in flight, host wait %, device idle %, latest values.
+
+    A value that is one number shows as ``name=value``. A list of numbers (a name deferred
+    several times in the step, e.g. once per micro-batch under gradient accumulation) shows
+    their mean, as ``name(mean)=value``. Anything else is not shown.
+    """
     s = throttle.stats
     parts = [f"done={s.completed}", f"inflight={s.in_flight}", f"wait={s.wait_fraction:.0%}"]
     if s.idle_fraction is not None:
         parts.append(f"idle={s.idle_fraction:.0%}")
     for name, value in throttle.latest.items():
-        number = _scalar(value)
+        if type(value) is list:
+            number = _mean(value)
+            name += "(mean)"
+        else:
+            number = _scalar(value)
         if number is not None:
             parts.append(f"{name}={number:.4g}")
     return " ".join(parts)
+
+
+def _mean(values: list[Any]) -> float | None:
+    """The mean of a list of numbers, or None when it is empty or an item is no number."""
+    numbers = [_scalar(value) for value in values]
+    if not numbers or None in numbers:
+        return None
+    return sum(n for n in numbers if n is not None) / len(numbers)
 
 
 def _scalar(value: Any) -> float | None:
