@@ -8,7 +8,7 @@ import importlib.abc
 import importlib.machinery
 import sys
 import warnings
-from types import ModuleType
+from types import FrameType, ModuleType
 
 # Old path (under asyncthrottle) -> (new path, deprecated). The paths that are not deprecated are
 # public
@@ -45,7 +45,7 @@ _PACKAGE = __name__.rpartition(".")[0]
 
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds ``asyncthrottle.<old>`` and hands out the module that now holds it."""
+    """Finds ``asyncthrottle.<old>`` and hands out the module that now holds it, unchanged."""
 
     def find_spec(self, fullname: str, path: object = None,
                   target: object = None) -> importlib.machinery.ModuleSpec:
@@ -54,19 +54,43 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             return None  # type: ignore[return-value]
         return importlib.machinery.ModuleSpec(fullname, self)
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        new, deprecated = MOVED[spec.name.rpartition(".")[2]]
+    def exec_module(self, module: ModuleType) -> None:
+        """Put the new module in ``sys.modules`` in place of the placeholder the import system made
+        for the old path, which the import then returns; the new module is left as it is (its
+        ``__spec__`` stays its own: its relative imports and ``importlib.reload`` read it)."""
+        old = module.__name__
+        new, deprecated = MOVED[old.rpartition(".")[2]]
         if deprecated:
             warnings.warn(
-                f"{spec.name} moved to {_PACKAGE}.{new} in asyncthrottle 0.3; import it from there "
-                "(the old path goes away in 0.4)",
+                f"{old} moved to {_PACKAGE}.{new} in asyncthrottle 0.3; import it from there (the "
+                "old path goes away in 0.4)",
                 DeprecationWarning,
-                stacklevel=4,
+                stacklevel=_importer_level(),
             )
-        return importlib.import_module(f"{_PACKAGE}.{new}")
+        sys.modules[old] = importlib.import_module(f"{_PACKAGE}.{new}")
 
-    def exec_module(self, module: ModuleType) -> None:
-        """The module is the new one, already executed."""
+
+def _importer_level() -> int:
+    """``warn()``'s stacklevel for the line that imports the old path (called from
+    ``exec_module``): the first frame outside the import system.
+
+    ``warn()`` steps over importlib's bootstrap frames itself, as this counts them; it does not
+    step over ``importlib.import_module``.
+    """
+    # warn() starts at exec_module (level 1)
+    frame: FrameType | None = sys._getframe(2)
+    level = 2
+    while True:
+        while frame is not None and _bootstrap(frame.f_code.co_filename):
+            frame = frame.f_back
+        if frame is None or frame.f_code.co_filename != importlib.__file__:
+            return level
+        frame, level = frame.f_back, level + 1
+
+
+def _bootstrap(filename: str) -> bool:
+    # what warn() counts as the import system's own frames
+    return "importlib" in filename and "_bootstrap" in filename
 
 
 def install() -> None:

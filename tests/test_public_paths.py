@@ -115,6 +115,50 @@ def test_an_old_path_warns_at_the_importing_line() -> None:
     assert done.returncode != 0 and "DeprecationWarning" in done.stderr and 'line 1' in done.stderr, done.stderr
 
 
+@pytest.mark.parametrize("how", ["import asyncthrottle.passes", "from asyncthrottle import passes",
+                                 "import importlib; importlib.import_module('asyncthrottle.passes')"])
+def test_an_old_path_warning_is_shown_by_default_at_the_users_line(how: str, tmp_path: Path) -> None:
+    """Python shows a DeprecationWarning under its default filters only when it is attributed to __main__."""
+    done = _python(f"import sys\n{how}")
+    assert "<string>:2: DeprecationWarning: asyncthrottle.passes moved" in done.stderr, done.stderr
+    script = tmp_path / "train.py"
+    script.write_text(f"import sys\n\n{how}\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert f"{script}:3: DeprecationWarning" in done.stderr, done.stderr
+
+
+def test_an_old_path_leaves_the_new_module_as_it_was() -> None:
+    done = _python("""
+import importlib, warnings
+import asyncthrottle.view as view
+spec = view.__spec__
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    import asyncthrottle.passes
+assert asyncthrottle.passes is view and view.__spec__ is spec, view.__spec__
+old = view.Pass
+assert importlib.reload(view) is view and view.Pass is not old  # the reload ran the module again
+""")
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_library_runs_under_warnings_as_errors_after_the_old_paths_were_imported() -> None:
+    done = subprocess.run([sys.executable, "-W", "error", "-c", f"""
+import importlib, warnings
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    for old in {sorted(MOVED)!r}:
+        importlib.import_module("asyncthrottle." + old)
+import asyncthrottle as at
+for device in ("jax", "cpu"):
+    thr = at.Throttle(2, device=device)
+    for i in thr.wrap(range(3)):
+        thr.defer(float(i), name="loss")
+    assert thr.latest == {{"loss": 2.0}}, thr.latest
+"""], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_import_stays_light() -> None:
     done = _python(f"import asyncthrottle, sys; print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
     assert done.returncode == 0, done.stderr
