@@ -1,20 +1,51 @@
-"""The benchmark backends: CUDA, the real-time simulated device, and the picker (JAX lazily)."""
+"""The benchmark backends: what one provides, CUDA, the real-time simulated device, and the picker
+(JAX lazily)."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from ..backends.torch import resolve_events
 from ..core.events import EventFactory
 from ..testing.procdevice import ProcessDevice
-from .backend import BenchBackend
 
-__all__ = ["BACKENDS", "CudaBench", "SimCost", "SimulatedBench", "pick_backend"]
+__all__ = ["BACKENDS", "BenchBackend", "CudaBench", "SimCost", "SimulatedBench", "pick_backend"]
 
 BACKENDS = ("auto", "cuda", "jax", "simulated")
+
+
+class BenchBackend(Protocol):
+    """A device the benchmarks can run the seed's experiments on.
+
+    Attributes:
+        name: short label printed beside every figure, e.g. ``"cuda (NVIDIA H200)"``,
+            ``"jax-cpu"``, ``"simulated"``.
+        simulated: True when the device is a stand-in (results must say so).
+    """
+
+    name: str
+    simulated: bool
+
+    def events(self) -> EventFactory:
+        """The event factory a Throttle on this device uses."""
+
+    def synchronize(self) -> None:
+        """Block until every piece of work launched so far has run."""
+
+    def add_one(self) -> Callable[[], None]:
+        """One step of the seed's first experiment: ``y = x + 1`` on the device."""
+
+    def matmul(self, n: int = 1000) -> Callable[[], None]:
+        """One step of the seed's second experiment: an ``n x n`` matrix product."""
+
+    def train_step(self) -> Callable[[], None]:
+        """One step of a small training loop (forward, backward, update)."""
+
+    def close(self) -> None:
+        """Release the device's resources."""
 
 
 class CudaBench:

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .backends import BACKENDS, SimCost, pick_backend
+from .experiments import EXPERIMENTS, run_experiment
 from .report import machine, plot_timelines, to_json, to_text
-from .seed import EXPERIMENTS, run_experiment
 
 __all__ = ["main"]
 

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .seed import ASYNC, ExperimentResult, ModeResult
+from .experiments import ASYNC, ExperimentResult, ModeResult
 
 __all__ = ["MODEL_TEXT", "Deadline", "machine", "plot_timelines", "say", "to_json", "to_text"]
 

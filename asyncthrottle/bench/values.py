@@ -32,7 +32,7 @@ torch) training step and batches, it times in interleaved rounds:
 
 On CUDA it then runs the seed's ``y = x + 1`` with ``y`` deferred every step
 against the 15-line pooled-event reference that copies ``y`` into its own
-pinned ring, at depth 1 and 2 (``bench.seed_values``; the #26 target is
+pinned ring, at depth 1 and 2 (``bench.add_one_deferred``; the #26 target is
 >= 0.92x of the reference).
 
 Each time is the median of the rounds (the spread is min-max); each speed is the
@@ -348,11 +348,11 @@ def _row(name: str, times: dict[str, list[float]], against: str) -> str:
 
 def _seed_rows(rounds: int, scale: float) -> None:
     """The seed's ``x + 1`` with ``y`` deferred every step against the 15-line pooled reference
-    with its own pinned ring (``bench.seed_values``), at depth 1 and 2."""
+    with its own pinned ring (``bench.add_one_deferred``), at depth 1 and 2."""
     import torch
 
     from ..backends.torch import resolve_events
-    from .seed_values import DEPTHS, seed_loops
+    from .add_one_deferred import DEPTHS, seed_loops
 
     device = torch.device("cuda")
     new_event = resolve_events(device)

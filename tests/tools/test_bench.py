@@ -12,9 +12,9 @@ import pytest
 
 from asyncthrottle.bench import cli
 from asyncthrottle.bench.backends import SimCost, SimulatedBench, pick_backend
-from asyncthrottle.bench.model import CostModel, measure_costs, solve_device_s
+from asyncthrottle.bench.cost_model import CostModel, measure_costs, solve_device_s
+from asyncthrottle.bench.experiments import EXPERIMENTS, Experiment, run_experiment, run_mode
 from asyncthrottle.bench.reference import Reference
-from asyncthrottle.bench.seed import EXPERIMENTS, Experiment, run_experiment, run_mode
 from asyncthrottle.testing import FakeDevice
 
 T1, T2, T3 = 1e-3, 3e-3, 0.5e-3
@@ -303,8 +303,8 @@ def test_the_seed_values_loops_deliver_every_step_in_order_at_each_depth(timed: 
     """``bench --values --backend cuda``'s x + 1 rows: the throttle's defer() and the 15-line
     reference with its own ring, here on CPU tensors and no-op events (pin=False)."""
     torch = pytest.importorskip("torch")
+    from asyncthrottle.bench.add_one_deferred import DEPTHS, seed_loops
     from asyncthrottle.bench.overhead import _NoopEvent, _TimedNoopEvent
-    from asyncthrottle.bench.seed_values import DEPTHS, seed_loops
     from asyncthrottle.bench.values import measure
 
     event = _TimedNoopEvent if timed else _NoopEvent
@@ -338,7 +338,7 @@ class _RingEvent:
 
 def test_the_seed_reference_reads_a_slot_only_after_its_event_and_reuses_its_events() -> None:
     torch = pytest.importorskip("torch")
-    from asyncthrottle.bench.seed_values import seed_loops
+    from asyncthrottle.bench.add_one_deferred import seed_loops
 
     made: list[_RingEvent] = []
 

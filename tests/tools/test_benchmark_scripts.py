@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_seed_host_cost_runs_every_loop_through_the_ring_and_counts_calls() -> None:
     pytest.importorskip("torch")
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "seed_host_cost.py"), "--rounds", "1", "--steps", "50"],
+        [sys.executable, str(ROOT / "benchmarks" / "add_one_host_cost.py"), "--rounds", "1", "--steps", "50"],
         capture_output=True, text=True, timeout=300, check=False,
     )
     assert done.returncode == 0, done.stderr  # its own checks: every value arrived, every defer took a ring slot

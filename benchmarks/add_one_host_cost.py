@@ -1,19 +1,19 @@
 """Host cost per step of the seed's ``y = x + 1`` with ``y`` deferred every step, as the CUDA path
 takes it, on the CPU: the throttle's ``defer()`` beside the 15-line reference with its own ring.
 
-Run: ``.venv/bin/python benchmarks/seed_host_cost.py [--rounds 11] [--steps 5000]``.
+Run: ``.venv/bin/python benchmarks/add_one_host_cost.py [--rounds 11] [--steps 5000]``.
 
 ``bench --values --backend cuda`` measures the #26 seed target (>= 0.92x of the reference) on a GPU.
-Without one, this runs the same two loops (``asyncthrottle.bench.seed_values``) on CPU tensors whose
-snapshots are routed through the pinned ring as a CUDA tensor's are (``values.tensor_snapshot``
-stood in for; the ring's buffers are plain CPU tensors, the stream key a constant), with the CUDA
-backend's events around no-op ones (``TorchEvent`` in an ``EventPool``; the throttle's can be
-timed, so its device timing samples as on CUDA). So every Python line
-and torch call of the deferred-tensor path runs: the ring copy (``copy_``), the copy out of the ring
-at retirement (``clone``), the non-finite watch, the delivery to an ``on_complete`` callback that
-reads ``y[0, 0]``, as the reference reads its slot. What a CUDA call costs beyond its CPU twin (a
-launch, a ``cudaMemcpyAsync``) is not here: both loops pay it alike, so on a GPU the ratio is nearer
-1 than here (how near: ``bench --values --backend cuda``).
+Without one, this runs the same two loops (``asyncthrottle.bench.add_one_deferred``) on CPU tensors
+whose snapshots are routed through the pinned ring as a CUDA tensor's are
+(``values.tensor_snapshot`` stood in for; the ring's buffers are plain CPU tensors, the stream key a
+constant), with the CUDA backend's events around no-op ones (``TorchEvent`` in an ``EventPool``; the
+throttle's can be timed, so its device timing samples as on CUDA). So every Python line and torch
+call of the deferred-tensor path runs: the ring copy (``copy_``), the copy out of the ring at
+retirement (``clone``), the non-finite watch, the delivery to an ``on_complete`` callback that reads
+``y[0, 0]``, as the reference reads its slot. What a CUDA call costs beyond its CPU twin (a launch,
+a ``cudaMemcpyAsync``) is not here: both loops pay it alike, so on a GPU the ratio is nearer 1 than
+here (how near: ``bench --values --backend cuda``).
 
 Two figures per loop:
 
@@ -47,8 +47,8 @@ from asyncthrottle import values
 from asyncthrottle.backends import snapshots
 from asyncthrottle.backends.pool import EventPool
 from asyncthrottle.backends.torch import TorchEvent
+from asyncthrottle.bench.add_one_deferred import seed_loops
 from asyncthrottle.bench.overhead import _NoopEvent, _TimedNoopEvent
-from asyncthrottle.bench.seed_values import seed_loops
 
 
 def cuda_like(raw: type[Any]) -> EventPool:

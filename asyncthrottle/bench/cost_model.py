@@ -8,7 +8,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from .backend import BenchBackend
+from .backends import BenchBackend
 
 __all__ = ["CostModel", "measure_costs", "solve_device_s"]
 

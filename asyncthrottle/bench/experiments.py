@@ -10,8 +10,8 @@ from typing import Any
 
 from ..core.waits import WaitStrategy
 from ..throttle import Throttle
-from .backend import BenchBackend
-from .model import CostModel, measure_costs
+from .backends import BenchBackend
+from .cost_model import CostModel, measure_costs
 from .reference import Reference
 
 __all__ = [
