@@ -13,11 +13,14 @@ try:
     import lightning.pytorch as pl
     from lightning.pytorch.callbacks import Callback, TQDMProgressBar
     from lightning.pytorch.callbacks.progress.progress_bar import get_standard_metrics
-except ImportError:
-    raise ImportError("asyncthrottle.lightning needs Lightning: pip install "
-                      "'asyncthrottle[lightning]'") from None
+except ImportError as exc:
+    # ModuleNotFoundError: pytest.importorskip skips on it, and it names what is missing
+    raise ModuleNotFoundError("asyncthrottle.lightning needs Lightning: pip install "
+                              f"'asyncthrottle[lightning]' ({exc})",
+                              name=exc.name or "lightning") from exc
 
 from . import _lightning_sigterm as sigterm
+from ._options import check_int
 from .hooks import ThrottleHooks
 from .parts.progress import postfix
 from .throttle import Throttle
@@ -83,8 +86,11 @@ class ThrottleCallback(ThrottleHooks, Callback):
             ``n`` batches instead (``all_reduce``, one ``.item()``): a
             SIGTERM on any rank stops every rank at the same batch, up to
             ``n`` batches later (a SIGTERM in the last ``< n`` batches lets
-            ``fit`` finish). None (default): Lightning's own, and a warning.
-            Other Lightning versions: a warning, Lightning's own.
+            ``fit`` finish). 1 keeps Lightning's own broadcast, every batch,
+            without the warning. None (default): Lightning's own, and a
+            warning (on an asynchronous device). Other Lightning versions: a
+            warning, Lightning's own. A wrong type raises ``TypeError``, an
+            int below 1 ``ValueError``.
         **throttle_options: keyword options of :class:`~asyncthrottle.Throttle`
             (``device``, ``events``, ``wait``, ``clock``, ``detect_sync``, ...).
 
@@ -98,10 +104,10 @@ class ThrottleCallback(ThrottleHooks, Callback):
 
     def __init__(self, depth: int | None = 2, *, sigterm_every: int | None = None,
                  **throttle_options: Any) -> None:
-        if sigterm_every is not None and (type(sigterm_every) is not int or sigterm_every < 1):
-            raise ValueError("sigterm_every must be an int >= 1 (exchange Lightning's DDP SIGTERM "
-                             f"flag every that many batches) or None, got {sigterm_every!r}; e.g. "
-                             "sigterm_every=50")
+        check_int("sigterm_every", sigterm_every, minimum=1,
+                  rule="an int >= 1 (exchange Lightning's DDP SIGTERM flag every that many "
+                       "batches) or None",
+                  fix="e.g. sigterm_every=50, or None for Lightning's own")
         super().__init__(depth, **throttle_options)
         self._sigterm_every = sigterm_every
         self._undo_sigterm: Any = None

@@ -99,7 +99,7 @@ def plot_trace(trace: str | os.PathLike[str] | dict[str, Any], out: str | os.Pat
     (:func:`axis_top`), and the steps above it are marked on its edge and named.
 
     Raises:
-        ImportError: matplotlib is missing (``pip install 'asyncthrottle[plot]'``).
+        ModuleNotFoundError: matplotlib is missing (``pip install 'asyncthrottle[plot]'``).
         ValueError: the file is not a trace written by ``export_trace()``.
     """
     if isinstance(trace, dict):
@@ -114,8 +114,9 @@ def draw_trace(doc: dict[str, Any], *, title: str | None = None) -> Any:
     """The figure :func:`plot_trace` saves (a ``matplotlib.figure.Figure``), for a loaded trace."""
     try:
         from matplotlib.figure import Figure
-    except ImportError:
-        raise ImportError("plotting needs matplotlib: pip install 'asyncthrottle[plot]'") from None
+    except ImportError as exc:
+        raise ModuleNotFoundError("plotting needs matplotlib: pip install 'asyncthrottle[plot]' "
+                                  f"({exc})", name=exc.name or "matplotlib") from exc
     data = summarize(doc)
     host, device, in_flight = data["host"], data["device"], data["in_flight"]
     steps = sorted(set().union(*host.values()))

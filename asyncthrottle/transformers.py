@@ -11,10 +11,11 @@ import torch
 
 try:
     from transformers import TrainerCallback
-except ImportError:
-    raise ImportError(
-        "asyncthrottle.transformers needs transformers: pip install 'asyncthrottle[transformers]'"
-    ) from None
+except ImportError as exc:
+    # ModuleNotFoundError: pytest.importorskip skips on it, and it names what is missing
+    raise ModuleNotFoundError("asyncthrottle.transformers needs transformers: pip install "
+                              f"'asyncthrottle[transformers]' ({exc})",
+                              name=exc.name or "transformers") from exc
 
 from .hooks import ThrottleHooks
 from .throttle import Throttle

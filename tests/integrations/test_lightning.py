@@ -300,23 +300,6 @@ def test_import_asyncthrottle_imports_no_framework() -> None:
     assert out.strip() == "[]"
 
 
-@pytest.mark.parametrize(("module", "blocked", "extra"), [
-    ("asyncthrottle.lightning", "lightning", "lightning"),
-    ("asyncthrottle.transformers", "transformers", "transformers"),
-])
-def test_a_missing_framework_names_the_extra(module: str, blocked: str, extra: str,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    import importlib
-    import sys
-
-    monkeypatch.delitem(sys.modules, module, raising=False)
-    for name in [name for name in sys.modules if name == blocked or name.startswith(blocked + ".")]:
-        monkeypatch.setitem(sys.modules, name, None)
-    monkeypatch.setitem(sys.modules, blocked, None)
-    with pytest.raises(ImportError, match=rf"pip install 'asyncthrottle\[{extra}\]'"):
-        importlib.import_module(module)
-
-
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FAST = ["--data", "synthetic", "--device", "cpu", "--no-progress", "--batch-size", "32", "--seed", "1"]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -75,7 +76,20 @@ def test_sigterm_every_n_syncs_once_per_n_steps_and_a_sigterm_still_stops_every_
         assert set(stock["sections"]) == {"forward", "backward", "optimizer"}
 
 
-def test_sigterm_every_must_be_a_positive_int() -> None:
-    for bad in (0, -1, 1.5, True, "5"):
-        with pytest.raises(ValueError, match="sigterm_every must be an int >= 1"):
-            atl.ThrottleCallback(2, device="cpu", sigterm_every=bad)
+@pytest.mark.parametrize("bad", ["5", 2.5, 1.0, True, False, [5]])
+def test_a_sigterm_every_of_the_wrong_type_is_a_type_error(bad: Any) -> None:
+    with pytest.raises(TypeError, match=rf"sigterm_every must be an int >= 1 .*, got {re.escape(repr(bad))} "
+                                        rf"\({type(bad).__name__}\); .*sigterm_every=50"):
+        atl.ThrottleCallback(2, device="cpu", sigterm_every=bad)  # before: ValueError
+
+
+@pytest.mark.parametrize("bad", [0, -1])
+def test_a_sigterm_every_below_one_is_a_value_error(bad: int) -> None:
+    with pytest.raises(ValueError, match=rf"sigterm_every must be an int >= 1 .*, got {bad};"):
+        atl.ThrottleCallback(2, device="cpu", sigterm_every=bad)
+
+
+def test_sigterm_every_1_keeps_lightnings_own_exchange_without_the_advice() -> None:
+    """The docstring said n >= 2; 1 is accepted: Lightning's own broadcast every batch, and no warning about it."""
+    atl.ThrottleCallback(2, device="cpu", sigterm_every=1)  # accepted
+    assert "1 keeps Lightning's own" in " ".join((atl.ThrottleCallback.__doc__ or "").split())

@@ -112,3 +112,14 @@ def test_an_even_loop_is_not_cut(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     fig = draw_trace(json.loads(_trace(tmp_path).read_text()))
     assert not any(ax.texts for ax in fig.axes[:2])
+
+
+def test_plotting_without_matplotlib_is_a_module_not_found_error(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = json.loads(_trace(tmp_path).read_text())
+    for name in [name for name in sys.modules if name == "matplotlib" or name.startswith("matplotlib.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(ModuleNotFoundError, match=r"pip install 'asyncthrottle\[plot\]'") as caught:
+        draw_trace(doc)  # before: a plain ImportError, which pytest.importorskip does not skip
+    assert caught.value.name.split(".")[0] == "matplotlib"
