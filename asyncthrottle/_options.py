@@ -9,7 +9,7 @@ and the core imports nothing outside ``core/``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .core.checks import (
@@ -24,7 +24,7 @@ from .core.checks import (
 
 __all__ = [
     "check_bool", "check_callable", "check_choice", "check_core", "check_depth", "check_int",
-    "check_positive", "check_real",
+    "check_positive", "check_real", "check_streams",
 ]
 
 
@@ -45,8 +45,34 @@ def check_depth(depth: object) -> int | str | None:
     return checked
 
 
+def check_streams(streams: object) -> None:
+    """``streams``: None, or a non-empty list of streams: objects with ``wait_stream`` and
+    ``wait_event``, as ``torch.Stream`` and its device kinds (``torch.cuda.Stream``) have; the
+    events are recorded on them, and ``to=``'s copies are ordered before them with those two.
+
+    Checked before the device is resolved, so every backend refuses the same values (whether a
+    device has streams at all is its backend's to say: the CPU, MPS and JAX have none).
+    """
+    if streams is None:
+        return
+    rule = "None or a non-empty list of streams"
+    fix = "pass e.g. streams=[torch.cuda.current_stream(), side]"
+    if isinstance(streams, (str, bytes)) or not isinstance(streams, Sequence):
+        raise wrong_type("streams", streams, rule, fix)
+    if not streams:
+        raise ValueError(f"streams must be {rule}, got {streams!r}; drop streams= to record on the "
+                         "current stream")
+    for index, stream in enumerate(streams):
+        if not (callable(getattr(stream, "wait_stream", None))
+                and callable(getattr(stream, "wait_event", None))):
+            raise TypeError(f"streams must be {rule}, got {stream!r} ({type(stream).__name__}) at "
+                            f"streams[{index}]: a stream is a torch.Stream such as "
+                            f"torch.cuda.Stream(); {fix}")
+
+
 def check_core(options: Mapping[str, Any]) -> float | None:
-    """The core's options: depth, timeout, drain and clock (wait, device, events: their resolvers).
+    """The core's options: depth, timeout, drain, clock and streams (wait, device, events: their
+    resolvers).
 
     Returns the timeout in seconds (None: wait for ever).
     """
@@ -58,4 +84,5 @@ def check_core(options: Mapping[str, Any]) -> float | None:
     if not callable(options["clock"]):
         raise wrong_type("clock", options["clock"], "a zero-argument callable returning seconds",
                           "pass e.g. clock=time.perf_counter")
+    check_streams(options["streams"])
     return timeout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import weakref
@@ -9,7 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _compile
-from ._options import check_core
+from ._options import check_bool, check_core, check_real
 from .backends import resolve_backend
 from .core.errors import ThrottleTimeout, not_ended
 from .core.events import EventFactory
@@ -98,6 +99,9 @@ class Throttle:
         ranks_every: under ``torch.distributed``, all-gather the ranks' recent median step
             times (their sections' own work, when the loop has sections) every that many steps,
             without a wait, for ``stats.rank_scores``/``slowest_rank``; every rank must use it.
+        ranks_timeout: with ``ranks_every``: seconds the ranks' gathers wait for another rank
+            (their group is made at the first record, a collective) before they stop, at most
+            the process group's timeout (default 300; gloo's own is 30 minutes).
         detect_sync: ``"warn"`` or ``"error"``: CUDA's sync debug mode from each hand-out until
             the throttle next waits, so hidden syncs are reported (``"warn"`` also counts them
             per site: :attr:`sync_audit`). Elsewhere it warns once that it cannot.
@@ -144,6 +148,7 @@ class Throttle:
         streams: Any = None,
         sample_every: int | None = 8,
         ranks_every: int | None = None,
+        ranks_timeout: float = 300.0,
         detect_sync: str | None = None,
         trace: int = 0,
         nvtx: bool = False,
@@ -157,8 +162,9 @@ class Throttle:
         options = dict(
             depth=depth, device=device, events=events, wait=wait, timeout=timeout, stall=stall,
             drain=drain, streams=streams, sample_every=sample_every, ranks_every=ranks_every,
-            detect_sync=detect_sync, trace=trace, nvtx=nvtx, clock=clock, max_depth=max_depth,
-            max_memory=max_memory, memory=memory, to=to, nonfinite=nonfinite,
+            ranks_timeout=ranks_timeout, detect_sync=detect_sync, trace=trace, nvtx=nvtx,
+            clock=clock, max_depth=max_depth, max_memory=max_memory, memory=memory, to=to,
+            nonfinite=nonfinite,
         )
         self._timeout = check_core(options)
         # every check on every backend, before anything is built
@@ -312,8 +318,11 @@ class Throttle:
         """End the step begun by :meth:`begin_step`: record its event (never blocks).
 
         Args:
-            failed: the step's body raised: record nothing and drop its deferred values.
+            failed: the step's body raised: record nothing and drop its deferred values (True or
+                False; anything else is a ``TypeError`` and the step stays open).
         """
+        if failed is not False and failed is not True:
+            check_bool("failed", failed)
         if not self._in_step:
             raise RuntimeError("end_step() was called without begin_step(); call begin_step() "
                                "first")
@@ -348,14 +357,27 @@ class Throttle:
                 rank scores leave it out of the rank's own work.
 
         Raises:
+            TypeError: ``name`` is not a str, or ``collective`` not True or False.
+            ValueError: ``name`` is empty.
             RuntimeError: entered outside a step (a wrapped loop's body,
                 ``step()``, or between ``begin_step()`` and ``end_step()``),
                 entered again while open, or still open when the step is
                 recorded (raised by the record).
         """
         sections = self._sections
-        made = sections.made.get((name, collective)) if type(name) is str else None
-        return made if made is not None else sections.section(name, collective)
+        # (identity, not equality: collective=1 is not taken for True)
+        if type(name) is str and (collective is False or collective is True):
+            made = sections.made.get((name, collective))
+            if made is not None:
+                return made
+        check_bool("collective", collective)
+        if not isinstance(name, str):
+            raise TypeError(f"section name must be a non-empty str, got {name!r} "
+                            f"({type(name).__name__}); e.g. section('forward')")
+        if not name:
+            raise ValueError("section name must be a non-empty str, got ''; name the phase, e.g. "
+                             "section('forward')")
+        return sections.section(name, collective)
 
     def _step_open(self) -> bool:
         """A step is being run: between ``begin_step()`` and ``end_step()``, or in a wrapped loop's
@@ -407,9 +429,19 @@ class Throttle:
         after waiting. Never blocks.
 
         Raises:
+            TypeError: ``at`` is not a number.
+            ValueError: ``at`` is later than the throttle's clock now (or NaN): a time of
+                another clock, such as ``time.time()`` where the clock is ``time.perf_counter``.
             RuntimeError: inside a wrapped loop or with a step open (they end
                 their own passes).
         """
+        if at is not None:
+            now = self._clock()
+            check_real("at", at, low=-math.inf, high=now,
+                       rule=f"a time of the throttle's clock no later than now ({now!r})",
+                       fix="pass a time from the throttle's clock (clock=, time.perf_counter by "
+                           "default), e.g. time.perf_counter() but not time.time(), or None for "
+                           "now")
         self._ownership.claim("pause()")
         try:
             self._refuse_in_pass("pause()")

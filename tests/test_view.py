@@ -239,7 +239,7 @@ def test_mps_events_get_no_stream(monkeypatch: pytest.MonkeyPatch) -> None:
         pass
     assert recorded == [(), ()]
     with pytest.raises(ValueError, match="MPS, which has one stream"):
-        at.Throttle(2, device="mps:0", streams=["s"])
+        at.Throttle(2, device="mps:0", streams=[SimpleNamespace(wait_stream=lambda s: None, wait_event=lambda e: None)])
 
 
 def test_a_disabled_bar_costs_what_no_bar_costs(monkeypatch: pytest.MonkeyPatch) -> None:

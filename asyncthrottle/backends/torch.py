@@ -212,7 +212,8 @@ def resolve_events(
     Args:
         device: None (auto-detect), a device string, or a ``torch.device``.
         streams: record one event per stream on these streams instead of the
-            current stream; a step completes when all of them have.
+            current stream; a step completes when all of them have (a non-empty list of
+            ``torch.Stream`` s, checked by ``_options.check_streams`` on every backend).
         blocking: CUDA blocking-sync events (``synchronize()`` sleeps in the driver).
         timing: events that support ``elapsed_time``.
 
@@ -269,8 +270,7 @@ def resolve_events(
     if torch_device.type == "mps":
         raise ValueError("streams= does not apply to MPS, which has one stream per device; drop "
                          "streams=")
-    if isinstance(streams, (str, bytes)) or not isinstance(streams, Sequence) or not streams:
-        raise ValueError(f"streams must be a non-empty list of streams, got {streams!r}")
+    # (checked by _options.check_streams: a non-empty list of streams)
     fixed = tuple(streams)
     return EventPool(lambda: MultiEvent([TorchEvent(raw(), stream, capturing) for stream in fixed]))
 

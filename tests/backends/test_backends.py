@@ -139,11 +139,13 @@ def test_block_strategy_asks_for_blocking_sync_events(fake_cuda: SimpleNamespace
 
 
 def test_streams_option_records_one_event_per_stream(fake_cuda: SimpleNamespace) -> None:
-    thr = at.Throttle(1, device="cuda", streams=["main", "side"], sample_every=None)
+    main, side = (SimpleNamespace(name=name, wait_stream=lambda other: None, wait_event=lambda event: None)
+                  for name in ("main", "side"))  # what the throttle asks of a stream
+    thr = at.Throttle(1, device="cuda", streams=[main, side], sample_every=None)
     with thr.step():
         pass
     (event,) = inside(thr).core.pending
-    assert [e._event.stream for e in event.events] == ["main", "side"]  # type: ignore[attr-defined]
+    assert [e._event.stream.name for e in event.events] == ["main", "side"]  # type: ignore[attr-defined]
     with pytest.raises(ValueError, match="non-empty list of streams"):
         at.Throttle(1, device="cuda", streams=[])
 
