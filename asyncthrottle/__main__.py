@@ -24,8 +24,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--version", action="version", version=f"asyncthrottle {__version__}")
     parser.add_argument("command", choices=["bench", "plot"],
-                        help="bench: the seed's experiments (bench --help); plot: draw an exported "
-                             "trace (plot --help)")
+                        help="bench: measure the throttle on this machine (bench --help); plot: "
+                             "draw an exported trace (plot --help)")
     if not args or args[0].startswith("-"):
         # --help, --version, or a usage error: exits
         parser.parse_args(args)

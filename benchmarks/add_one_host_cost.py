@@ -1,9 +1,10 @@
-"""Host cost per step of the seed's ``y = x + 1`` with ``y`` deferred every step, as the CUDA path
-takes it, on the CPU: the throttle's ``defer()`` beside the 15-line reference with its own ring.
+"""Host cost per step of ``y = x + 1`` (the first experiment) with ``y`` deferred every step, as
+the CUDA path takes it, on the CPU: the throttle's ``defer()`` beside the 15-line reference with its
+own ring.
 
 Run: ``.venv/bin/python benchmarks/add_one_host_cost.py [--rounds 11] [--steps 5000]``.
 
-``bench --values --backend cuda`` measures the #26 seed target (>= 0.92x of the reference) on a GPU.
+``bench --values --backend cuda`` measures #26's target for it (>= 0.92x of the reference) on a GPU.
 Without one, this runs the same two loops (``asyncthrottle.bench.add_one_deferred``) on CPU tensors
 whose snapshots are routed through the pinned ring as a CUDA tensor's are
 (``values.tensor_snapshot`` stood in for; the ring's buffers are plain CPU tensors, the stream key a
@@ -47,7 +48,7 @@ from asyncthrottle import values
 from asyncthrottle.backends import snapshots
 from asyncthrottle.backends.pool import EventPool
 from asyncthrottle.backends.torch import TorchEvent
-from asyncthrottle.bench.add_one_deferred import seed_loops
+from asyncthrottle.bench.add_one_deferred import add_one_loops
 from asyncthrottle.bench.overhead import _NoopEvent, _TimedNoopEvent
 
 
@@ -98,13 +99,13 @@ OPTIONS: dict[str, dict[str, Any]] = {
 
 
 def make_loops(depth: int, logged: list[float]) -> dict[str, Callable[[int], None]]:
-    loops = {"reference": seed_loops(torch.device("cpu"), NoopEvent, {"events": NoopEvent},
-                                     pin=False, logged=logged)[f"reference {depth}"]}
+    loops = {"reference": add_one_loops(torch.device("cpu"), NoopEvent, {"events": NoopEvent},
+                                        pin=False, logged=logged)[f"reference {depth}"]}
     for label, extra in OPTIONS.items():
         # the throttle's events can be timed, as CUDA's are: its device timing samples
         options = {"events": TimedNoopEvent, **extra}
-        loops[label] = seed_loops(torch.device("cpu"), NoopEvent, options, pin=False,
-                                  logged=logged)[f"defer {depth}"]
+        loops[label] = add_one_loops(torch.device("cpu"), NoopEvent, options, pin=False,
+                                     logged=logged)[f"defer {depth}"]
     return loops
 
 
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             times[label].append((time.thread_time() - start) / args.steps * 1e6)
             logged.clear()
     print(f"{platform.machine()}, {platform.python_implementation()} {platform.python_version()}, "
-          f"torch {torch.__version__}; the seed's x + 1 on CPU tensors through the ring, depth "
+          f"torch {torch.__version__}; x + 1 on CPU tensors through the ring, depth "
           f"{args.depth}, {args.steps} steps x {args.rounds} rounds")
     print(f"  {'loop':26s} {'us/step':>22s} {'speed vs reference':>24s} {'calls/step':>16s}")
     for label, loop in loops.items():

@@ -275,7 +275,7 @@ STEPS: list[Step] = [
         ),
     ),
     Step(
-        "The seed's experiments on CUDA (bench --backend cuda)",
+        "The three experiments on CUDA (bench --backend cuda)",
         35,
         command_section(
             [PYTHON, "-m", "asyncthrottle", "bench", "--backend", "cuda", "--repeat", "3"]
@@ -331,7 +331,7 @@ STEPS: list[Step] = [
         ),
     ),
     Step(
-        "The loss every step: defer vs .item() vs MaxText's pattern vs by hand; the seed's x + 1 "
+        "The loss every step: defer vs .item() vs MaxText's pattern vs by hand; y = x + 1 "
         "deferred vs the pooled reference with its pinned ring (bench --values --backend cuda, "
         "#26)",
         20,

@@ -1,1 +1,1 @@
-"""Benchmarks: the seed's experiments and the core's overhead, measured."""
+"""``python -m asyncthrottle bench``: what a user runs to choose a setting on their own machine."""

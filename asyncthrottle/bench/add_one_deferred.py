@@ -1,5 +1,5 @@
-"""The seed's ``y = x + 1`` with ``y`` kept on the host every step: the throttle's ``defer()``
-against the 15-line pooled-event reference that copies ``y`` into its own pinned ring.
+"""The first experiment's ``y = x + 1`` with ``y`` kept on the host every step: the throttle's
+``defer()`` against the 15-line pooled-event reference that copies ``y`` into its own pinned ring.
 
 ``bench --values --backend cuda`` prints it after its MaxText table, at depth 1 and 2, as the
 throttle's speed over the reference of the same depth in each interleaved round (the #26 target:
@@ -26,12 +26,12 @@ from typing import Any
 from ..core.events import EventFactory
 from ..throttle import Throttle
 
-__all__ = ["DEPTHS", "seed_loops"]
+__all__ = ["DEPTHS", "add_one_loops"]
 
 DEPTHS = (1, 2)
 
 
-def seed_loops(device: Any, new_event: EventFactory, options: Mapping[str, Any], *,
+def add_one_loops(device: Any, new_event: EventFactory, options: Mapping[str, Any], *,
                pin: bool, logged: list[float]) -> dict[str, Callable[[int], None]]:
     """``"defer N"`` and ``"reference N"`` for each depth in :data:`DEPTHS`; each appends every
     step's ``y[0, 0]`` to ``logged``, in step order.
@@ -41,7 +41,7 @@ def seed_loops(device: Any, new_event: EventFactory, options: Mapping[str, Any],
     """
     import torch
 
-    # the seed's (d2l's) x
+    # d2l's x, as the first experiment's
     x = torch.ones((1, 2), device=device)
 
     def deferred(depth: int) -> Callable[[int], None]:

@@ -18,7 +18,7 @@ BACKENDS = ("auto", "cuda", "jax", "simulated")
 
 
 class BenchBackend(Protocol):
-    """A device the benchmarks can run the seed's experiments on.
+    """A device the benchmarks can run the three experiments on (:mod:`.experiments`).
 
     Attributes:
         name: short label printed beside every figure, e.g. ``"cuda (NVIDIA H200)"``,
@@ -36,10 +36,10 @@ class BenchBackend(Protocol):
         """Block until every piece of work launched so far has run."""
 
     def add_one(self) -> Callable[[], None]:
-        """One step of the seed's first experiment: ``y = x + 1`` on the device."""
+        """One step of the first experiment: ``y = x + 1`` on the device."""
 
     def matmul(self, n: int = 1000) -> Callable[[], None]:
-        """One step of the seed's second experiment: an ``n x n`` matrix product."""
+        """One step of the second experiment: an ``n x n`` matrix product."""
 
     def train_step(self) -> Callable[[], None]:
         """One step of a small training loop (forward, backward, update)."""
@@ -49,7 +49,7 @@ class BenchBackend(Protocol):
 
 
 class CudaBench:
-    """The seed's workloads on a CUDA GPU, with cheap (non-timing) events.
+    """The three workloads on a CUDA GPU, with cheap (non-timing) events.
 
     Args:
         device: the CUDA device, e.g. ``"cuda"`` or ``"cuda:1"``.
@@ -89,7 +89,7 @@ class CudaBench:
         self._torch.cuda.synchronize(self.device)  # host-device sync: the caller asked for one
 
     def add_one(self) -> Callable[[], None]:
-        # the seed's (d2l's) x
+        # d2l's x (its chapter "Asynchronous Computation")
         x = self._torch.ones((1, 2), device=self.device)
 
         def step() -> None:
@@ -159,7 +159,7 @@ def _spin(seconds: float) -> None:
 
 
 class SimulatedBench:
-    """The seed's workloads on the GIL-free :class:`~asyncthrottle.procdevice.ProcessDevice`.
+    """The three workloads on the GIL-free :class:`~asyncthrottle.procdevice.ProcessDevice`.
 
     Each launch spins the host for ``host_s`` and queues ``device_s`` of work
     on the device process, which completes it without the host's GIL (like a

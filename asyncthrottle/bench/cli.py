@@ -1,4 +1,4 @@
-"""``python -m asyncthrottle bench``: the seed's experiments side by side, on one backend."""
+"""``python -m asyncthrottle bench``: the three experiments side by side, on one backend."""
 
 from __future__ import annotations
 
@@ -81,8 +81,9 @@ def _sim_cost(text: str) -> tuple[str, SimCost]:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m asyncthrottle bench",
-        description="The seed's experiments, measured: each workload synchronised every step, "
-        "fully asynchronous, and throttled, beside the seed's cost model.",
+        description="d2l's three experiments of asynchronous computation (y = x + 1, a matrix "
+        "product, a small training loop), measured: each synchronised every step, fully "
+        "asynchronous, and throttled, beside d2l's cost model.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -180,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     info = machine()
     header = [
-        "asyncthrottle bench: the seed's experiments, measured",
+        "asyncthrottle bench: the three experiments, measured",
         f"backend: {label}; wait={args.wait!r}; fastest of {args.repeat} run(s) per mode",
         f"machine: {info['platform']}, {info['cpus']} CPUs, Python {info['python']}, torch "
         f"{info.get('torch', '-')}",

@@ -1,5 +1,6 @@
-"""The seed's experiments: each workload synchronised every step, fully asynchronous, and
-throttled."""
+"""The three experiments of d2l's "Asynchronous Computation" chapter (10000 x ``y = x + 1``, 500
+matrix products, 500 steps of a small training loop), each run synchronised every step, fully
+asynchronous, and throttled."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class Experiment:
-    """One of the seed's workloads: ``steps`` calls of the step ``make(backend)`` returns."""
+    """One of the three workloads: ``steps`` calls of the step ``make(backend)`` returns."""
 
     key: str
     title: str
@@ -133,7 +134,7 @@ def run_mode(
             if timeline is not None:
                 timeline.append((clock() - start, thr.stats.in_flight))
             before = clock()
-            backend.synchronize()  # host-device sync: every step, the seed's synchronous mode
+            backend.synchronize()  # host-device sync: every step, the synchronous mode
             synced += clock() - before
         # retires the last event; the device is already idle
         thr.drain()

@@ -42,7 +42,7 @@ class _TrainStep:
 
 
 class JaxBench:
-    """The seed's workloads on a JAX device (the CPU when there is no GPU).
+    """The three workloads on a JAX device (the CPU when there is no GPU).
 
     Each workload returns a zero-argument callable that dispatches one step and
     returns at once; XLA runs it asynchronously (at most 32 programs in flight).
@@ -50,7 +50,7 @@ class JaxBench:
     Args:
         device: None or ``"jax"`` (the first of ``jax.devices()``), ``"jax:N"``,
             or a ``jax.Device``.
-        seed: seed of the random inputs.
+        key: the ``jax.random.key`` of the random inputs.
 
     Raises:
         ImportError: jax is not installed.
@@ -58,11 +58,11 @@ class JaxBench:
 
     simulated = False
 
-    def __init__(self, device: Any = None, *, seed: int = 0) -> None:
+    def __init__(self, device: Any = None, *, key: int = 0) -> None:
         self._jax = _jax()
         self._device = _parse_device(self._jax, device)
         self.name = f"jax-{self._device.platform} (XLA, asynchronous dispatch)"
-        self._key = self._jax.random.key(seed)
+        self._key = self._jax.random.key(key)
         # each workload's latest output, for synchronize()
         self._latest: dict[str, Any] = {}
         self._events = jax_events(self._device)
@@ -80,7 +80,7 @@ class JaxBench:
         barrier.synchronize()  # host-device sync: also any other work queued on the device
 
     def add_one(self) -> Callable[[], None]:
-        """``y = x + 1`` on a 1 x 2 array, as in the seed."""
+        """``y = x + 1`` on a 1 x 2 array, as in d2l."""
         jnp = self._jax.numpy
         x = self._jax.device_put(jnp.ones((1, 2)), self._device)
         add = self._jax.jit(lambda a: a + 1)

@@ -14,11 +14,12 @@ from .experiments import ASYNC, ExperimentResult, ModeResult
 __all__ = ["MODEL_TEXT", "Deadline", "machine", "plot_timelines", "say", "to_json", "to_text"]
 
 MODEL_TEXT = (
-    "cost model (the seed's): t1 = host time to launch one step (a burst of launches, timed on the "
-    "host),\n  t2 = device time per step (what is left to drain after the burst), t3 = one sync on "
-    "an idle device;\n  sync ~ n(t1+t2+t3); async ~ t1 + n t2 + t3 (n t1 + t2 + t3 if the host is "
-    "slower);\n  depth d ~ n max(t1, t2, (t1+t2+t3)/d) + min(t1, t2) + t3 (depth 1: the sync "
-    "model)"
+    "cost model (d2l's t1, t2, t3): launch = host time to launch one step (a burst of launches, "
+    "timed on the host),\n  device = device time per step (what is left to drain after the burst), "
+    "sync = one sync on an idle device;\n  sync mode ~ n (launch + device + sync); async ~ launch "
+    "+ n device + sync (n launch + device + sync if the host is slower);\n  depth d ~ n "
+    "max(launch, device, (launch + device + sync) / d) + min(launch, device) + sync (depth 1: the "
+    "sync mode)"
 )
 
 _HEADER = (
@@ -109,7 +110,7 @@ def to_text(experiments: Sequence[ExperimentResult], header: Sequence[str] = ())
     lines = [*header, MODEL_TEXT]
     for number, exp in enumerate(experiments, 1):
         c = exp.costs
-        costs = f"t1 = {_us(c.t1)}, t2 = {_us(c.t2)}, t3 = {_us(c.t3)}"
+        costs = f"launch {_us(c.launch_s)}, device {_us(c.device_s)}, sync {_us(c.sync_s)}"
         lines += ["", f"[{number}] {exp.title}, {exp.steps} steps: {costs}"]
         async_rate = exp.by_mode(ASYNC).steps_per_s
         rows = [_HEADER, *(_row(r, async_rate) for r in exp.results)]

@@ -30,7 +30,7 @@ torch) training step and batches, it times in interleaved rounds:
   split into fast and slow ones: ``benchmarks/jax_tiny_states.py``);
 * ``plain``: no throttle, no metrics (asynchronous, unbounded).
 
-On CUDA it then runs the seed's ``y = x + 1`` with ``y`` deferred every step
+On CUDA it then runs the first experiment's ``y = x + 1`` with ``y`` deferred every step
 against the 15-line pooled-event reference that copies ``y`` into its own
 pinned ring, at depth 1 and 2 (``bench.add_one_deferred``; the #26 target is
 >= 0.92x of the reference).
@@ -65,8 +65,8 @@ MODES = ("defer", "defer-hybrid", "defer-block", "float", "maxtext", "by-hand", 
 # (label, width, batch, steps): a ~50 us and a ~1.5 ms step on the 2-core VM (docs/benchmarks.md)
 JAX_SIZES = (("tiny", 32, 320, 3000), ("device-bound", 256, 512, 200))
 CUDA_SIZES = (("tiny", 32, 320, 5000), ("device-bound", 2048, 8192, 400))
-# the seed's x + 1 with y deferred (CUDA): steps a round
-SEED_STEPS = 5000
+# x + 1 with y deferred (CUDA): steps a round
+ADD_ONE_STEPS = 5000
 
 Loop = Callable[[int], None]
 
@@ -335,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for name in times:
                 print(_row(name, times, "maxtext") + f"  cpu {statistics.median(cpu[name]):.0f} us")
         if backend == "cuda":
-            _seed_rows(args.rounds, args.scale)
+            _add_one_rows(args.rounds, args.scale)
     return 0
 
 
@@ -346,22 +346,22 @@ def _row(name: str, times: dict[str, list[float]], against: str) -> str:
             f"x{statistics.median(speed):.2f} [{min(speed):.2f}-{max(speed):.2f}]")
 
 
-def _seed_rows(rounds: int, scale: float) -> None:
-    """The seed's ``x + 1`` with ``y`` deferred every step against the 15-line pooled reference
-    with its own pinned ring (``bench.add_one_deferred``), at depth 1 and 2."""
+def _add_one_rows(rounds: int, scale: float) -> None:
+    """``y = x + 1`` with ``y`` deferred every step against the 15-line pooled reference with its
+    own pinned ring (``bench.add_one_deferred``), at depth 1 and 2."""
     import torch
 
     from ..backends.torch import resolve_events
-    from .add_one_deferred import DEPTHS, seed_loops
+    from .add_one_deferred import DEPTHS, add_one_loops
 
     device = torch.device("cuda")
     new_event = resolve_events(device)
     assert new_event is not None
     logged: list[float] = []
-    loops = seed_loops(device, new_event, {"device": device}, pin=True, logged=logged)
-    n = max(1, round(SEED_STEPS * scale))
+    loops = add_one_loops(device, new_event, {"device": device}, pin=True, logged=logged)
+    n = max(1, round(ADD_ONE_STEPS * scale))
     times = measure(loops, n, rounds)
-    print(f"\ncuda, the seed's y = x + 1 with y deferred every step ({n} steps), against the "
+    print(f"\ncuda, y = x + 1 with y deferred every step ({n} steps), against the "
           "15-line pooled-event reference with its own pinned ring at the same depth (target "
           ">= 0.92):")
     for depth in DEPTHS:

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -17,30 +18,31 @@ from asyncthrottle.bench.experiments import EXPERIMENTS, Experiment, run_experim
 from asyncthrottle.bench.reference import Reference
 from asyncthrottle.testing import FakeDevice
 
-T1, T2, T3 = 1e-3, 3e-3, 0.5e-3
+LAUNCH, DEVICE, SYNC = 1e-3, 3e-3, 0.5e-3
 
 
 class FakeBench:
-    """A BenchBackend on the deterministic fake device: each step costs the host T1 and the device t2."""
+    """A BenchBackend on the deterministic fake device: each step costs the host ``launch`` and the device
+    ``device``."""
 
     name = "fake"
     simulated = True
 
-    def __init__(self, t1: float = T1, t2: float = T2, t3: float = T3) -> None:
+    def __init__(self, launch: float = LAUNCH, device: float = DEVICE, sync: float = SYNC) -> None:
         self.dev = FakeDevice()
-        self.t1, self.t2, self.t3 = t1, t2, t3
+        self.launch, self.device, self.sync = launch, device, sync
 
     def events(self) -> Callable[[], object]:
         return self.dev.event
 
     def synchronize(self) -> None:
         self.dev.synchronize()
-        self.dev.host(self.t3)  # the round trip of an explicit sync
+        self.dev.host(self.sync)  # the round trip of an explicit sync
 
     def _op(self) -> Callable[[], None]:
         def step() -> None:
-            self.dev.host(self.t1)
-            self.dev.launch(self.t2)
+            self.dev.host(self.launch)
+            self.dev.launch(self.device)
 
         return step
 
@@ -53,42 +55,55 @@ class FakeBench:
         pass
 
 
+# -- names -------------------------------------------------------------------
+
+
+def test_the_bench_names_what_it_measures_not_the_projects_founding_brief() -> None:
+    """"The seed" (the brief the project began from) means nothing to a reader: no module, name or
+    docstring of the bench speaks of it (torch's ``manual_seed``, a random seed, is not that)."""
+    folder = Path(cli.__file__).parent
+    found = [f"{path.name}:{number}" for path in sorted(folder.glob("*.py"))
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if "seed" in path.name or "seed" in line.replace("manual_seed", "").lower()]
+    assert not found, found
+
+
 # -- the cost model ----------------------------------------------------------
 
 
-def test_predict_is_the_seeds_models_at_the_extremes() -> None:
-    m = CostModel(t1=1.0, t2=3.0, t3=2.0)
-    assert m.predict(10, 1) == 10 * (1 + 3 + 2)  # sync: n (t1 + t2 + t3)
-    assert m.predict(10, None) == 1 + 10 * 3 + 2  # async: t1 + n t2 + t3
+def test_predict_is_d2ls_models_at_the_extremes() -> None:
+    m = CostModel(launch_s=1.0, device_s=3.0, sync_s=2.0)
+    assert m.predict(10, 1) == 10 * (1 + 3 + 2)  # sync: n (launch + device + sync)
+    assert m.predict(10, None) == 1 + 10 * 3 + 2  # async: launch + n device + sync
     assert m.predict(0, None) == 0.0
 
 
 def test_predict_host_bound_and_windows() -> None:
-    host_bound = CostModel(t1=3.0, t2=1.0, t3=2.0)
-    assert host_bound.predict(10, None) == 10 * 3 + 1 + 2  # n t1 + t2 + t3
-    m = CostModel(t1=1.0, t2=3.0, t3=8.0)
+    host_bound = CostModel(launch_s=3.0, device_s=1.0, sync_s=2.0)
+    assert host_bound.predict(10, None) == 10 * 3 + 1 + 2  # n launch + device + sync
+    m = CostModel(launch_s=1.0, device_s=3.0, sync_s=8.0)
     assert m.predict(10, 2) == 10 * 6 + 1 + 8  # a window of 2 covers half of a 12 s round trip
     assert m.predict(10, 4) == 10 * 3 + 1 + 8  # wide enough: the device is the limit
     assert m.predict(10, 1000) == m.predict(10, None)
 
 
 def test_solve_device_s_device_bound_and_host_bound() -> None:
-    # device-bound: host launches 10 steps in 10 s; the device ends at t1 + 10 t2 = 31, sync 2 s more
-    assert solve_device_s(launch_s=10.0, drain_s=31 - 10 + 2, k=10, t1=1.0, t3=2.0) == pytest.approx(3.0)
+    # device-bound: host launches 10 steps in 10 s; the device ends at launch + 10 device = 31, sync 2 s more
+    assert solve_device_s(burst_s=10.0, drain_s=31 - 10 + 2, k=10, launch_s=1.0, sync_s=2.0) == pytest.approx(3.0)
     # host-bound: only the last step (0.5 s) is left when launching ends
-    assert solve_device_s(launch_s=10.0, drain_s=0.5 + 2, k=10, t1=1.0, t3=2.0) == pytest.approx(0.5)
-    assert solve_device_s(launch_s=10.0, drain_s=1.0, k=10, t1=1.0, t3=2.0) == 0.0
+    assert solve_device_s(burst_s=10.0, drain_s=0.5 + 2, k=10, launch_s=1.0, sync_s=2.0) == pytest.approx(0.5)
+    assert solve_device_s(burst_s=10.0, drain_s=1.0, k=10, launch_s=1.0, sync_s=2.0) == 0.0
     with pytest.raises(ValueError, match="k must be an int >= 1"):
         solve_device_s(1.0, 1.0, 0, 1.0, 1.0)
 
 
-@pytest.mark.parametrize(("t1", "t2"), [(T1, T2), (T2, T1)], ids=["device-bound", "host-bound"])
-def test_measure_costs_recovers_the_fake_devices_costs(t1: float, t2: float) -> None:
-    bench = FakeBench(t1=t1, t2=t2)
+@pytest.mark.parametrize(("launch", "device"), [(LAUNCH, DEVICE), (DEVICE, LAUNCH)], ids=["device-bound", "host-bound"])
+def test_measure_costs_recovers_the_fake_devices_costs(launch: float, device: float) -> None:
+    bench = FakeBench(launch=launch, device=device)
     costs = measure_costs(bench, bench.add_one(), k=20, repeats=3, clock=bench.dev.clock)
-    assert costs.t1 == pytest.approx(t1)
-    assert costs.t2 == pytest.approx(t2)
-    assert costs.t3 == pytest.approx(T3)
+    assert costs.launch_s == pytest.approx(launch)
+    assert costs.device_s == pytest.approx(device)
+    assert costs.sync_s == pytest.approx(SYNC)
 
 
 # -- the mode runner on the fake device (exact, no sleeping) -----------------
@@ -96,7 +111,7 @@ def test_measure_costs_recovers_the_fake_devices_costs(t1: float, t2: float) -> 
 
 def _run(mode: str, depth: int | None, steps: int = 20, sample: bool = False, bench: FakeBench | None = None):  # type: ignore[no-untyped-def]
     bench = bench if bench is not None else FakeBench()
-    model = CostModel(T1, T2, T3)
+    model = CostModel(LAUNCH, DEVICE, SYNC)
     wait = bench.dev.wait("spin")
     return run_mode(bench, bench.add_one(), steps, mode, depth, model, wait=wait, clock=bench.dev.clock, sample=sample)
 
@@ -105,20 +120,20 @@ def test_sync_mode_matches_the_sync_model_exactly() -> None:
     result = _run("sync", 1)
     assert result.wall_s == pytest.approx(result.predicted_s)
     assert result.max_in_flight == 1
-    assert result.wait_fraction == pytest.approx((T2 + T3) / (T1 + T2 + T3))
+    assert result.wait_fraction == pytest.approx((DEVICE + SYNC) / (LAUNCH + DEVICE + SYNC))
 
 
 def test_async_and_throttled_modes_on_the_fake_device() -> None:
     n = 20
     unthrottled = _run("async", None, n)
     assert unthrottled.max_in_flight > 10  # the host ran far ahead
-    assert unthrottled.wall_s == pytest.approx(T1 + n * T2)  # fake events sync for free: no t3
+    assert unthrottled.wall_s == pytest.approx(LAUNCH + n * DEVICE)  # fake events sync for free: no sync cost
     depth2 = _run("depth 2", 2, n)
     assert depth2.max_in_flight == 2
     assert depth2.wall_s == pytest.approx(unthrottled.wall_s)  # depth 2 hides the waits entirely
     depth1 = _run("depth 1", 1, n)
     assert depth1.max_in_flight == 1
-    assert depth1.wall_s == pytest.approx(n * (T1 + T2))
+    assert depth1.wall_s == pytest.approx(n * (LAUNCH + DEVICE))
 
 
 def test_timeline_samples_each_step_within_the_bound() -> None:
@@ -135,7 +150,7 @@ def test_run_experiment_keeps_every_mode() -> None:
     clock = bench.dev.clock
     result = run_experiment(bench, exp, depths=(1, 3), scale=0.5, wait=bench.dev.wait("spin"), clock=clock)
     assert [r.mode for r in result.results] == ["sync", "async", "depth 1", "depth 3", "reference 1", "reference 3"]
-    assert result.steps == 15 and result.costs.t2 == pytest.approx(T2)
+    assert result.steps == 15 and result.costs.device_s == pytest.approx(DEVICE)
     assert result.by_mode("depth 3").max_in_flight == 3 == result.by_mode("reference 3").max_in_flight
 
 
@@ -151,9 +166,9 @@ def test_the_reference_loop_keeps_the_bound_and_reuses_its_events() -> None:
     bench.events = lambda: counted  # type: ignore[method-assign,assignment,return-value]
     depth1 = _run("reference 1", 1, n, bench=bench)
     assert depth1.max_in_flight == 1 and len(made) == 2  # depth + 1 events, re-recorded in turn
-    assert depth1.wall_s == pytest.approx(n * (T1 + T2))  # the same as the throttle at depth 1
+    assert depth1.wall_s == pytest.approx(n * (LAUNCH + DEVICE))  # the same as the throttle at depth 1
     depth2 = _run("reference 2", 2, n, bench=bench, sample=True)
-    assert depth2.max_in_flight == 2 and depth2.wall_s == pytest.approx(T1 + n * T2)  # hides the waits
+    assert depth2.max_in_flight == 2 and depth2.wall_s == pytest.approx(LAUNCH + n * DEVICE)  # hides the waits
     assert depth2.timeline is not None and max(count for _, count in depth2.timeline) == 2
     assert bench.dev.records == 2 * n and depth2.wait_s > 0
     with pytest.raises(ValueError, match="int depth >= 1"):
@@ -189,7 +204,7 @@ def test_cli_json_on_the_simulated_device(capsys: pytest.CaptureFixture[str]) ->
         assert modes["depth 1"]["max_in_flight"] <= 1 and modes["depth 2"]["max_in_flight"] <= 2
         assert modes["async"]["vs_async"] == 1.0
         assert all(m["wall_s"] > 0 and m["predicted_s"] > 0 for m in modes.values())
-        assert set(exp["costs"]) == {"t1", "t2", "t3"}
+        assert set(exp["costs"]) == {"launch_s", "device_s", "sync_s"}
 
 
 def test_cli_text_and_plot(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
@@ -197,7 +212,8 @@ def test_cli_text_and_plot(tmp_path, capsys: pytest.CaptureFixture[str]) -> None
     png = tmp_path / "inflight.png"
     assert cli.main([*FAST, "--experiments", "add", "--plot", str(png)]) == 0
     out = capsys.readouterr().out
-    assert "SIMULATED" in out and "t1 =" in out and "model err" in out and "depth 4" in out
+    assert "SIMULATED" in out and "launch = host time" in out and "model err" in out and "depth 4" in out
+    assert re.search(r"launch [\d.,]+ us, device [\d.,]+ us, sync [\d.,]+ us", out), out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -299,17 +315,17 @@ def test_values_mode_runs_every_mode_at_tiny_scale(capsys: pytest.CaptureFixture
 
 
 @pytest.mark.parametrize("timed", [False, True])
-def test_the_seed_values_loops_deliver_every_step_in_order_at_each_depth(timed: bool) -> None:
+def test_the_add_one_deferred_loops_deliver_every_step_in_order_at_each_depth(timed: bool) -> None:
     """``bench --values --backend cuda``'s x + 1 rows: the throttle's defer() and the 15-line
     reference with its own ring, here on CPU tensors and no-op events (pin=False)."""
     torch = pytest.importorskip("torch")
-    from asyncthrottle.bench.add_one_deferred import DEPTHS, seed_loops
+    from asyncthrottle.bench.add_one_deferred import DEPTHS, add_one_loops
     from asyncthrottle.bench.overhead import _NoopEvent, _TimedNoopEvent
     from asyncthrottle.bench.values import measure
 
     event = _TimedNoopEvent if timed else _NoopEvent
     logged: list[float] = []
-    loops = seed_loops(torch.device("cpu"), event, {"events": event}, pin=False, logged=logged)
+    loops = add_one_loops(torch.device("cpu"), event, {"events": event}, pin=False, logged=logged)
     assert list(loops) == [f"{kind} {d}" for d in DEPTHS for kind in ("defer", "reference")]
     for loop in loops.values():
         logged.clear()
@@ -336,9 +352,9 @@ class _RingEvent:
         self.done = True
 
 
-def test_the_seed_reference_reads_a_slot_only_after_its_event_and_reuses_its_events() -> None:
+def test_the_add_one_reference_reads_a_slot_only_after_its_event_and_reuses_its_events() -> None:
     torch = pytest.importorskip("torch")
-    from asyncthrottle.bench.add_one_deferred import seed_loops
+    from asyncthrottle.bench.add_one_deferred import add_one_loops
 
     made: list[_RingEvent] = []
 
@@ -347,7 +363,7 @@ def test_the_seed_reference_reads_a_slot_only_after_its_event_and_reuses_its_eve
         return made[-1]
 
     logged: list[float] = []
-    loops = seed_loops(torch.device("cpu"), new_event, {"events": new_event}, pin=False,
+    loops = add_one_loops(torch.device("cpu"), new_event, {"events": new_event}, pin=False,
                        logged=logged)
     made.clear()
     loops["reference 2"](30)

@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_seed_host_cost_runs_every_loop_through_the_ring_and_counts_calls() -> None:
+def test_add_one_host_cost_runs_every_loop_through_the_ring_and_counts_calls() -> None:
     pytest.importorskip("torch")
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "add_one_host_cost.py"), "--rounds", "1", "--steps", "50"],
