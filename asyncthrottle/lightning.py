@@ -43,10 +43,11 @@ class ThrottleCallback(ThrottleHooks, Callback):
     manual optimization and several optimizers (however many
     ``optimizer.step()`` calls a ``training_step`` makes, it is one step).
 
-    Each step's ``outputs["loss"]`` (or the tensor ``training_step``
-    returned) is deferred as ``"loss"`` without a sync: read it in
+    Each step's loss, as ``training_step`` returned it (its ``"loss"``, or
+    the tensor itself), is deferred as ``"loss"`` without a sync: read it in
     ``callback.throttle.on_complete`` or ``callback.throttle.latest``. Under
-    ``accumulate_grad_batches=k`` it is Lightning's loss, divided by ``k``.
+    ``accumulate_grad_batches=k`` it is that loss too (what ``self.log``
+    logs), not Lightning's ``outputs["loss"]``, which is divided by ``k``.
     A NaN/Inf loss is reported from that host copy, without a sync
     (``nonfinite=``, default ``"warn"``; ``"raise"`` stops ``fit`` from the
     next batch hook, within ``depth`` steps).
@@ -166,7 +167,7 @@ class ThrottleCallback(ThrottleHooks, Callback):
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
-        self.end(_loss(outputs))
+        self.end(_loss(outputs, trainer))
         # what the first step logged tells whether each step will sync
         if not self._results_checked:
             self._results_checked = True
@@ -254,13 +255,23 @@ class _StateDictHooks(Protocol):
     def register_state_dict_pre_hook(self, hook: Callable[[Any, str, bool], None]) -> Any: ...
 
 
-def _loss(outputs: Any) -> Any:
-    """The step's loss tensor from ``training_step``'s outputs, or None."""
+def _loss(outputs: Any, trainer: Any) -> Any:
+    """The loss ``training_step`` returned, from the batch's outputs, or None; never syncs.
+
+    Under automatic optimization Lightning hands ``on_train_batch_end`` the
+    loss divided by ``accumulate_grad_batches`` (what ``backward`` sees); it
+    is multiplied back, enqueued on the device.
+    """
     if isinstance(outputs, torch.Tensor):
-        return outputs
-    if isinstance(outputs, Mapping) and isinstance(outputs.get("loss"), torch.Tensor):
-        return outputs["loss"]
-    return None
+        loss = outputs
+    elif isinstance(outputs, Mapping) and isinstance(outputs.get("loss"), torch.Tensor):
+        loss = outputs["loss"]
+    else:
+        return None
+    k = getattr(trainer, "accumulate_grad_batches", 1)
+    if k != 1 and getattr(trainer.lightning_module, "automatic_optimization", False):
+        return loss * k
+    return loss
 
 
 def _logger_step(trainer: Any) -> int | None:

@@ -182,3 +182,26 @@ def test_the_readmes_lightning_example_runs_when_training_step_returns_none(
     printed = capsys.readouterr().out  # the bar's \r-updates and the printed losses share stdout
     assert [int(step) for step in re.findall(r"(\d+) \d+\.\d+\n", printed)] == [0, 2, 3, 4, 5]  # no loss for 1
     assert f"asyncthrottle: {BATCHES} steps" in printed
+
+
+def test_under_gradient_accumulation_the_loss_is_the_one_training_step_returned(tmp_path: Path) -> None:
+    class Logs(Tiny):
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            out = super().training_step(batch, batch_idx)
+            self.log("train_loss", out["loss"], on_step=True, on_epoch=False)
+            return out
+
+    dev = FakeDevice()
+    cb = _callback(dev, 2)
+    seen = _seen(cb)
+    recorder, bar = Recorder(), atl.ThrottleProgressBar()
+    model = Logs(dev)
+    trainer = _trainer([cb, bar], tmp_path, max_epochs=1, logger=recorder, log_every_n_steps=1, limit_val_batches=0,
+                       accumulate_grad_batches=3, enable_progress_bar=True)
+    trainer.fit(model, _loader())
+    assert [value for _, value in seen] == pytest.approx(model.losses, rel=1e-6)  # before: each divided by 3
+    logged = [m["train_loss"] for _, m in recorder.logged if "train_loss" in m]  # self.log's, once per optimizer step
+    assert logged == pytest.approx(model.losses[2::3], rel=1e-6)
+    assert float(cb.throttle.latest["loss"]) == pytest.approx(model.losses[-1], rel=1e-6)
+    shown = bar.get_metrics(trainer, model)["loss"]  # the bar's figure
+    assert float(shown) == pytest.approx(model.losses[-1], rel=1e-3)
