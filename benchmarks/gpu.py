@@ -318,14 +318,15 @@ STEPS: list[Step] = [
     # not yet timed: 2 runs of 200 steps, 2 plots
     Step("Timelines of the MNIST example (#12)", 20, timelines),
     Step(
-        "to= against apex-style and non_blocking copies, 8 MiB batches (bench --prefetch, #18)",
+        "to= against apex-style and non_blocking copies, 8 MiB batches (benchmarks/prefetch.py, "
+        "#18)",
         30,
         # ~22 s (not yet run): 1000 steps of 2 ms per run, four modes, twice; the targets print as
         # `target:`
         command_section(
             [
-                PYTHON, "-m", "asyncthrottle", "bench", "--prefetch", "--backend", "cuda",
-                "--steps", "1000", "--repeat", "2", "--device-ms", "2",
+                PYTHON, "benchmarks/prefetch.py", "--backend", "cuda", "--steps", "1000",
+                "--repeat", "2", "--device-ms", "2",
             ],
             tail=20,
         ),

@@ -22,10 +22,17 @@ examples:
   python -m asyncthrottle bench --sim-cost add=5:50 --experiments add
   python -m asyncthrottle bench --overhead   # the core's per-step overhead instead
   python -m asyncthrottle bench --waits      # each wait strategy, 50 us to 10 ms steps
-  python -m asyncthrottle bench --autodepth  # depth='auto' vs fixed depths (simulated device)
-  python -m asyncthrottle bench --prefetch --backend cuda  # to= vs apex-style, non_blocking copies
   python -m asyncthrottle bench --values     # defer(loss) vs float(loss) vs MaxText's throttler
+
+The project's studies (depth='auto' on a simulated device, to= against apex's prefetcher, JAX's
+memory) are scripts in benchmarks/ of the source repository, not in the package.
 """
+
+# flags whose studies moved out of the package: what to run instead
+_MOVED = {
+    "--autodepth": "benchmarks/autodepth.py",
+    "--prefetch": "benchmarks/prefetch.py",
+}
 
 
 def _int_list(text: str) -> list[int]:
@@ -91,10 +98,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="run the core's overhead benchmark (other flags go to it)")
     p.add_argument("--waits", action="store_true",
                    help="run the wait-strategy sweep (other flags go to it)")
-    p.add_argument("--autodepth", action="store_true",
-                   help="run depth='auto' vs fixed depths (other flags go to it)")
-    p.add_argument("--prefetch", action="store_true",
-                   help="run to= vs the usual copies (other flags go to it)")
+    for flag, script in _MOVED.items():
+        p.add_argument(flag, action="store_true",
+                       help=f"moved: python {script}, from the source repository")
     p.add_argument("--values", action="store_true",
                    help="run deferred values vs float(loss) and MaxText's throttler (other flags "
                         "go to it)")
@@ -132,15 +138,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .waits import main as waits_main
 
         return waits_main([a for a in args_list if a != "--waits"])
-
-    if "--autodepth" in args_list:
-        from .autodepth import main as autodepth_main
-
-        return autodepth_main([a for a in args_list if a != "--autodepth"])
-    if "--prefetch" in args_list:
-        from .prefetch import main as prefetch_main
-
-        return prefetch_main([a for a in args_list if a != "--prefetch"])
+    moved = [flag for flag in _MOVED if flag in args_list]
+    if moved:
+        rest = " ".join(a for a in args_list if a not in _MOVED)
+        print(f"error: bench {moved[0]} is a study of the project, not a measurement that chooses "
+              f"a setting, and is no longer in the package: run python {_MOVED[moved[0]]} {rest} "
+              "from a clone of the source repository", file=sys.stderr)
+        return 2
     if "--values" in args_list:
         from .values import main as values_main
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import asyncthrottle as at
-from asyncthrottle.bench.autodepth import drive, host_seconds
 from asyncthrottle.testing import FakeDevice
+
+sys.path.append(str(Path(__file__).resolve().parents[2] / "benchmarks"))  # the loops of benchmarks/autodepth.py
+from autodepth import drive, host_seconds
 
 STEPS = 500
 
@@ -245,30 +249,6 @@ def test_mnist_example_takes_depth_auto() -> None:
     result = mnist.train(args, log=lines.append)
     assert result["stats"].steps == 8 and result["stats"].depth_changes == ((0, 2),)
     assert any("depth=auto" in line for line in lines)
-
-
-def test_benchmark_runs_through_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
-    from asyncthrottle.bench.cli import main
-
-    assert main(["--autodepth", "--loops", "device-bound", "--modes", "2,auto", "--steps", "10", "--repeat", "1"]) == 0
-    out = capsys.readouterr().out
-    assert "median of 1 runs" in out and "device-bound  auto" in out and "device-bound  2" in out
-
-
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
-        (["--loops", "spiky"], "--loops must be a comma-separated subset"),
-        (["--modes", "0"], "modes are depths >= 1 or 'auto'"),
-        (["--steps", "5"], "--steps must be >= 10"),
-    ],
-)
-def test_benchmark_refuses_bad_options(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from asyncthrottle.bench.autodepth import main
-
-    with pytest.raises(SystemExit):
-        main(argv)
-    assert message in capsys.readouterr().err
 
 
 def test_a_second_thread_cannot_drive_an_auto_throttle_mid_loop() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections import namedtuple
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -414,55 +413,6 @@ def test_to_a_device_type_with_no_backend_says_so_even_with_custom_events() -> N
     for to in ("meta", "lazy"):
         with pytest.raises(RuntimeError, match=rf"to='{to}' was requested but {to} is not available here"):
             FakeDevice().throttle(2, to=to)  # events=: any device type passes the same-device check
-
-
-# -- bench --prefetch: the CPU smoke run, and the apex-style prefetcher it compares against --------
-
-
-def test_bench_prefetch_runs_every_mode_on_the_cpu(capsys: pytest.CaptureFixture[str]) -> None:
-    from asyncthrottle.bench import cli
-
-    argv = ["--prefetch", "--backend", "cpu", "--steps", "120", "--batch-mib", "0.05", "--repeat", "1", "--json"]
-    assert cli.main(argv) == 0
-    doc = json.loads(capsys.readouterr().out)
-    assert list(doc["runs"]) == ["to", "non_blocking", "non_blocking_depth_none"]  # apex needs CUDA streams
-    assert all(run["steps_per_s"] > 0 and run["ring_bytes"] == [0] for runs in doc["runs"].values() for run in runs)
-
-
-def test_bench_prefetch_on_cuda_without_a_gpu_says_so(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from asyncthrottle.bench import prefetch as bench
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert bench.main(["--backend", "cuda"]) == 2
-    assert "--backend cuda needs a CUDA GPU" in capsys.readouterr().err
-
-
-def test_the_apex_style_prefetcher_copies_one_batch_ahead_on_a_side_stream(monkeypatch: pytest.MonkeyPatch) -> None:
-    from asyncthrottle.bench.prefetch import ApexPrefetcher
-
-    calls: list[tuple[str, Any]] = []
-    side = SimpleNamespace(name="side")
-    compute = SimpleNamespace(name="compute", wait_stream=lambda s: calls.append(("wait_stream", s.name)))
-
-    on = _entering(calls)
-    class DeviceTensor:
-        def __init__(self, host: Any) -> None:
-            self.host = host
-            calls.append(("copy", int(host[0])))
-
-        def record_stream(self, stream: Any) -> None:
-            calls.append(("record_stream", stream.name))
-
-    monkeypatch.setattr(torch.cuda, "Stream", lambda device: side)
-    monkeypatch.setattr(torch.cuda, "stream", on)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: compute)
-    monkeypatch.setattr(torch.Tensor, "to", lambda self, device, non_blocking: DeviceTensor(self))
-    out = list(ApexPrefetcher([(torch.tensor([i]),) for i in range(3)], "cuda"))
-    assert [int(batch[0].host[0]) for batch in out] == [0, 1, 2]
-    assert calls[:6] == [("enter", "side"), ("copy", 0), ("wait_stream", "side"), ("record_stream", "compute"),
-                         ("enter", "side"), ("copy", 1)]  # batch 1's copy is issued as batch 0 is handed out
 
 
 # -- on a real GPU (skipped elsewhere; the GPU script runs them) --------------------------------------

@@ -1,14 +1,24 @@
-"""The benchmark scripts that are not part of ``bench`` still run (a short run of each, in its own process)."""
+"""The benchmark scripts of ``benchmarks/``, the project's studies outside the wheel, still run (a short run of
+each, in its own process or imported from the folder)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
+from asyncthrottle.bench import cli
+
 ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT / "benchmarks") not in sys.path:
+    sys.path.append(str(ROOT / "benchmarks"))  # the scripts import as modules: autodepth, prefetch, jax_memory
 
 
 def test_add_one_host_cost_runs_every_loop_through_the_ring_and_counts_calls() -> None:
@@ -49,3 +59,137 @@ def test_jax_metrics_runs_every_loop_and_every_metric_arrives() -> None:
     assert done.returncode == 0, done.stderr  # its own check: 3 metrics a step arrived in every loop
     rows = [line.split()[0] for line in done.stdout.splitlines() if line.startswith("  ")]
     assert rows == ["maxtext", "by-hand", "defer(dict)", "defer"]  # ("defer each" splits at its space)
+
+
+# -- the studies that were bench flags: bench says where they went ---------------------------------
+
+
+@pytest.mark.parametrize(("flag", "script"), [("--autodepth", "autodepth.py"), ("--prefetch", "prefetch.py")])
+def test_a_bench_flag_whose_study_moved_names_the_script_to_run(
+    flag: str, script: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main([flag, "--steps", "10"]) == 2
+    err = capsys.readouterr().err
+    assert f"run python benchmarks/{script} --steps 10 from a clone of the source repository" in err, err
+
+
+# -- benchmarks/autodepth.py: depth="auto" against fixed depths on the simulated device ------------
+
+
+def test_autodepth_runs_from_its_script() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "autodepth.py"), "--loops", "device-bound", "--modes", "2,auto",
+         "--steps", "10", "--repeat", "1"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "median of 1 runs" in done.stdout and "device-bound  auto" in done.stdout
+    assert "device-bound  2" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--loops", "spiky"], "--loops must be a comma-separated subset"),
+        (["--modes", "0"], "modes are depths >= 1 or 'auto'"),
+        (["--steps", "5"], "--steps must be >= 10"),
+    ],
+)
+def test_autodepth_refuses_bad_options(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    import autodepth
+
+    with pytest.raises(SystemExit):
+        autodepth.main(argv)
+    assert message in capsys.readouterr().err
+
+
+# -- benchmarks/jax_memory.py: what JAX run-ahead holds, one process per mode ----------------------
+
+
+@pytest.mark.jax
+def test_jax_memory_measures_a_depth_and_a_budgeted_mode() -> None:
+    pytest.importorskip("jax")
+    import jax_memory
+
+    row = jax_memory.measure_mode("2", steps=8, mib=1)
+    assert row["mode"] == "2" and row["max_in_flight"] <= 1
+    assert row["steps_per_s"] > 0 and row["peak_rss_mib"] >= row["growth_mib"] > -1
+    row = jax_memory.measure_mode("8+mem", steps=6, mib=1, budget_mib=64)
+    assert row["mode"] == "8+mem" and row["final_depth"] == 8 and row["budget_mib"] == 64
+    assert row["steps_per_s"] > 0 and "probe_peak_growth_mib" in row and row["memory_waits"] >= 0
+    auto = jax_memory.measure_mode("auto", steps=6, mib=1)
+    assert auto["final_depth"] in (2, 3) and "budget_mib" not in auto
+
+
+@pytest.mark.jax
+def test_jax_memory_runs_each_mode_in_its_own_process() -> None:
+    pytest.importorskip("jax")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "jax_memory.py"), "--steps", "4", "--mib", "1", "--modes",
+         "unthrottled,2", "--json"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert [row["mode"] for row in json.loads(done.stdout)["rows"]] == ["unthrottled", "2"]
+
+
+# -- benchmarks/prefetch.py: to= against apex's prefetcher and non_blocking copies ------------------
+
+
+def test_prefetch_runs_every_mode_on_the_cpu(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    import prefetch
+
+    argv = ["--backend", "cpu", "--steps", "120", "--batch-mib", "0.05", "--repeat", "1", "--json"]
+    assert prefetch.main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert list(doc["runs"]) == ["to", "non_blocking", "non_blocking_depth_none"]  # apex needs CUDA streams
+    assert all(run["steps_per_s"] > 0 and run["ring_bytes"] == [0] for runs in doc["runs"].values() for run in runs)
+
+
+def test_prefetch_on_cuda_without_a_gpu_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    torch = pytest.importorskip("torch")
+    import prefetch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert prefetch.main(["--backend", "cuda"]) == 2
+    assert "--backend cuda needs a CUDA GPU" in capsys.readouterr().err
+
+
+def _entering(calls: list[Any]) -> Callable[[Any], AbstractContextManager[None]]:
+    """Stands in for ``torch.cuda.stream``: logs ("enter", the stream's name)."""
+
+    @contextmanager
+    def on(stream: Any) -> Iterator[None]:
+        calls.append(("enter", stream.name))
+        yield
+
+    return on
+
+
+def test_the_apex_style_prefetcher_copies_one_batch_ahead_on_a_side_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    from prefetch import ApexPrefetcher
+
+    calls: list[tuple[str, Any]] = []
+    side = SimpleNamespace(name="side")
+    compute = SimpleNamespace(name="compute", wait_stream=lambda s: calls.append(("wait_stream", s.name)))
+
+    class DeviceTensor:
+        def __init__(self, host: Any) -> None:
+            self.host = host
+            calls.append(("copy", int(host[0])))
+
+        def record_stream(self, stream: Any) -> None:
+            calls.append(("record_stream", stream.name))
+
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device: side)
+    monkeypatch.setattr(torch.cuda, "stream", _entering(calls))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: compute)
+    monkeypatch.setattr(torch.Tensor, "to", lambda self, device, non_blocking: DeviceTensor(self))
+    out = list(ApexPrefetcher([(torch.tensor([i]),) for i in range(3)], "cuda"))
+    assert [int(batch[0].host[0]) for batch in out] == [0, 1, 2]
+    assert calls[:6] == [("enter", "side"), ("copy", 0), ("wait_stream", "side"), ("record_stream", "compute"),
+                         ("enter", "side"), ("copy", 1)]  # batch 1's copy is issued as batch 0 is handed out

@@ -1,6 +1,7 @@
 """``to=`` against the two usual host-to-device copies, on a device-bound loop with large batches.
 
-Run it as ``python -m asyncthrottle bench --prefetch --backend cuda``. Every
+Run it from the source tree as ``python benchmarks/prefetch.py --backend cuda`` (it was ``bench
+--prefetch``: the project's comparison with apex's prefetcher, so it is not in the wheel). Every
 mode reads the same batches (``--batch-mib`` MiB of float32 each, made once)
 from a ``DataLoader`` with ``num_workers=0`` and runs the same step: a
 reduction over the batch, then ``torch.cuda._sleep`` for ``--device-ms`` (the
@@ -30,10 +31,13 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
-from ..backends.pinned import bytes_trusted, pinned_in_use
-from ..throttle import Throttle
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from asyncthrottle import Throttle
+from asyncthrottle.backends.pinned import bytes_trusted, pinned_in_use
 
 __all__ = ["MODES", "ApexPrefetcher", "main", "measure"]
 
@@ -164,7 +168,7 @@ def _report(runs: dict[str, list[dict[str, Any]]], batch_bytes: int,
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m asyncthrottle bench --prefetch",
+    p = argparse.ArgumentParser(prog="python benchmarks/prefetch.py",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--backend", choices=("cuda", "cpu"), default="cuda",
                    help="cpu: a smoke run, figures mean nothing")
@@ -195,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
              if m in MODES and (args.backend == "cuda" or m != "apex")]
     launch: Callable[[float], None] = lambda seconds: None  # noqa: E731
     if args.backend == "cuda":
-        from .cuda_sleep import CudaSleepBench
+        from asyncthrottle.bench.cuda_sleep import CudaSleepBench
 
         launch = CudaSleepBench(args.device).launch
     batch_bytes = int(args.batch_mib * 2**20)
@@ -214,10 +218,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"batch_bytes": batch_bytes, "args": vars(args), "runs": runs}, indent=2))
         return 0
-    print(f"bench --prefetch: {args.backend}, {batch_bytes / 2**20:.1f} MiB batches, "
+    print(f"benchmarks/prefetch.py: {args.backend}, {batch_bytes / 2**20:.1f} MiB batches, "
           f"{args.device_ms} ms of device work per step, {args.steps} steps, median of "
           f"{args.repeat}; torch {torch.__version__}")
     lines = _report(runs, batch_bytes, args)
     print("\n".join(lines if args.backend == "cuda"
                     else [*lines[: len(runs) + 1], "(cpu: a smoke run, no targets)"]))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

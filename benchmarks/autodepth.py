@@ -1,11 +1,12 @@
 """``depth="auto"`` against fixed depths, on loops whose host work varies: the hiccup loop and two
 steady ones.
 
-Run it as ``python -m asyncthrottle bench --autodepth`` (or ``python -m
-asyncthrottle.bench.autodepth``). Each loop runs on the real-time simulated
-device (:class:`~asyncthrottle.procdevice.ProcessDevice`, GIL-free): per step the host
-works (sleeps) for the loop's host time, then launches 10 ms of device work.
-The same loops drive the deterministic fake-device tests (``tests/test_autodepth.py``).
+Run it from the source tree as ``python benchmarks/autodepth.py`` (it was ``bench --autodepth``:
+a study of the controller on a simulated device, whose figures do not depend on the machine, so it
+is not in the wheel). Each loop runs on the real-time simulated device
+(:class:`~asyncthrottle.procdevice.ProcessDevice`, GIL-free): per step the host works (sleeps) for
+the loop's host time, then launches 10 ms of device work. The same loops drive the deterministic
+fake-device tests (``tests/parts/test_autodepth.py``, ``tests/parts/test_memory.py``).
 
 * ``hiccup``: 2 ms of host work per step, 25 ms every 5th step (logging, a slow
   batch, a checkpoint): depth 1 -> 60, 2 -> 77, 3 -> 91, 4+ -> 100 steps/s;
@@ -24,10 +25,13 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
-from ..testing.procdevice import ProcessDevice
-from ..throttle import Throttle
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from asyncthrottle import Throttle
+from asyncthrottle.testing.procdevice import ProcessDevice
 
 __all__ = ["DEVICE_S", "LOOPS", "drive", "host_seconds", "main", "measure"]
 
@@ -127,7 +131,7 @@ def _mode(text: str) -> int | str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure each loop under each mode and print a table (or JSON)."""
-    parser = argparse.ArgumentParser(prog="python -m asyncthrottle bench --autodepth",
+    parser = argparse.ArgumentParser(prog="python benchmarks/autodepth.py",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--loops", default=",".join(LOOPS),

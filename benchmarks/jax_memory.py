@@ -1,7 +1,8 @@
 """The memory that JAX run-ahead holds, and that the throttle releases: one fresh process per mode.
 
-Run it as ``python
--m asyncthrottle.bench.jax_memory [--steps N] [--mib M] [--modes ...] [--repeat R] [--json]``.
+Run it from the source tree as ``python benchmarks/jax_memory.py [--steps N] [--mib M] [--modes
+...] [--repeat R] [--json]`` (it was ``python -m asyncthrottle.bench.jax_memory``: a study on a
+synthetic loop, so it is not in the wheel).
 Each step loads a fresh ``M`` MiB batch on the host, puts it on the device
 and runs a program that returns an ``M`` MiB output. Unthrottled, the host
 queues up to XLA's 32 programs, each holding its batch; with a throttle at
@@ -23,7 +24,10 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 __all__ = ["main", "measure_mode"]
 
@@ -50,9 +54,9 @@ def measure_mode(mode: str, steps: int, mib: int, budget_mib: int = 256) -> dict
     """
     import numpy as np
 
-    from ..backends.jax import _jax
-    from ..backends.memory import rss_bytes
-    from ..throttle import Throttle
+    from asyncthrottle import Throttle
+    from asyncthrottle.backends.jax import _jax
+    from asyncthrottle.backends.memory import rss_bytes
 
     jax = _jax()
     size = mib * 1024 * 1024 // 4
@@ -106,7 +110,7 @@ def _run_child(mode: str, steps: int, mib: int, budget_mib: int = 256) -> dict[s
     child = [
         "--child", mode, "--steps", str(steps), "--mib", str(mib), "--budget-mib", str(budget_mib),
     ]
-    argv = [sys.executable, "-m", "asyncthrottle.bench.jax_memory", *child]
+    argv = [sys.executable, str(Path(__file__).resolve()), *child]
     result = subprocess.run(argv, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"the {mode!r} run failed (exit "
@@ -116,7 +120,7 @@ def _run_child(mode: str, steps: int, mib: int, budget_mib: int = 256) -> dict[s
 
 def main(argv: list[str] | None = None) -> int:
     """Measure every mode in a fresh subprocess and print a table (or JSON)."""
-    parser = argparse.ArgumentParser(prog="python -m asyncthrottle.bench.jax_memory",
+    parser = argparse.ArgumentParser(prog="python benchmarks/jax_memory.py",
                                      description=__doc__)
     parser.add_argument("--steps", type=int, default=60, help="steps per mode (default 60)")
     parser.add_argument("--mib", type=int, default=16,
