@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import logging
 import pickle
+import sys
 import threading
 import warnings
+from types import FrameType
 from typing import Any
 
 from .parts.syncaudit import SyncAdvice
@@ -42,6 +44,8 @@ class ThrottleHooks:
 
     # attributes that never travel with a pickle (reset to None)
     _TRANSIENT: tuple[str, ...] = ()
+    # the framework's top-level packages: a warning names the first frame outside them
+    _FRAMEWORK: tuple[str, ...] = ()
 
     def __init__(self, depth: int | None = 2, **throttle_options: Any) -> None:
         if throttle_options.get("to") is not None:
@@ -142,10 +146,24 @@ class ThrottleHooks:
             section.__exit__(None, None, None)
 
     def advise(self, key: str, message: str) -> None:
-        """Warn once per callback about a framework setting that syncs every step."""
-        if key not in self._advised:
-            self._advised.add(key)
+        """Warn once per callback about a framework setting that syncs every step.
+
+        The warning names the user's line that started training (the first frame outside
+        asyncthrottle and the framework), and shows for each callback (a sweep, a notebook cell
+        run again). A synchronous throttle (the CPU) is never advised: there is no device to sync
+        with.
+        """
+        if key in self._advised or self.throttle.synchronous:
+            return
+        self._advised.add(key)
+        frame = _user_frame(sys._getframe(1), ("asyncthrottle", *self._FRAMEWORK))
+        if frame is None:
             warnings.warn(message, SyncAdvice, stacklevel=2)
+            return
+        # registry None: not once per line for the process, once per callback (_advised)
+        warnings.warn_explicit(message, SyncAdvice, frame.f_code.co_filename, frame.f_lineno,
+                               module=frame.f_globals.get("__name__"),
+                               module_globals=frame.f_globals)
 
     def log_values(self) -> dict[str, float]:
         """The throttle's stats (and sync audit) as plain floats, keyed ``asyncthrottle/<name>``."""
@@ -173,6 +191,16 @@ class ThrottleHooks:
         self.throttle = Throttle(**self._options)
         for callback in callbacks:
             self.throttle.on_complete(callback)
+
+
+def _user_frame(frame: FrameType | None, packages: tuple[str, ...]) -> FrameType | None:
+    """The first frame from ``frame`` outwards whose module is in none of ``packages``."""
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if not isinstance(module, str) or module.partition(".")[0] not in packages:
+            return frame
+        frame = frame.f_back
+    return None
 
 
 # inside _pickles(): a callback that holds these hooks must not recurse

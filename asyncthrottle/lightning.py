@@ -63,8 +63,9 @@ class ThrottleCallback(ThrottleHooks, Callback):
     optimizer steps) it logs ``throttle.stats`` (plain floats, keys
     ``asyncthrottle/<field>``) to the trainer's loggers, on Lightning's own
     step axis. It warns
-    once (:class:`~asyncthrottle.syncaudit.SyncAdvice`) about settings that
-    sync every step, see :func:`lightning_advice`.
+    once (:class:`~asyncthrottle.syncaudit.SyncAdvice`, at the line that
+    called ``fit``) about settings that sync every step, see
+    :func:`lightning_advice`; on a synchronous throttle (the CPU) never.
 
     Example:
         >>> cb = ThrottleCallback(depth=2, device="cpu")
@@ -102,6 +103,7 @@ class ThrottleCallback(ThrottleHooks, Callback):
 
     throttle: Throttle
     _TRANSIENT = ("_state_hook", "_undo_sigterm")
+    _FRAMEWORK = ("lightning", "pytorch_lightning", "lightning_fabric", "torch")
 
     def __init__(self, depth: int | None = 2, *, sigterm_every: int | None = None,
                  **throttle_options: Any) -> None:

@@ -49,8 +49,9 @@ class ThrottleCallback(ThrottleHooks, TrainerCallback):  # type: ignore[misc]
     ``evaluate()`` after the failed ``train()`` does not record it) and is
     dropped at the next ``train()``, without blocking; the time in between
     is not loop time. It warns once
-    (:class:`~asyncthrottle.syncaudit.SyncAdvice`) about settings that sync
-    every step, see :func:`transformers_advice`.
+    (:class:`~asyncthrottle.syncaudit.SyncAdvice`, at the line that called
+    ``train()``) about settings that sync every step, see
+    :func:`transformers_advice`; on a synchronous throttle (the CPU) never.
 
     Example:
         >>> cb = ThrottleCallback(depth=2, device="cpu")
@@ -67,6 +68,7 @@ class ThrottleCallback(ThrottleHooks, TrainerCallback):  # type: ignore[misc]
 
     throttle: Throttle
     _TRANSIENT = ("_handle", "_losses", "_pre_handle")
+    _FRAMEWORK = ("transformers", "accelerate", "torch")
 
     def __init__(self, depth: int | None = 2, **throttle_options: Any) -> None:
         super().__init__(depth, **throttle_options)

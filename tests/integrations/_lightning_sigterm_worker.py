@@ -1,7 +1,8 @@
 """Child of test_lightning_sigterm.py: real Lightning DDP (cpu, gloo, 2 ranks), a ThrottleCallback per fit.
 
-Usage: python _lightning_sigterm_worker.py OUT NAME:EVERY:SIGNAL_RANK[,...]; Lightning re-runs the command for
-rank 1, and later Trainers reuse the process group. Each rank appends a JSON line per scenario to OUT.
+Usage: python _lightning_sigterm_worker.py OUT NAME:EVERY:SIGNAL_RANK:DEVICE[,...]; Lightning re-runs the command
+for rank 1, and later Trainers reuse the process group. DEVICE is the throttle's: "cpu" (synchronous) or "fake" (an
+asynchronous fake device's events). Each rank appends a JSON line per scenario to OUT.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ STEPS = 30
 KILL_AT = 10  # the signalled rank sends itself SIGTERM at this batch's end
 
 
-def fit_once(out: str, name: str, every: int | None, signal_rank: int) -> None:
+def fit_once(out: str, name: str, every: int | None, signal_rank: int, device: str) -> None:
     import lightning.pytorch as pl
     import torch
     from lightning.pytorch.strategies import DDPStrategy
 
     import asyncthrottle.lightning as atl
+    from asyncthrottle.testing import FakeDevice
 
     torch.set_num_threads(1)
     record: dict[str, Any] = {"name": name, "items": 0, "all_items": 0, "batches": 0, "exc": None, "advice": []}
@@ -67,7 +69,11 @@ def fit_once(out: str, name: str, every: int | None, signal_rank: int) -> None:
 
     torch.Tensor.item = item  # type: ignore[method-assign]
     data = torch.utils.data.DataLoader(torch.randn(STEPS * 4 * 2, 8), batch_size=4)
-    cb = atl.ThrottleCallback(2, device="cpu", sigterm_every=every)
+    if device == "fake":
+        dev = FakeDevice()
+        cb = atl.ThrottleCallback(2, events=dev.event, wait=dev.wait("poll"), clock=dev.clock, sigterm_every=every)
+    else:
+        cb = atl.ThrottleCallback(2, device=device, sigterm_every=every)
     trainer = pl.Trainer(
         accelerator="cpu", devices=2, max_steps=STEPS, max_epochs=1, logger=False, enable_checkpointing=False,
         strategy=DDPStrategy(process_group_backend="gloo", timeout=datetime.timedelta(seconds=6)),
@@ -82,6 +88,7 @@ def fit_once(out: str, name: str, every: int | None, signal_rank: int) -> None:
         finally:
             torch.Tensor.item = real_item  # type: ignore[method-assign]
     record["advice"] = [str(w.message) for w in caught if "SIGTERM" in str(w.message)]
+    record["advice_at"] = [w.filename for w in caught if "SIGTERM" in str(w.message)]
     record["sections"] = cb.throttle.stats.sections
     with open(out, "a") as f:
         f.write(json.dumps(record) + "\n")
@@ -90,5 +97,5 @@ def fit_once(out: str, name: str, every: int | None, signal_rank: int) -> None:
 if __name__ == "__main__":
     out, specs = sys.argv[1], sys.argv[2]
     for spec in specs.split(","):
-        name, every, signal_rank = spec.split(":")
-        fit_once(out, name, int(every) or None, int(signal_rank))
+        name, every, signal_rank, device = spec.split(":")
+        fit_once(out, name, int(every) or None, int(signal_rank), device)

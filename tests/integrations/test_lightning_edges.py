@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import re
 import types
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ atl = pytest.importorskip("asyncthrottle.lightning")
 
 from test_lightning import BATCHES, DEVICE_S, EPOCHS, Recorder, Tiny, _callback, _loader, _trainer  # noqa: E402
 
+from asyncthrottle.parts.syncaudit import SyncAdvice  # noqa: E402
 from asyncthrottle.testing import FakeDevice  # noqa: E402
 
 
@@ -205,3 +208,25 @@ def test_under_gradient_accumulation_the_loss_is_the_one_training_step_returned(
     assert float(cb.throttle.latest["loss"]) == pytest.approx(model.losses[-1], rel=1e-6)
     shown = bar.get_metrics(trainer, model)["loss"]  # the bar's figure
     assert float(shown) == pytest.approx(model.losses[-1], rel=1e-3)
+
+
+def test_a_synchronous_throttle_is_given_no_sync_advice(tmp_path: Path) -> None:
+    from lightning.pytorch.callbacks import ThroughputMonitor
+
+    dev = FakeDevice()
+    cb = atl.ThrottleCallback(2, device="cpu")  # the CPU: each .item() waits for no device
+    monitor = ThroughputMonitor(batch_size_fn=lambda batch: 4)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        _trainer([cb, monitor], tmp_path, max_epochs=1, limit_val_batches=0).fit(Tiny(dev, prog_bar=True), _loader())
+    assert [str(w.message) for w in record if issubclass(w.category, SyncAdvice)] == []  # before: two
+
+
+def test_sync_advice_points_at_the_users_line_that_called_fit(tmp_path: Path) -> None:
+    dev = FakeDevice()
+    trainer = _trainer([_callback(dev, 2)], tmp_path, max_epochs=1, limit_val_batches=0)
+    with pytest.warns(SyncAdvice) as record:
+        line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
+        trainer.fit(Tiny(dev, prog_bar=True), _loader())
+    (advice,) = [w for w in record if issubclass(w.category, SyncAdvice)]
+    assert (advice.filename, advice.lineno) == (__file__, line)  # before: asyncthrottle/hooks.py

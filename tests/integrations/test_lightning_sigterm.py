@@ -55,25 +55,29 @@ def _launch_failed(record: dict[str, Any]) -> bool:
                     reason="Lightning < 2.5.2 has no per-step SIGTERM broadcast")
 @pytest.mark.timeout(2 * LIMIT_S)
 def test_sigterm_every_n_syncs_once_per_n_steps_and_a_sigterm_still_stops_every_rank(tmp_path: Path) -> None:
-    specs = f"stock:0:-1,every:{EVERY}:-1,term1:{EVERY}:1"
+    # stock: an asynchronous device, told of the broadcast; cpu: the same on the CPU, where it syncs no device
+    specs = f"stock:0:-1:fake,cpu:0:-1:cpu,every:{EVERY}:-1:cpu,term1:{EVERY}:1:cpu"
     records = _run(tmp_path, specs)
     if any(_launch_failed(r) for r in records):  # the launch, not the callback: once more
         (tmp_path / "out.jsonl").unlink()
         records = _run(tmp_path, specs)
     assert not any(_launch_failed(r) for r in records), records
     by = {(r["name"], r["rank"]): r for r in records}
-    assert len(by) == 6, records
+    assert len(by) == 8, records
     for rank in (0, 1):
         stock, every, term = by["stock", rank], by["every", rank], by["term1", rank]
         assert stock["items"] == STEPS and stock["batches"] == STEPS  # Lightning's: one .item() per step
         assert every["all_items"] == stock["all_items"] - STEPS + STEPS // EVERY  # no other .item() added
         assert len(stock["advice"]) == 1 and "one host-device sync per step" in stock["advice"][0]
         assert "sigterm_every=N" in stock["advice"][0]
+        assert [Path(f).name for f in stock["advice_at"]] == [WORKER.name]  # where fit was called, not asyncthrottle
+        assert by["cpu", rank]["advice"] == []  # before: the same advice on accelerator="cpu"
+        assert by["cpu", rank]["items"] == STEPS
         assert every["items"] == STEPS // EVERY and every["batches"] == STEPS and every["exc"] is None
         assert every["advice"] == []  # the setting took: nothing to warn about
         assert term["exc"] == "SIGTERMException"  # a SIGTERM to rank 1 stops both ranks, cleanly
         assert KILL_AT + 1 <= term["batches"] <= KILL_AT + 1 + EVERY, term
-        assert set(stock["sections"]) == {"forward", "backward", "optimizer"}
+        assert set(by["cpu", rank]["sections"]) == {"forward", "backward", "optimizer"}
 
 
 @pytest.mark.parametrize("bad", ["5", 2.5, 1.0, True, False, [5]])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -185,3 +187,24 @@ def test_a_real_causal_lm_under_accumulation_delivers_the_trainers_loss(tmp_path
     logged = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert len(seen) == len(logged) == 2
     assert seen == pytest.approx(logged, rel=1e-3)
+
+
+def test_a_cpu_trainer_on_a_synchronous_throttle_is_given_no_sync_advice(tmp_path: Path) -> None:
+    dev = FakeDevice()
+    cb = att.ThrottleCallback(2, device="cpu")  # nothing in flight: the filter's bool() waits for no device
+    trainer = _trainer(cb, dev, tmp_path, Tiny(dev), logging_nan_inf_filter=True, max_steps=2, eval_strategy="no")
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        trainer.train()
+    assert [str(w.message) for w in record if issubclass(w.category, SyncAdvice)] == []  # before: "makes it moot"
+
+
+def test_sync_advice_points_at_the_users_line_that_started_training(tmp_path: Path) -> None:
+    dev = FakeDevice()
+    cb = _callback(dev, 2)  # an asynchronous device: the filter syncs it
+    trainer = _trainer(cb, dev, tmp_path, Tiny(dev), logging_nan_inf_filter=True, max_steps=2, eval_strategy="no")
+    with pytest.warns(SyncAdvice) as record:
+        line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
+        trainer.train()
+    (advice,) = [w for w in record if issubclass(w.category, SyncAdvice)]
+    assert (advice.filename, advice.lineno) == (__file__, line)  # before: asyncthrottle/hooks.py
