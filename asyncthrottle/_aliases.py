@@ -40,6 +40,10 @@ MOVED = {
     "pool": ("backends.pool", True),
     "copies": ("backends.copies", True),
     "pinned": ("backends.pinned", True),
+    "bench.seed": ("bench.experiments", True),
+    "bench.seed_values": ("bench.add_one_deferred", True),
+    "bench.model": ("bench.cost_model", True),
+    "bench.backend": ("bench.backends", True),
 }
 _PACKAGE = __name__.rpartition(".")[0]
 
@@ -49,8 +53,8 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def find_spec(self, fullname: str, path: object = None,
                   target: object = None) -> importlib.machinery.ModuleSpec:
-        package, _, name = fullname.rpartition(".")
-        if package != _PACKAGE or name not in MOVED:
+        name = fullname.removeprefix(f"{_PACKAGE}.")
+        if name == fullname or name not in MOVED:
             return None  # type: ignore[return-value]
         return importlib.machinery.ModuleSpec(fullname, self)
 
@@ -59,7 +63,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         for the old path, which the import then returns; the new module is left as it is (its
         ``__spec__`` stays its own: its relative imports and ``importlib.reload`` read it)."""
         old = module.__name__
-        new, deprecated = MOVED[old.rpartition(".")[2]]
+        new, deprecated = MOVED[old.removeprefix(f"{_PACKAGE}.")]
         if deprecated:
             warnings.warn(
                 f"{old} moved to {_PACKAGE}.{new} in asyncthrottle 0.3; import it from there (the "
