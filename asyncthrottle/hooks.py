@@ -3,6 +3,7 @@ callbacks."""
 
 from __future__ import annotations
 
+import bisect
 import logging
 import pickle
 import sys
@@ -11,8 +12,10 @@ import warnings
 from types import FrameType
 from typing import Any
 
+from .parts.nonfinite import NonFiniteWatch
 from .parts.syncaudit import SyncAdvice
 from .throttle import Throttle
+from .values import OnComplete
 
 __all__ = ["ThrottleHooks", "numeric_stats"]
 
@@ -29,6 +32,15 @@ class ThrottleHooks:
     ends the pass (training stopped). A step begun while the previous one is
     still open (the framework skipped its end hook) records the previous one
     first.
+
+    Step numbers: the framework's own. ``begin(number)`` takes the
+    framework's number of the step (the Hugging Face Trainer's global step,
+    Lightning's batch index over the fit), which goes on across a resume from
+    a checkpoint; :meth:`on_complete` callbacks and the NaN report
+    (``nonfinite=``: the warning, ``NonFiniteError.step``,
+    ``stats.nonfinite_first``) use it. The throttle keeps its own count (0, 1,
+    2, ... over the callback's life: ``throttle.on_complete``, ``stats``, the
+    trace); :meth:`framework_step` maps it to the framework's.
 
     Pickling (``ddp_spawn``, ``copy.deepcopy``) keeps the constructor options
     and the ``on_complete`` callbacks that pickle themselves, and makes a new
@@ -64,22 +76,65 @@ class ThrottleHooks:
         # the open step's open section (a framework phase), or None
         self._phase: Any = None
         self._advised: set[str] = set()
+        self._number_steps()
+
+    def _number_steps(self) -> None:
+        """Start the throttle's steps at the framework's numbering: none yet (the identity)."""
+        # the framework's number less the throttle's, and from which throttle step each held
+        self._offset = 0
+        self._offsets: list[tuple[int, int]] = []
+        watch = self.throttle._parts.get(NonFiniteWatch)
+        if watch is not None:
+            watch.number = self.framework_step
 
     @property
     def step_open(self) -> bool:
         """True between ``begin()`` and ``end()``/``fail()``."""
         return self._open
 
-    def begin(self) -> int:
-        """Wait until the next step may start (the depth rule) and start it; returns its number."""
+    def begin(self, number: int | None = None) -> int:
+        """Wait until the next step may start (the depth rule) and start it; returns the throttle's
+        number of it.
+
+        Args:
+            number: the framework's number of the step (see :meth:`framework_step`); None: one
+                more than the last step's.
+        """
         if self._open:
             logger.debug("asyncthrottle: a step began before the last one ended; recording the "
                          "last one")
             self.end()
         step = self.throttle.begin_step()
+        if number is not None and number - step != self._offset:
+            # the framework's count moved against ours: a new train() or fit(), a resume
+            self._offset = number - step
+            self._offsets.append((step, self._offset))
         self._open = True
         self._began = self.throttle._clock()
         return step
+
+    def framework_step(self, step: int) -> int:
+        """The framework's number of the throttle's step ``step``: what :meth:`on_complete`
+        hears."""
+        offsets = self._offsets
+        if not offsets or step >= offsets[-1][0]:
+            return step + self._offset
+        at = bisect.bisect_right(offsets, step, key=lambda pair: pair[0]) - 1
+        return step + (offsets[at][1] if at >= 0 else 0)
+
+    def on_complete(self, callback: OnComplete) -> OnComplete:
+        """Call ``callback(step, values)`` with each step's values, ``step`` being the framework's
+        number of it (:meth:`framework_step`); usable as a decorator.
+
+        As ``throttle.on_complete`` (in step order, never blocks), which hears the throttle's
+        own count instead.
+        """
+        self.throttle.on_complete(_Numbered(self, callback))
+        return callback
+
+    def remove_on_complete(self, callback: OnComplete) -> None:
+        """Remove a callback given to :meth:`on_complete`."""
+        self.throttle.remove_on_complete(_Numbered(self, callback))
 
     def end(self, loss: Any = None) -> None:
         """End the open step: defer ``loss`` (if given) as ``"loss"``, record the step. Never
@@ -189,8 +244,33 @@ class ThrottleHooks:
         callbacks = state.pop("_on_complete", [])
         self.__dict__.update(state)
         self.throttle = Throttle(**self._options)
+        # the new throttle counts from 0
+        self._number_steps()
         for callback in callbacks:
             self.throttle.on_complete(callback)
+
+
+class _Numbered:
+    """An :meth:`ThrottleHooks.on_complete` callback: hears the framework's step number."""
+
+    __slots__ = ("callback", "hooks")
+
+    def __init__(self, hooks: ThrottleHooks, callback: OnComplete) -> None:
+        self.hooks, self.callback = hooks, callback
+
+    def __call__(self, step: int, values: dict[str, Any]) -> None:
+        self.callback(self.hooks.framework_step(step), values)
+
+    def __eq__(self, other: object) -> bool:
+        # remove_on_complete() finds it by its hooks and callback
+        return (isinstance(other, _Numbered) and other.hooks is self.hooks
+                and other.callback == self.callback)
+
+    def __hash__(self) -> int:
+        return hash((id(self.hooks), self.callback))
+
+    def __repr__(self) -> str:
+        return f"{self.callback!r} (the framework's step numbers)"
 
 
 def _user_frame(frame: FrameType | None, packages: tuple[str, ...]) -> FrameType | None:

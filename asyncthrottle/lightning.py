@@ -45,7 +45,12 @@ class ThrottleCallback(ThrottleHooks, Callback):
 
     Each step's loss, as ``training_step`` returned it (its ``"loss"``, or
     the tensor itself), is deferred as ``"loss"`` without a sync: read it in
-    ``callback.throttle.on_complete`` or ``callback.throttle.latest``. Under
+    :meth:`~asyncthrottle.hooks.ThrottleHooks.on_complete` or
+    ``callback.throttle.latest``. Its step numbers are the batch's index over
+    the whole fit, across epochs (``trainer.fit_loop.total_batch_idx``), and
+    go on from a checkpoint's under ``fit(ckpt_path=...)``: without gradient
+    accumulation, the step of the batch's ``self.log`` values (see
+    :meth:`~asyncthrottle.hooks.ThrottleHooks.framework_step`). Under
     ``accumulate_grad_batches=k`` it is that loss too (what ``self.log``
     logs), not Lightning's ``outputs["loss"]``, which is divided by ``k``.
     A NaN/Inf loss is reported from that host copy, without a sync
@@ -97,7 +102,8 @@ class ThrottleCallback(ThrottleHooks, Callback):
             (``device``, ``events``, ``wait``, ``clock``, ``detect_sync``, ...).
 
     ``.throttle`` is the :class:`~asyncthrottle.Throttle`, there from
-    construction (register ``on_complete`` before ``fit``). The callback
+    construction (register ``on_complete`` before ``fit``, on the callback for
+    Lightning's step numbers, on ``.throttle`` for its own). The callback
     pickles (``strategy="ddp_spawn"``): see :class:`~asyncthrottle.hooks.ThrottleHooks`.
     """
 
@@ -152,7 +158,7 @@ class ThrottleCallback(ThrottleHooks, Callback):
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
-        self.begin()
+        self.begin(_batch_number(trainer))
         self.phase("forward")
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
@@ -274,6 +280,13 @@ def _loss(outputs: Any, trainer: Any) -> Any:
     if k != 1 and getattr(trainer.lightning_module, "automatic_optimization", False):
         return loss * k
     return loss
+
+
+def _batch_number(trainer: Any) -> int | None:
+    """The batch's index over the whole fit, across epochs and a resume from a checkpoint
+    (``trainer.fit_loop.total_batch_idx``), or None from another Lightning version."""
+    number = getattr(getattr(trainer, "fit_loop", None), "total_batch_idx", None)
+    return number if isinstance(number, int) else None
 
 
 def _logger_step(trainer: Any) -> int | None:

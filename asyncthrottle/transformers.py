@@ -31,12 +31,15 @@ class ThrottleCallback(ThrottleHooks, TrainerCallback):  # type: ignore[misc]
     waits for room in ``on_step_begin`` (before the first micro-batch) and
     the step's event is recorded in ``on_step_end`` (after the optimizer
     step). Each step's loss, as the Trainer logs it, is deferred as
-    ``"loss"`` without a sync and reaches ``callback.throttle.on_complete``
-    and ``.latest``: a forward hook on the model takes the loss it returns
-    for each training micro-batch (``outputs["loss"]``), and the step's loss
-    is their mean -- or their sum when the Trainer passed the model
-    ``num_items_in_batch``, since each micro-batch's loss is then already
-    normalized over the whole accumulated batch (see :func:`step_loss`).
+    ``"loss"`` without a sync and reaches
+    :meth:`~asyncthrottle.hooks.ThrottleHooks.on_complete`, with the step's
+    ``state.global_step`` (1 for the first; a resume from a checkpoint goes
+    on from its step), and ``callback.throttle.latest``: a forward hook on
+    the model takes the loss it returns for each training micro-batch
+    (``outputs["loss"]``), and the step's loss is their mean -- or their sum
+    when the Trainer passed the model ``num_items_in_batch``, since each
+    micro-batch's loss is then already normalized over the whole accumulated
+    batch (see :func:`step_loss`).
     Models that return a tuple, or no loss (a ``compute_loss_func``, label
     smoothing), deliver none. A NaN/Inf step loss is reported (``nonfinite=``,
     default ``"warn"``; ``"raise"`` stops training from the next step hook)
@@ -113,7 +116,8 @@ class ThrottleCallback(ThrottleHooks, TrainerCallback):  # type: ignore[misc]
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._losses = []
         self._normalized = False
-        self.begin()
+        # the global step this optimizer step makes (restored by resume_from_checkpoint)
+        self.begin(state.global_step + 1)
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.phase("optimizer")

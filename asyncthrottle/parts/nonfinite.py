@@ -14,7 +14,7 @@ import dataclasses
 import functools
 import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
@@ -102,7 +102,7 @@ class NonFiniteWatch(Part):
 
     OPTIONS = ("nonfinite",)
     STATS = NonFiniteStats
-    __slots__ = ("core", "first", "mode", "registry", "steps", "warned")
+    __slots__ = ("core", "first", "mode", "number", "registry", "steps", "warned")
 
     @staticmethod
     def check(options: Mapping[str, Any]) -> None:
@@ -126,6 +126,8 @@ class NonFiniteWatch(Part):
         self.warned = False
         # warnings.warn_explicit's registry: this throttle's own, so another one warns too
         self.registry: dict[Any, Any] = {}
+        # a framework callback's numbering of the steps (hooks.ThrottleHooks), for the report
+        self.number: Callable[[int], int] | None = None
 
     def fields(self) -> dict[str, Any]:
         return {"nonfinite": self.steps, "nonfinite_first": self.first}
@@ -165,12 +167,15 @@ class NonFiniteWatch(Part):
         else:
             return
         assert found is not None  # (for mypy: the loop breaks at one)
+        # a synchronous backend delivers a step's values at its own end
+        late = 0 if self.core.synchronous else self.core.steps - step
+        if self.number is not None:
+            step = self.number(step)
+        seen = step + late
         self.steps += 1
         if self.first is None:
             self.first = step
         where, leaf = found
-        # a synchronous backend delivers a step's values at its own end
-        seen = step if self.core.synchronous else self.core.steps
         if self.mode == "raise":
             raise NonFiniteError(step, where, leaf, seen)
         if not self.warned:

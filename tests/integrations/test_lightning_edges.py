@@ -230,3 +230,26 @@ def test_sync_advice_points_at_the_users_line_that_called_fit(tmp_path: Path) ->
         trainer.fit(Tiny(dev, prog_bar=True), _loader())
     (advice,) = [w for w in record if issubclass(w.category, SyncAdvice)]
     assert (advice.filename, advice.lineno) == (__file__, line)  # before: asyncthrottle/hooks.py
+
+
+def _heard(cb: Any) -> list[int]:
+    heard: list[int] = []
+    cb.on_complete(lambda step, values: heard.append(step))
+    return heard
+
+
+def test_on_complete_hears_the_batch_index_over_the_fit_and_a_resume_goes_on_from_its_checkpoint(
+        tmp_path: Path) -> None:
+    dev = FakeDevice()
+    first = _callback(dev, 2)
+    heard = _heard(first)
+    trainer = _trainer([first], tmp_path, max_epochs=1, limit_val_batches=0, accumulate_grad_batches=2)
+    trainer.fit(Tiny(dev), _loader())
+    trainer.save_checkpoint(tmp_path / "one.ckpt")
+    assert heard == list(range(BATCHES))  # each micro-batch keeps its own number
+    second = _callback(dev, 2)  # as in a new process: the throttle counts from 0 again
+    heard = _heard(second)
+    _trainer([second], tmp_path, max_epochs=2, limit_val_batches=0, accumulate_grad_batches=2).fit(
+        Tiny(dev), _loader(), ckpt_path=tmp_path / "one.ckpt")
+    assert heard == list(range(BATCHES, 2 * BATCHES))  # before: 0 .. 5 again, over the first fit's steps
+    assert [second.framework_step(step) for step in range(BATCHES)] == heard

@@ -70,10 +70,11 @@ def test_the_hf_trainer_reports_the_nan_step_with_the_filter_off(tmp_path: Path)
     with pytest.warns(at.NonFiniteWarning) as record:
         trainer.train()
     messages = [str(w.message) for w in record if issubclass(w.category, at.NonFiniteWarning)]
-    assert len(messages) == 1 and f"'loss' of step {NAN_AT} is nan" in messages[0]
+    # the Trainer's global step of the NaN step (before: the throttle's own count, one less)
+    assert len(messages) == 1 and f"'loss' of step {NAN_AT + 1} is nan" in messages[0]
     stats = cb.throttle.stats
-    assert stats.nonfinite == 1 and stats.nonfinite_first == NAN_AT and stats.completed == 10
-    assert seen == list(range(10)) and dev.syncs == 0
+    assert stats.nonfinite == 1 and stats.nonfinite_first == NAN_AT + 1 and stats.completed == 10
+    assert seen == list(range(10)) and dev.syncs == 0  # cb.throttle.on_complete: the throttle's own count
     logged = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert len(logged) == 10 and logged[NAN_AT] != logged[NAN_AT]  # the Trainer logs it too, unfiltered
 
@@ -82,7 +83,7 @@ def test_the_hf_trainer_stops_within_depth_steps_under_raise(tmp_path: Path) -> 
     _, dev, _, trainer = _hf_run(tmp_path, "raise")
     with pytest.raises(at.NonFiniteError) as caught:
         trainer.train()
-    assert caught.value.step == NAN_AT and caught.value.name == "loss"
+    assert caught.value.step == NAN_AT + 1 and caught.value.name == "loss"  # the Trainer's global step
     assert trainer.model.forwards <= NAN_AT + 2  # the NaN step and at most depth - 1 = 1 after it
     assert dev.syncs == 0
 

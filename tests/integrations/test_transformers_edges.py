@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import pickle
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -208,3 +209,54 @@ def test_sync_advice_points_at_the_users_line_that_started_training(tmp_path: Pa
         trainer.train()
     (advice,) = [w for w in record if issubclass(w.category, SyncAdvice)]
     assert (advice.filename, advice.lineno) == (__file__, line)  # before: asyncthrottle/hooks.py
+
+
+def _train_heard(dev: FakeDevice, tmp_path: Path, max_steps: int,
+                 resume: str | None) -> tuple[list[int], list[int], Any]:
+    """One train() with a new callback (as in a new process); the callback's and the throttle's step numbers."""
+    cb = _callback(dev, 2)
+    heard: list[int] = []
+    own: list[int] = []
+    cb.on_complete(lambda step, values: heard.append(step))
+    cb.throttle.on_complete(lambda step, values: own.append(step))
+    trainer = _trainer(cb, dev, tmp_path, Tiny(dev), max_steps=max_steps, save_strategy="steps", save_steps=3,
+                       eval_strategy="no", logging_strategy="steps", logging_steps=1)
+    trainer.train(resume_from_checkpoint=resume)
+    logged = [entry["step"] for entry in trainer.state.log_history if "loss" in entry]
+    assert [cb.framework_step(step) for step in own] == heard
+    return heard, own, logged
+
+
+def test_on_complete_hears_the_trainers_global_step_and_a_resume_goes_on_from_its_checkpoint(tmp_path: Path) -> None:
+    dev = FakeDevice()
+    heard, own, logged = _train_heard(dev, tmp_path, 3, None)
+    assert heard == logged == [1, 2, 3]  # before: 0, 1, 2 (one less than the Trainer's step)
+    heard, own, logged = _train_heard(dev, tmp_path, 6, str(tmp_path / "checkpoint-3"))
+    assert heard == logged[-3:] == [4, 5, 6]  # before: 0, 1, 2 again, over the first run's steps
+    assert own == [0, 1, 2]  # the throttle's own count stays reachable: cb.throttle.on_complete
+
+
+def test_the_callbacks_on_complete_can_be_removed_and_pickles(tmp_path: Path) -> None:
+    dev = FakeDevice()
+    cb = _callback(dev, 2)
+    heard: list[int] = []
+
+    def keep(step: int, values: dict[str, Any]) -> None:
+        heard.append(step)
+
+    assert cb.on_complete(keep) is keep  # usable as a decorator
+    cb.remove_on_complete(keep)
+    with pytest.raises(ValueError, match="not registered"):
+        cb.remove_on_complete(keep)
+    cb.on_complete(_named)
+    copy = pickle.loads(pickle.dumps(cb))
+    _train(copy, dev, tmp_path, max_steps=2, eval_strategy="no")
+    assert heard == [] and _NAMED == [1, 2]  # the copy's callback hears the Trainer's steps
+
+
+_NAMED: list[int] = []
+
+
+def _named(step: int, values: dict[str, Any]) -> None:
+    """A picklable callback of the callback's own on_complete."""
+    _NAMED.append(step)
