@@ -22,7 +22,7 @@ def _jax() -> Any:
         # deferred: `import asyncthrottle` never imports jax
         import jax
     except ImportError as exc:
-        raise ImportError(f"{_HINT} ({exc})") from exc
+        raise ModuleNotFoundError(f"{_HINT} ({exc})", name=exc.name or "jax") from exc
     return jax
 
 
@@ -273,7 +273,7 @@ def jax_events(
         clock: the host clock of ``observed_at``.
 
     Raises:
-        ImportError: jax is not installed.
+        ModuleNotFoundError: jax is not installed.
         ValueError: ``"jax:N"`` names no device.
     """
     jax = _jax()
