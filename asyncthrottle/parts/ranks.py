@@ -9,9 +9,10 @@ import math
 import sys
 from collections import deque
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .._options import check_int
+from .._options import check_int, check_positive
 from ._build import Part
 from .sections import Sections
 from .timing import DeviceTiming
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
 _log = logging.getLogger("asyncthrottle")
 # + rank: the last step whose gather the rank started (default store)
 _KEY = "asyncthrottle/ranks_every/step/"
+# ranks_timeout's default, seconds: far below gloo's 30 minutes, above a rank's evaluation
+TIMEOUT_S = 300.0
 
 
 def check_ranks_every(ranks_every: object) -> int | None:
@@ -34,8 +37,23 @@ def check_ranks_every(ranks_every: object) -> int | None:
                      fix="e.g. ranks_every=100")
 
 
+def check_ranks_timeout(ranks_timeout: object) -> float:
+    """``ranks_timeout=``: seconds > 0, finite (the gathers' group waits at most that long)."""
+    seconds = check_positive("ranks_timeout", ranks_timeout,
+                             rule="a number of seconds > 0 (how long the ranks' gathers wait for "
+                                  "another rank)", fix=f"e.g. ranks_timeout={TIMEOUT_S:g}")
+    if seconds is None:
+        raise TypeError(f"ranks_timeout must be a number of seconds > 0, got None; pass e.g. "
+                        f"ranks_timeout={TIMEOUT_S:g} (the default)")
+    return seconds
+
+
 def _flat_scores(scores: tuple[float, ...] | None) -> dict[str, Any]:
     return {f"rank_score_{r}": score for r, score in enumerate(scores or ())}
+
+
+def _flat_stopped(stopped: tuple[int, ...] | None) -> dict[str, Any]:
+    return {} if stopped is None else {"ranks_stopped": len(stopped)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +63,8 @@ class RankStats:
     rank_scores: tuple[float, ...] | None = dataclasses.field(default=None,
                                                               metadata={"flat": _flat_scores})
     slowest_rank: int | None = None
+    stopped_ranks: tuple[int, ...] | None = dataclasses.field(default=None,
+                                                              metadata={"flat": _flat_stopped})
 
 
 def scores(medians: list[float]) -> tuple[tuple[float, ...], int | None]:
@@ -75,30 +95,36 @@ class RankScores(Part):
     -- the same steps on every rank, so the collectives match -- the median
     is all-gathered with ``async_op=True`` on a gloo group of its own (CPU
     tensors: no device, no stream, no sync). The group is made at the first
-    record (a collective: every rank must run the throttle) with the default
-    process group's timeout; a rank that never joins it is logged once and
-    the scores stay unknown. Results are read once ``work.is_completed()``
-    says so, polled at the following records. At the end of a pass the
-    gathers still in flight are waited for -- CPU tensors, at most the
-    group's timeout: a rank whose data ended early (so it stopped calling
-    the throttle) is logged once, naming the rank and the step waited for,
-    and the scores stay unknown (NaN) from then on. Off while
-    ``torch.distributed`` is not initialized (checked at each gather step, so
-    a process group made after the throttle counts).
+    record (a collective: every rank must run the throttle, and this rank
+    waits for the others there) with a timeout of ``ranks_timeout`` seconds,
+    at most the default process group's; a rank that never joins it is
+    logged once and the scores stay unknown. Results are read once
+    ``work.is_completed()`` says so, polled at the following records; leaving
+    a loop (its end, a ``break``, ``pause()``, ``drain()``) never waits for
+    them: the gathers still in flight are read at the next pass's records.
+    A rank whose data ended early (so it stopped calling the throttle) fails
+    the gathers it never joins once the group's timeout has passed: that is
+    logged once, naming the rank and the step, gathering stops, and the
+    scores stay those of the last gather read (``stopped_ranks`` names the
+    rank). Off while ``torch.distributed`` is not initialized (checked at
+    each gather step, so a process group made after the throttle counts).
 
     Args:
         core: the throttle's core.
         every: gather every ``every`` steps.
         timing: the throttle's device timing, or None.
         sample_every: how often ``timing`` samples a step.
+        sections: the throttle's sections, or None.
+        timeout: seconds the gathers' group waits for another rank (``ranks_timeout``).
     """
 
-    OPTIONS = ("ranks_every",)
+    OPTIONS = ("ranks_every", "ranks_timeout")
     STATS = RankStats
 
     @staticmethod
     def check(options: Mapping[str, Any]) -> None:
         check_ranks_every(options["ranks_every"])
+        check_ranks_timeout(options["ranks_timeout"])
 
     @classmethod
     def build(cls, at: Build) -> RankScores | None:
@@ -106,25 +132,27 @@ class RankScores(Part):
         if every is None:
             return None
         return cls(at.core, every, at.part(DeviceTiming), at.options["sample_every"] or 1,
-                   at.part(Sections))
+                   at.part(Sections), at.options["ranks_timeout"])
 
     def fields(self) -> dict[str, Any]:
-        return {"rank_scores": self.scores, "slowest_rank": self.slowest}
+        return {"rank_scores": self.scores, "slowest_rank": self.slowest,
+                "stopped_ranks": self.stopped}
 
     @staticmethod
     def summary_lines(stats: Stats) -> list[str]:
         scores, slowest = stats.rank_scores, stats.slowest_rank
-        if scores is None:
-            return []
-        listed = ", ".join(f"{score:.2f}" for score in scores)
-        if slowest is None:
-            return [f"  ranks: no step times yet (scores {listed})"]
-        return [f"  ranks: slowest is rank {slowest} (score {scores[slowest]:.2f}: the fastest "
-                f"rank's median step time over its own); scores by rank {listed}"]
+        lines = []
+        if scores is not None:
+            listed = ", ".join(f"{score:.2f}" for score in scores)
+            lines.append(f"  ranks: no step times yet (scores {listed})" if slowest is None else
+                         f"  ranks: slowest is rank {slowest} (score {scores[slowest]:.2f}: the "
+                         f"fastest rank's median step time over its own); scores by rank {listed}")
+        return lines + ([] if stats.stopped_ranks is None else [stopped_line(stats)])
 
     def __init__(self, core: Core, every: int, timing: DeviceTiming | None, sample_every: int,
-                 sections: Sections | None = None) -> None:
+                 sections: Sections | None = None, timeout: float = TIMEOUT_S) -> None:
         self.core, self.every, self.timing = core, every, timing
+        self.limit = timedelta(seconds=timeout)
         per = sample_every if timing is not None else 1
         # recent step times, seconds
         self.samples: deque[float] = deque(maxlen=max(3, every // per))
@@ -133,6 +161,8 @@ class RankScores(Part):
         self.own: deque[float] = deque(maxlen=max(3, every // per))
         self.scores: tuple[float, ...] | None = None
         self.slowest: int | None = None
+        # once gathering stopped: the ranks behind, as the store tells
+        self.stopped: tuple[int, ...] | None = None
         self.gathers = 0
         # the step at whose record the next gather starts
         self._gather_at = every - 1
@@ -142,7 +172,7 @@ class RankScores(Part):
         self._works: deque[tuple[Any, list[Any], int]] = deque()
         # the gather's group; False once gathering stopped (a rank never came)
         self._group: Any = None
-        # the group's timeout (the default process group's)
+        # the group's timeout (ranks_timeout, at most the default process group's)
         self._timeout: Any = None
         # the last record's time (host samples)
         self._last: float | None = None
@@ -181,19 +211,9 @@ class RankScores(Part):
     def on_pause(self, now: float) -> None:
         # the time between passes is no step's
         self._last = None
-        works = self._works
-        # CPU tensors on the gather's own group: bounded by its timeout, never the device
-        while works:
-            work, _, step = works[0]
-            try:
-                work.wait()
-            except Exception as exc:
-                self._stop(step, exc)
-                return
-            self._poll()
-            # done, yet not completed: never read it again
-            if works and works[0][0] is work:
-                works.popleft()
+        # never a wait (the other ranks may be anywhere): what is still in flight is read at the
+        # next pass's records (self._next stays at the next step while gathers are in flight)
+        self._poll()
 
     def median(self) -> float:
         """This rank's recent median step time (or own work, with sections) in seconds; NaN before
@@ -235,10 +255,11 @@ class RankScores(Part):
         import torch
 
         try:
-            self._timeout = dist.group.WORLD._get_backend(torch.device("cpu")).options._timeout
+            timeout = dist.group.WORLD._get_backend(torch.device("cpu")).options._timeout
         # another torch's internals (or no CPU backend): torch's default for gloo
         except Exception:
-            self._timeout = dist.distributed_c10d._get_default_timeout("gloo")
+            timeout = dist.distributed_c10d._get_default_timeout("gloo")
+        self._timeout = min(timeout, self.limit)
         self._mark(dist, -1)
         try:
             self._group = dist.new_group(backend="gloo", timeout=self._timeout)
@@ -268,9 +289,9 @@ class RankScores(Part):
         except Exception:
             pass
 
-    def _behind(self, dist: Any, step: int) -> list[str]:
+    def _behind(self, dist: Any, step: int) -> list[tuple[int, str]]:
         """The ranks whose last gather is before ``step`` (or that never started one), as told by
-        the store."""
+        the store, each with what it told."""
         try:
             store = dist.distributed_c10d._get_default_store()
             behind = []
@@ -280,40 +301,43 @@ class RankScores(Part):
                 if rank == me:
                     continue
                 if not store.check([key]):
-                    behind.append(f"{rank} (it never ran a throttle with ranks_every)")
+                    behind.append((rank, "it never ran a throttle with ranks_every"))
                     continue
                 last = int(store.get(key))
                 if last < step:
-                    behind.append(
-                        f"{rank} ("
-                        + (f"its last gather: step {last})" if last >= 0 else "no gather yet)")
-                    )
+                    behind.append((rank, f"its last gather: step {last}" if last >= 0
+                                   else "no gather yet"))
             return behind
         except Exception:
             return []
 
     def _stop(self, step: int, exc: BaseException | None, *, making: bool = False) -> None:
-        """A gather (or the group) failed: a rank stopped calling the throttle. Log once; scores
-        unknown from now."""
+        """A gather (or the group) failed: a rank stopped calling the throttle. Log once, gather no
+        more; the last scores stay."""
         dist = self._dist()
-        world = dist.get_world_size() if dist is not None else len(self.scores or ())
         rank = dist.get_rank() if dist is not None else -1
         behind = [] if dist is None else self._behind(dist, step)
-        waited = "some other rank" if not behind else "rank " + ", rank ".join(behind)
-        what = "making the gather's gloo group" if making else f"the gather of step {step}"
+        named = ", ".join(f"rank {r} ({told})" for r, told in behind) or "some other rank"
+        what = (f"making the gathers' gloo group at step {step}" if making
+                else f"the gather of step {step}")
         _log.warning(
-            "asyncthrottle: ranks_every: rank %d waited for %s at step %d (%s) for up to the "
-            "process group's timeout (%s) and gave up: a rank whose data ended early, or that "
-            "never runs a throttle with ranks_every=%d, stops the gathers (every rank must run the "
-            "same steps); rank scores are unknown from now on. (%s)",
-            rank,
-            waited,
-            step,
-            what,
-            self._timeout,
-            self.every,
-            exc,
+            "asyncthrottle: ranks_every: rank %d: %s had no answer from %s within the ranks' "
+            "timeout (%s: ranks_timeout, at most the process group's) and gave up: a rank whose "
+            "data ended early, or that never runs a throttle with ranks_every=%d, stops the "
+            "gathers (every rank must run the same steps); no more gathers, and the scores stay "
+            "those of the last gather read. (%s)",
+            rank, what, named, self._timeout, self.every, exc,
         )
         self._group = False
         self._works.clear()
-        self.scores, self.slowest = tuple(math.nan for _ in range(world)), None
+        self.stopped = tuple(r for r, _ in behind)
+
+
+def stopped_line(stats: Stats) -> str:
+    """The summary's line once the gathers stopped: when, and which ranks the store named."""
+    stopped = stats.stopped_ranks or ()
+    who = ", ".join(f"rank {r}" for r in stopped) or "a rank"
+    last = ("the scores above are the last gather's" if stats.rank_scores is not None
+            else "no gather was read")
+    return (f"  ranks: the gathers stopped: {who} stopped calling the throttle (its data ended, or "
+            f"it runs no ranks_every); {last}")

@@ -6,14 +6,16 @@ import json
 import logging
 import math
 import socket
+from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from helpers import inside
 
 import asyncthrottle as at
-from asyncthrottle.parts.ranks import RankScores, check_ranks_every, scores
+from asyncthrottle.parts.ranks import RankScores, check_ranks_every, check_ranks_timeout, scores
 from asyncthrottle.testing import FakeDevice
 
 torch = pytest.importorskip("torch")
@@ -124,10 +126,9 @@ def test_one_rank_in_process_reads_its_gather_without_waiting(tmp_path: Path) ->
         for _ in thr.wrap(range(30)):
             dev.launch(STEP_S)
             dev.host(0.002)
-        deadline = 0
-        while thr.stats.rank_scores is None and deadline < 1000:  # a gather in flight is read at a pause
-            ranks.on_pause(0.0)
-            deadline += 1
+        for work, _, _ in list(ranks._works):  # in flight: never waited for at the pass's end
+            work.wait()  # the test waits (a one-rank gather: done at once) ...
+        ranks.on_pause(0.0)  # ... and the part reads what is complete
         assert thr.stats.rank_scores == (1.0,) and thr.stats.slowest_rank == 0
         assert ranks.median() == pytest.approx(STEP_S, rel=0.05) and dev.syncs == 0
         assert thr.stats.as_dict()["rank_score_0"] == 1.0
@@ -135,13 +136,14 @@ def test_one_rank_in_process_reads_its_gather_without_waiting(tmp_path: Path) ->
         dist.destroy_process_group()
 
 
-STOP_LIMIT_S = 30  # spawning (~5 s) + the group's timeout (4 s) + slack: beyond it the ranks hang
+STOP_LIMIT_S = 120  # spawning (~5-30 s on a busy machine) + ranks_timeout (4 s): far below gloo's 30 minutes
 
 
 @pytest.mark.timeout(2 * STOP_LIMIT_S)
-@pytest.mark.parametrize("mode", ["early", "never"])
+@pytest.mark.parametrize("mode", ["early", "late", "never"])
 def test_a_rank_that_stops_calling_the_throttle_hangs_no_other(mode: str, tmp_path: Path) -> None:
-    """Rank 1's data ends after 5 steps (or it never runs a throttle): rank 0 logs once, goes on, scores unknown."""
+    """Rank 1's data ends early (or it never runs a throttle): rank 0 never waits at a pass's end,
+    logs once within ranks_timeout, though gloo's is 30 minutes, goes on, keeps the last scores."""
     import os
     import signal
     import subprocess
@@ -159,11 +161,21 @@ def test_a_rank_that_stops_calling_the_throttle_hangs_no_other(mode: str, tmp_pa
         pytest.fail(f"hung: killed after {STOP_LIMIT_S} s; finished: {sorted(os.listdir(tmp_path))}\n{out[-3000:]}")
     assert proc.returncode == 0, out[-3000:]
     rank0 = json.loads(Path(tmp_path, "rank0.json").read_text())
-    assert rank0["steps"] == 20
-    assert rank0["rank_scores"] is None or "nan" in str(rank0["rank_scores"]).lower()  # unknown, not made up
+    assert rank0["first"]["steps"] == 20
+    if mode != "never":  # the pass's end waited for the gather rank 1 never joins (before: the timeout, logged)
+        assert rank0["first"]["logs"] == []
     (log,) = rank0["logs"]  # once
-    assert "rank 0 waited for rank 1 " in log and "timeout (0:00:04)" in log, log
-    assert ("at step 9 (the gather of step 9)" if mode == "early" else "at step 0 (making") in log, log
+    assert "rank 0: " in log and "timeout (0:00:04: ranks_timeout" in log, log
+    assert rank0["stopped"] == [1], rank0
+    if mode == "late":  # before: NaN scores, slowest None, "no step times yet"
+        assert "the gather of step 14 had no answer from rank 1 (its last gather: step 9)" in log, log
+        assert rank0["slowest"] == 1 and rank0["rank_scores"] == [1.0, pytest.approx(0.5)], rank0
+        assert "slowest is rank 1 (score 0.50" in rank0["summary"], rank0["summary"]
+    else:
+        assert rank0["rank_scores"] is None and rank0["slowest"] is None  # unknown, not made up
+        assert ("the gather of step 9 had no answer from rank 1 (no gather yet)" if mode == "early" else
+                "making the gathers' gloo group at step 0 had no answer from rank 1 (it never ran") in log, log
+    assert "ranks: the gathers stopped: rank 1 stopped calling the throttle" in rank0["summary"], rank0["summary"]
 
 
 def _ddp_worker(rank: int, world: int, port: int, out: str) -> None:
@@ -203,3 +215,178 @@ def test_sections_name_the_straggler_that_step_times_cannot(world: int, tmp_path
         assert slowest == slow
         assert section_scores[slow] == pytest.approx(0.5 if world == 2 else 1 / 3)
         assert all(s == pytest.approx(1.0) for r, s in enumerate(section_scores) if r != slow)
+
+
+class _Work:
+    """A gather in flight on the fake group: complete once the other ranks answered (or failed)."""
+
+    def __init__(self, dist: _FakeDist, rows: list[Any], mine: Any, step: int) -> None:
+        self.dist, self.rows, self.mine, self.step = dist, rows, mine, step
+        self.done = False
+        self.error: Exception | None = None
+
+    def answer(self) -> None:
+        self.rows[0].copy_(self.mine)
+        for rank, median in self.dist.others.items():
+            self.rows[rank].fill_(median)
+        self.done = True
+
+    def fail(self) -> None:
+        self.error, self.done = RuntimeError("gloo: timed out waiting for the gather"), True
+
+    def is_completed(self) -> bool:
+        return self.done
+
+    def wait(self) -> bool:
+        if not self.done:  # a real wait blocks here until every other rank has come
+            self.dist.waited.append(self.step)
+            self.answer()
+        if self.error is not None:
+            raise self.error
+        return True
+
+
+class _FakeDist:
+    """torch.distributed as the ranks part sees it: this process is rank 0, the other ranks answer a
+    gather when the test says so (``answer``), or never (``stop``: the store keeps their last step)."""
+
+    def __init__(self, others: dict[int, float], *, timeout: timedelta = timedelta(minutes=30)) -> None:
+        self.others = others
+        self.works: list[_Work] = []
+        self.waited: list[int] = []  # the gathers the part blocked on
+        self.timeouts: list[timedelta] = []  # of the groups made
+        self.store: dict[str, str] = {}
+        self.stopped: dict[int, int] = {}  # rank: its last gather
+        self.group = SimpleNamespace(WORLD=SimpleNamespace(_get_backend=self._no_backend))
+        self.distributed_c10d = SimpleNamespace(_get_default_store=lambda: self,
+                                                _get_default_timeout=lambda backend: timeout)
+
+    @staticmethod
+    def _no_backend(device: Any) -> Any:
+        raise RuntimeError("no backend options here: the default timeout")
+
+    def is_available(self) -> bool:
+        return True
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def get_rank(self, group: Any = None) -> int:
+        return 0
+
+    def get_world_size(self, group: Any = None) -> int:
+        return 1 + len(self.others)
+
+    def new_group(self, *, backend: str, timeout: timedelta) -> str:
+        self.timeouts.append(timeout)
+        return "ranks"
+
+    def all_gather(self, rows: list[Any], mine: Any, *, group: Any, async_op: bool) -> _Work:
+        assert async_op and group == "ranks"
+        work = _Work(self, rows, mine, int(self.store["asyncthrottle/ranks_every/step/0"]))
+        self.works.append(work)
+        return work
+
+    # the default store
+    def set(self, key: str, value: str) -> None:
+        self.store[key] = value
+
+    def check(self, keys: list[str]) -> bool:
+        return all(self._get(key) is not None for key in keys)
+
+    def get(self, key: str) -> bytes:
+        value = self._get(key)
+        assert value is not None
+        return value.encode()
+
+    def _get(self, key: str) -> str | None:
+        rank = int(key.rsplit("/", 1)[1])
+        return str(self.stopped[rank]) if rank in self.stopped else (self.store.get(key) if rank == 0 else
+                                                                       self.store["asyncthrottle/ranks_every/step/0"])
+
+    def answer(self) -> None:
+        for work in self.works:
+            if not work.done:
+                work.answer()
+
+
+def _fake_world(monkeypatch: pytest.MonkeyPatch, **kwargs: Any) -> _FakeDist:
+    fake = _FakeDist({1: 2 * STEP_S}, **kwargs)  # rank 1's median: twice ours
+    monkeypatch.setattr(RankScores, "_dist", lambda self: fake)
+    return fake
+
+
+@pytest.mark.parametrize("leave", ["pass end", "break", "drain()", "pause()", "pass end, no drain"])
+def test_leaving_a_loop_never_waits_for_the_other_ranks(leave: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _fake_world(monkeypatch)
+    dev = FakeDevice()
+    thr = dev.throttle(2, wait="poll", ranks_every=5, sample_every=None, drain=leave != "pass end, no drain")
+    if leave.startswith("pass end") or leave == "break":
+        for i in thr.wrap(range(10)):
+            dev.host(STEP_S)
+            if leave == "break" and i == 9:
+                break
+    else:
+        for _ in range(10):
+            with thr.step():
+                dev.host(STEP_S)
+        thr.drain() if leave == "drain()" else thr.pause()
+    # before: the pass's end waited for both gathers, and so for every other rank (2.71 s measured)
+    assert fake.waited == [] and [w.step for w in fake.works] == [4, 9]
+    assert thr.stats.rank_scores is None
+    fake.answer()  # the other rank comes
+    for _ in thr.wrap(range(1)):  # the next pass reads them at its first record
+        dev.host(STEP_S)
+    assert fake.waited == []
+    assert thr.stats.rank_scores == (1.0, pytest.approx(0.5)) and thr.stats.slowest_rank == 1
+
+
+def test_a_rank_that_stops_leaves_the_last_scores_and_is_named(monkeypatch: pytest.MonkeyPatch,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    fake = _fake_world(monkeypatch)
+    dev = FakeDevice()
+    thr = dev.throttle(2, wait="poll", ranks_every=5, sample_every=None)
+    for step in thr.wrap(range(20)):
+        dev.host(STEP_S)
+        if step <= 10:
+            fake.answer()  # rank 1 answers the gathers of steps 4 and 9, then stops
+        if step == 11:
+            fake.stopped[1] = 9
+        if step == 16:
+            fake.works[2].fail()  # the gather of step 14: the group's timeout passed
+    stats = thr.stats
+    assert [w.step for w in fake.works] == [4, 9, 14]  # none launched once stopped
+    # before: NaN scores and slowest_rank None, "no step times yet"
+    assert stats.rank_scores == (1.0, pytest.approx(0.5)) and stats.slowest_rank == 1
+    assert stats.stopped_ranks == (1,) and stats.as_dict()["ranks_stopped"] == 1
+    summary = thr.summary()
+    assert "slowest is rank 1 (score 0.50" in summary, summary
+    assert "ranks: the gathers stopped: rank 1 stopped calling the throttle" in summary, summary
+    (log,) = [r.getMessage() for r in caplog.records if "ranks_every" in r.getMessage()]
+    assert "rank 1 (its last gather: step 9)" in log and "the gather of step 14" in log, log
+    assert "scores stay those of the last gather read" in log, log
+
+
+@pytest.mark.parametrize(("option", "pg", "group"), [
+    (None, timedelta(minutes=30), timedelta(minutes=5)),  # the default bounds gloo's 30 minutes
+    (2.5, timedelta(minutes=30), timedelta(seconds=2.5)),
+    (600, timedelta(seconds=4), timedelta(seconds=4)),  # a shorter process group's timeout stays
+])
+def test_the_ranks_group_waits_at_most_ranks_timeout(option: float | None, pg: timedelta, group: timedelta,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _fake_world(monkeypatch, timeout=pg)
+    dev = FakeDevice()
+    options = {} if option is None else {"ranks_timeout": option}
+    thr = dev.throttle(2, wait="poll", ranks_every=5, **options)
+    for _ in thr.wrap(range(2)):
+        dev.host(STEP_S)
+    assert fake.timeouts == [group]
+
+
+@pytest.mark.parametrize(("value", "error"), [(0, ValueError), (-1.0, ValueError), (math.nan, ValueError),
+                                              (math.inf, ValueError), ("60", TypeError), (True, TypeError)])
+def test_ranks_timeout_must_be_positive_seconds(value: object, error: type) -> None:
+    with pytest.raises(error, match="ranks_timeout must be"):
+        check_ranks_timeout(value)
+    with pytest.raises(error, match="ranks_timeout"):
+        FakeDevice().throttle(ranks_every=10, ranks_timeout=value)
