@@ -119,7 +119,8 @@ class JaxEvent:
     (0.5 us a step of the values bench's host cost, ``benchmarks/values_host_cost.py``).
     """
 
-    __slots__ = ("_clock", "_cover", "_markers", "_seed", "_tick", "idle_at", "observed_at")
+    __slots__ = ("_clock", "_cover", "_markers", "_seed", "_tick", "_watch", "idle_at", "lower",
+                 "observed_at")
 
     def __init__(self, seed: Any, tick: Callable[[Any], Any], clock: Callable[[], float]) -> None:
         self._seed, self._tick, self._clock = seed, tick, clock
@@ -130,6 +131,10 @@ class JaxEvent:
         self.idle_at: float | None = None
         # clock() when first seen complete
         self.observed_at: float | None = None
+        # a lower bound on when the device reached it (None: unknown); see watch()
+        self.lower: float | None = None
+        # earlier events of the step, dated while the host waits on this one (see watch())
+        self._watch: list[JaxEvent] | tuple[()] = ()
 
     def cover(self, arrays: list[Any]) -> None:
         """The step's deferred arrays: the next ``record()`` waits on those still being computed.
@@ -160,9 +165,65 @@ class JaxEvent:
             markers.append(self._tick(self._seed))
         self._markers, self.observed_at = markers, None
 
+    def mark(self) -> None:
+        """Record a marker inside a step (a section's start or end): a barrier after the work queued
+        so far, leaving :func:`barrier_on`'s markers and the deferred arrays to the step's own
+        event, which alone must cover them. Never blocks."""
+        self._cover, self._watch = (), ()
+        self._markers, self.observed_at = [self._tick(self._seed)], None
+        # it completes after its dispatch
+        self.lower = self._clock()
+
+    def watch(self, events: list[JaxEvent]) -> None:
+        """Date ``events`` (the step before's event, then this step's markers, in the order they
+        were recorded) as the host waits on this event.
+
+        XLA gives no device timestamps: a marker is dated when the host first sees it complete
+        (``observed_at``), and the device reached it between ``lower`` and then. A section's
+        markers are never waited on themselves, so without this both would first be seen in one
+        poll, when the step retires, and read about 0 ms apart. Each ``query()`` of this event asks
+        them first, in order, up to the first unfinished one (whose ``lower`` becomes now), and
+        ``synchronize()`` blocks on each in turn (dated as the device reaches it: ``lower`` is
+        ``observed_at``). A marker first seen complete completed after the one before it, so that
+        one's ``lower`` is its own too. While the host waits for the step (a device-bound loop),
+        each is so dated within the wait's overshoot; :meth:`resolves` tells when not.
+        """
+        self._watch = events
+
+    def resolves(self, start: JaxEvent) -> bool:
+        """Whether ``start.elapsed_time(self)`` is the device time between them within 10%: the
+        sum of the spans in which each completed unseen (``observed_at - lower``) is at most a
+        tenth of it. Markers first seen complete together, after neither was watched, never are.
+        """
+        begun = start.idle_at if start.idle_at is not None else start.observed_at
+        early = start.idle_at if start.idle_at is not None else start.lower
+        if begun is None or early is None or self.observed_at is None or self.lower is None:
+            return False
+        unseen = (begun - early) + (self.observed_at - self.lower)
+        return unseen <= 0.1 * (self.observed_at - begun)
+
+    def _look(self, block: bool) -> None:
+        """Date the watched events seen complete, in order; ``block``: wait for each in turn."""
+        clock = self._clock
+        # the device reached each watched event after the one before it
+        floor: float | None = None
+        for event in self._watch:
+            if event.observed_at is None:
+                if not event.query():
+                    event.lower = clock()
+                    if not block:
+                        return
+                    event.synchronize()  # host-device sync: the caller waits for this step anyway.
+                elif floor is not None and (event.lower is None or event.lower < floor):
+                    event.lower = floor
+            if event.lower is not None and (floor is None or event.lower > floor):
+                floor = event.lower
+
     def query(self) -> bool:
         markers = self._markers
         if markers:
+            if self._watch:
+                self._look(False)
             try:
                 # one call a marker: the per-step path
                 for marker in markers:
@@ -173,7 +234,7 @@ class JaxEvent:
                 if not all(marker.is_ready() for marker in self._live(markers)):
                     return False
             # nothing left to wait for: seen complete now
-            self._markers, self.observed_at = (), self._clock()
+            self._markers, self._watch, self.observed_at = (), (), self._clock()
         elif self.observed_at is None:
             self.observed_at = self._clock()
         return True
@@ -181,6 +242,8 @@ class JaxEvent:
     def synchronize(self) -> None:
         markers = self._markers
         if markers:
+            if self._watch:
+                self._look(True)
             # (a loop, not _live's any(): the per-step path of a device-bound loop)
             for marker in markers:
                 if marker.is_deleted():
@@ -188,8 +251,10 @@ class JaxEvent:
                     break
             for marker in markers:
                 marker.block_until_ready()  # host-device sync: the caller asked to block.
-            # nothing left to wait for: seen complete now
-            self._markers, self.observed_at = (), self._clock()
+            # nothing left to wait for: seen complete now, as the device reached it (a wait is
+            # only asked of an event seen unfinished)
+            self._markers, self._watch = (), ()
+            self.observed_at = self.lower = self._clock()
         elif self.observed_at is None:
             self.observed_at = self._clock()
 
@@ -214,7 +279,7 @@ class JaxEvent:
         the device idle there is nothing to wait for: no program is dispatched,
         and :func:`barrier_on`'s markers stay for the step's own event.
         """
-        self._markers, self._cover, self.observed_at = (), (), None
+        self._markers, self._cover, self._watch, self.observed_at = (), (), (), None
         self.idle_at = self._clock()
 
     def elapsed_time(self, end: JaxEvent) -> float:

@@ -4,6 +4,7 @@ sync."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -22,11 +23,28 @@ _WINDOW = 64
 # collective).
 _UNTIMED_OWN: tuple[Any, bool] = (None, True)
 _UNTIMED: tuple[Any, bool] = (None, False)
+# why a section reads NaN (the summary's words)
+_UNSEEN = ("the backend dates a marker when the host sees it complete (JAX), and the host saw "
+           "its start and end complete together: it was not waiting on the step while the "
+           "section ran (a host-bound or starved loop, or a wait that sleeps through it such as "
+           "wait='hybrid'; see docs/telemetry.md)")
 
 
 def _median(values: deque[float]) -> float:
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2]
+    """The median of the timed samples (NaN: not timed); NaN when none was."""
+    ordered = sorted(value for value in values if value == value)
+    return ordered[len(ordered) // 2] if ordered else math.nan
+
+
+def _seconds(start: Any, end: Any) -> float:
+    """Seconds between two completed events; NaN where the backend did not see them complete apart
+    (``end.resolves(start)``: events dated by the host, JAX's)."""
+    resolves = getattr(end, "resolves", None)
+    if resolves is not None and not resolves(start):
+        return math.nan
+    seconds: float = start.elapsed_time(end) / 1000.0
+    # (timing events can read a hair below zero)
+    return seconds if seconds > 0.0 else 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +91,7 @@ class Section:
             open_[name] = (owner.clock(), own)
         else:
             start = owner.timed()
-            start.record()
+            owner.mark(start)
             open_[name] = (start, own)
         return self
 
@@ -89,7 +107,7 @@ class Section:
             owner.marks.append((self._name, entry[0], owner.clock(), entry[1]))
         else:
             end = owner.timed()
-            end.record()
+            owner.mark(end)
             owner.marks.append((self._name, entry[0], end, entry[1]))
 
 
@@ -103,8 +121,11 @@ class Sections(Part):
     wait. On a synchronous backend (the CPU) the host clock times every step's
     sections: there the host's time is the device's. Sampling follows
     ``sample_every`` (the steps device timing samples); with
-    ``sample_every=None`` an asynchronous device times no sections. Step 0 is
-    never timed: its one-time work (a compilation, autotuning) is no phase's.
+    ``sample_every=None`` no backend times sections, the CPU included. Step 0
+    is never timed: its one-time work (a compilation, autotuning) is no
+    phase's. Where events are dated by the host (JAX), a section reads NaN
+    unless the host saw its markers complete apart (see
+    :meth:`~asyncthrottle.jax.JaxEvent.watch`).
 
     A section used several times in one step (micro-batches) counts the sum.
     ``collective=True`` marks a section that holds a collective (DDP's
@@ -132,7 +153,8 @@ class Sections(Part):
                  clock: Callable[[], float]) -> None:
         self.core, self.timed, self.clock = core, timed, clock
         self.synchronous = core.synchronous
-        self.every = 1 if self.synchronous else every
+        # the host clock times every step on the CPU; sample_every=None times none anywhere
+        self.every = every if every is None or not self.synchronous else 1
         # the step whose sections are open or were timed, or -1
         self.step = -1
         # that step's sections are timed
@@ -145,6 +167,8 @@ class Sections(Part):
         self.open_: dict[str, tuple[Any, bool]] = {}
         # this step's sections: (name, start, end, own work)
         self.marks: list[tuple[str, Any, Any, bool]] = []
+        # this step's timing events, in the order they were recorded (for the step's watch())
+        self.recorded: list[Any] = []
         # recorded, not yet read
         self.waiting: deque[tuple[int, list[tuple[str, Any, Any, bool]]]] = deque()
         # name -> recent device ms
@@ -176,6 +200,16 @@ class Sections(Part):
             "enter it inside the loop body (a wrapped loop's body, `with throttle.step():` or "
             "between begin_step() and end_step())")
 
+    def mark(self, event: Any) -> None:
+        """Record a section's timing event: with its ``mark()`` where it has one (JAX: only the
+        step's own event takes what ``barrier_on()`` queued), else ``record()``."""
+        self.recorded.append(event)
+        mark = getattr(event, "mark", None)
+        if mark is not None:
+            mark()
+        else:
+            event.record()
+
     def nested(self, name: str, step: int) -> None:
         raise RuntimeError(f"section({name!r}) was entered while already open in step {step}; "
                            "sections of one name do not nest: leave it first, or give the inner "
@@ -203,11 +237,19 @@ class Sections(Part):
             if self.synchronous:
                 self._add(step, [(name, end - start, own) for name, start, end, own in marks])
             else:
+                recorded, self.recorded = self.recorded, []
+                # events dated only when seen complete (JAX): by the waits on the step's event,
+                # after the step before's (the device reaches the first section after it)
+                watch = getattr(event, "watch", None)
+                if watch is not None:
+                    pending = self.core.pending
+                    watch([pending[-2], *recorded] if len(pending) > 1 else recorded)
                 # retirements are heard only while a timed step waits to be read
                 if not self.waiting:
                     self.core.listen("on_retire", self.on_retire)
                 self.waiting.append((step, marks))
         if self.open_:
+            self.recorded = []
             left = list(self.open_)
             self.open_.clear()
             raise RuntimeError(f"section(s) {', '.join(map(repr, left))} still open when step "
@@ -218,6 +260,7 @@ class Sections(Part):
     def on_drop(self, step: int) -> None:
         self.step = -1
         self.marks = []
+        self.recorded = []
         self.open_.clear()
 
     def on_retire(self, step: int) -> None:
@@ -226,11 +269,8 @@ class Sections(Part):
             done, marks = waiting[0]
             try:
                 # queries only: never read an unfinished event (the step's own event is complete)
-                timed = [
-                    (name, max(start.elapsed_time(end) / 1000.0, 0.0), own)
-                    for name, start, end, own in marks
-                    if start.query() and end.query()
-                ]
+                timed = [(name, _seconds(start, end), own) for name, start, end, own in marks
+                         if start.query() and end.query()]
             except Exception:
                 # events without timing: sections are not timed
                 self.every = None
@@ -255,8 +295,11 @@ class Sections(Part):
             if kept is None:
                 kept = recent[name] = deque(maxlen=_WINDOW)
             kept.append(seconds * 1000.0)
-        for listener in self.listeners:
-            listener(step, own_s, per_name)
+        if self.listeners:
+            # listeners hear the timed sections; own work is NaN if one of its sections is
+            heard = {name: seconds for name, seconds in per_name.items() if seconds == seconds}
+            for listener in self.listeners:
+                listener(step, own_s, heard)
 
     # -- results ---------------------------------------------------------------
 
@@ -272,9 +315,10 @@ class Sections(Part):
         sections = stats.sections
         if not sections:
             return []
-        total = sum(sections.values())
+        total = sum(ms for ms in sections.values() if ms == ms)
         return [
             f"  section {name}: {ms:.2f} ms/step (median)"
             + (f", {ms / total:.0%} of the sections" if total else "")
+            if ms == ms else f"  section {name}: not timed (NaN): {_UNSEEN}"
             for name, ms in sections.items()
         ]

@@ -375,3 +375,57 @@ def test_a_deferred_value_already_computed_is_no_marker_and_the_barrier_goes_out
         thr.defer(constant, name="lr")  # computed long ago: it says nothing of this step's work
     # one at the factory (it compiles the barrier), then one a step
     assert len(ticks) == 1 + 5 and thr.latest["lr"] == pytest.approx(0.1)
+
+
+def test_a_section_leaves_barrier_on_markers_to_the_steps_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A section closing after barrier_on() took its markers into the section's event: the step's
+    own event then waited on its barrier alone, which a sharded step's work does not precede."""
+    from helpers import inside
+
+    from asyncthrottle.backends import jax as backend
+
+    tick, _ = backend._programs()
+    marker = _Array()  # barrier_on()'s marker, still being computed
+    monkeypatch.setattr(backend, "_programs", lambda: (tick, lambda leaves: marker))
+    thr = Throttle(2, device="jax", sample_every=1)
+    for _ in range(2):  # step 0 is never timed: step 1's section records its pair
+        thr.begin_step()
+        with thr.section("step"):
+            barrier_on(jnp.ones(2))
+        thr.end_step()
+    event = inside(thr).core.pending[-1]
+    event.synchronize()
+    assert marker.done, "the step's event did not wait on barrier_on()'s marker"
+    thr.drain()
+
+
+_SHARDED_SECTIONS = textwrap.dedent(
+    """
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    import asyncthrottle as at
+    from asyncthrottle.jax import barrier_on
+    mesh = Mesh(np.array(jax.devices()), ("d",))
+    w = jnp.full((256, 256), 1.0 / 256)
+    step = jax.jit(lambda x: jnp.tanh(jnp.tanh(jnp.tanh(x @ w) @ w) @ w))
+    x = jax.device_put(jnp.ones((1024, 256)), NamedSharding(mesh, P("d", None)))
+    step(x).block_until_ready()
+    thr = at.Throttle(1, device="jax:0", sample_every=1)
+    outputs, early = [], 0
+    for _ in thr.wrap(range(10)):
+        early += sum(not y.is_ready() for y in outputs[-2:])  # depth 1: every earlier step is done
+        with thr.section("step"):
+            y = step(step(x))
+            barrier_on(y)
+        outputs.append(y)
+    assert early == 0, early
+    print("ok")
+    """
+)
+
+
+def test_a_section_around_a_sharded_step_keeps_the_depth_bound() -> None:
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    result = subprocess.run([sys.executable, "-c", _SHARDED_SECTIONS], env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-2000:]

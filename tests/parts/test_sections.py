@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import math
+from typing import Any
+
 import pytest
 from helpers import inside
 
@@ -194,3 +198,102 @@ def test_a_cuda_steps_sections_add_up_to_its_sampled_device_time() -> None:
     assert stats.sections is not None and stats.device_ms_p50 is not None
     assert sum(stats.sections.values()) == pytest.approx(stats.device_ms_p50, rel=0.10)
     assert stats.sections["two"] == pytest.approx(2 * stats.sections["one"], rel=0.15)
+
+
+class _Marker:
+    """A JAX array's stand-in on a :class:`FakeDevice`: computed when the device reaches it."""
+
+    def __init__(self, dev: FakeDevice) -> None:
+        self.dev, self.at = dev, max(dev.busy_until, dev.clock())
+
+    def is_ready(self) -> bool:
+        return self.dev.clock() >= self.at
+
+    def is_deleted(self) -> bool:
+        return False
+
+    def block_until_ready(self) -> None:
+        self.dev.clock.advance(max(0.0, self.at - self.dev.clock()))
+
+
+def _host_dated(dev: FakeDevice) -> Any:
+    """JAX's events on a fake device: each dated when the host first sees it complete."""
+    from asyncthrottle.backends.jax import JaxEvent
+
+    return functools.partial(JaxEvent, dev, _Marker, dev.clock)
+
+
+def _two_phases(wait: str, host_s: float, depth: int = 2) -> at.Throttle:
+    dev = FakeDevice()
+    thr = at.Throttle(depth, events=_host_dated(dev), wait=dev.wait(wait), clock=dev.clock,
+                      sample_every=1)
+    for _ in thr.wrap(range(12)):
+        with thr.section("one"):
+            dev.launch(0.012)
+        with thr.section("three"):
+            dev.launch(0.036)
+        dev.host(host_s)
+    return thr
+
+
+@pytest.mark.parametrize("wait", ["block", "spin-block", "spin"])
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_sections_dated_by_the_host_read_the_phases_when_the_host_waits(wait: str, depth: int) -> None:
+    """JAX dates a marker when the host first sees it complete; a section's pair was first seen in
+    one poll, at the step's retirement, and read ~0 ms. The step's event now dates them in order as
+    the host waits on it: a device-bound loop reads each phase within the host's time per step."""
+    sections = _two_phases(wait, host_s=0.001, depth=depth).stats.sections
+    assert sections is not None
+    assert sections["one"] == pytest.approx(12.0, abs=1.0) and sections["three"] == pytest.approx(36.0, abs=1.0)
+
+
+@pytest.mark.parametrize("wait", ["block", "poll", "hybrid", "spin-block", "spin"])
+def test_a_section_dated_by_the_host_is_within_a_tenth_of_the_phase_or_nan(wait: str) -> None:
+    """However the host waits and however busy it is, a figure is the phase's time within 10%, or
+    NaN where the host did not see the markers complete apart: never a small number."""
+    timed = 0
+    for depth in (1, 2, 3):
+        for host_s in (0.0, 0.001, 0.010, 0.030, 0.045, 0.060, 0.100):
+            sections = _two_phases(wait, host_s, depth).stats.sections
+            assert sections is not None
+            for name, truth in (("one", 12.0), ("three", 36.0)):
+                ms = sections[name]
+                assert math.isnan(ms) or ms == pytest.approx(truth, rel=0.1), (depth, host_s, name, ms)
+                timed += not math.isnan(ms)
+    assert timed >= 12  # (device-bound loops read their phases)
+
+
+def test_sections_the_host_did_not_see_apart_are_nan_and_the_summary_says_why() -> None:
+    """A host-bound loop never waits: every marker of a step is first seen complete in one poll, so
+    a phase cannot be timed. NaN, never a small number."""
+    thr = _two_phases("block", host_s=0.100)
+    sections = thr.stats.sections
+    assert sections is not None and math.isnan(sections["one"]) and math.isnan(sections["three"])
+    summary = thr.summary()
+    assert "section one: not timed (NaN)" in summary and "saw its start and end complete together" in summary
+    assert math.isnan(thr.stats.as_dict()["section_ms_three"])
+
+
+def test_listeners_hear_only_the_timed_sections_and_nan_own_work() -> None:
+    dev = FakeDevice()
+    thr = at.Throttle(2, events=_host_dated(dev), wait=dev.wait("block"), clock=dev.clock, sample_every=1)
+    heard: list[tuple[float, dict[str, float]]] = []
+    part = inside(thr).part(Sections)
+    assert part is not None
+    part.add_listener(lambda step, own_s, by_name: heard.append((own_s, by_name)))
+    for _ in thr.wrap(range(4)):
+        with thr.section("one"):
+            dev.launch(0.012)
+        dev.host(0.100)  # the host is busy: never sees the section's pair apart
+    assert heard and all(math.isnan(own) and by_name == {} for own, by_name in heard)
+
+
+def test_sample_every_none_times_no_sections_on_the_cpu_either() -> None:
+    """``sample_every=None`` is no device timing and no sections, on every backend: code run on the
+    CPU first reports what it will report on an accelerator."""
+    clock = FakeClock()
+    thr = at.Throttle(2, device="cpu", clock=clock, sample_every=None)
+    for _ in thr.wrap(range(4)):
+        with thr.section("forward"):
+            clock.advance(0.004)
+    assert thr.stats.sections is None and "section" not in thr.summary()
