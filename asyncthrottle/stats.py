@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from .parts import PARTS, PartStats
 
 if TYPE_CHECKING:
+    from .backends import Backend
     from .core.hosttime import HostTimes
     from .core.rule import Core
     from .parts._build import Part
@@ -18,7 +19,8 @@ if TYPE_CHECKING:
 _WAITS = 0.10
 # at least this share of steps start with nothing queued on the device
 _STARVED = 0.5
-# fetching (or the loop body) takes at least this share of the loop
+# fetching (or the host's own work: the loop body and the time between steps) takes at least this
+# share of the loop
 _DOMINANT = 0.5
 # at least this share of steps let the device run dry inside the loop body
 _DRY = 0.1
@@ -33,6 +35,7 @@ _ADVICE = {
     "it starves while the host prepares the next step: try a larger depth, or depth='auto'",
     "input-bound": "the host spends its time taking batches from the source: look at DataLoader "
     "num_workers, pin_memory, prefetch_factor and the dataset's transforms",
+    # the backend's own words replace this (Backend.host_advice)
     "host-bound": "the host spends its time in the loop body (Python, kernel launches, or a sync "
     "such as .item() that detect_sync='warn' would name): try bigger batches, torch.compile or "
     "CUDA graphs, and defer() values",
@@ -41,6 +44,29 @@ _ADVICE = {
     "runs ahead, so there is nothing to throttle; the loop body is the computation itself",
     "unknown": "no steps yet",
 }
+# host-bound, where the time between the steps of a step()/begin_step() loop outweighs the body
+_BETWEEN = (
+    "the host spends its time between steps, outside the throttle's sight (taking the next batch, "
+    "an evaluation, logging, a checkpoint: a step()/begin_step() loop cannot tell them apart): "
+    "call drain() or pause() before an evaluation or a save, so that it is not loop time, and "
+    "take the batches through thr.wrap(...) to see their fetching apart"
+)
+
+
+def advice(verdict: str, *, between_s: float = 0.0, body_s: float = 0.0,
+           host: str | None = None) -> str:
+    """What to try for ``verdict``: a host-bound loop is told where its host time went (the body, or
+    between the steps of a step loop) and, for the body, ``host``: the backend's own advice."""
+    if verdict == "host-bound":
+        if between_s > body_s:
+            return _BETWEEN
+        if host is not None:
+            return host
+    return _ADVICE[verdict]
+
+
+def _unlogged(value: object) -> dict[str, Any]:
+    return {}
 
 
 def _flat_histogram(histogram: tuple[int, ...]) -> dict[str, Any]:
@@ -61,12 +87,15 @@ class _LoopStats:
     wall_s: float = 0.0
     wait_fraction: float = 0.0
     fetch_s: float = 0.0
+    between_s: float = 0.0
     body_s: float = 0.0
     steps_per_s: float = 0.0
     starved_fraction: float = 0.0
     in_flight_histogram: tuple[int, ...] = dataclasses.field(default=(),
                                                              metadata={"flat": _flat_histogram})
     verdict: str = "unknown"
+    # the summary's words, not a figure: left out of as_dict()
+    advice: str = dataclasses.field(default=_ADVICE["unknown"], metadata={"flat": _unlogged})
     depth: int | None = None
     dry_fraction: float = 0.0
 
@@ -98,15 +127,24 @@ class Stats(PartStats, _LoopStats):
             ``Deferred.get()`` between epochs); not part of ``wall_s``.
         wall_s: seconds inside passes (see below), up to now while one runs.
         wait_fraction: ``wait_s / wall_s``.
-        fetch_s: host seconds spent taking the next batch from the source
-            (with ``step()``/``begin_step()``: the time between steps; with
-            ``mark()``: 0, fetching is part of the body).
+        fetch_s: host seconds a wrapped loop spent taking the next batch from
+            its source (0 in ``step()``/``begin_step()``/``mark()`` loops: the
+            throttle does not see their fetching).
+        between_s: host seconds between the steps of a ``step()``/
+            ``begin_step()`` loop, from one step's end to the next one's start:
+            the loop's own host work there (taking a batch, an evaluation,
+            logging), which the throttle cannot tell apart, so it is not called
+            fetching (with ``mark()``: part of the body).
         body_s: host seconds in the loop body (the rest of ``wall_s``).
         steps_per_s: ``steps / wall_s``.
         starved_fraction: share of hand-outs at which nothing was queued on the device.
         in_flight_histogram: ``h[k]`` = hand-outs with ``k`` steps in flight (last bucket: k or
             more).
         verdict: what limits the loop; see :func:`verdict`.
+        advice: what to try, as the summary's verdict line says it: for the
+            backend (``jax.jit`` on JAX, ``torch.compile`` on torch), and
+            for where a host-bound loop's time went (its body, or between the
+            steps of a step loop). Not in :meth:`as_dict`.
         depth: the depth in force (under ``depth="auto"``, its current choice).
         dry_fraction: share of steps during whose loop body the device ran dry
             (the previous step, queued at the hand-out, was complete at the record).
@@ -123,6 +161,11 @@ class Stats(PartStats, _LoopStats):
             gather read; None before one. With sections, the sum of each
             step's sections that are not ``collective`` replaces the step time.
         slowest_rank: the rank with the lowest score (None before a gather).
+        stopped_ranks: with ``ranks_every=``, once the gathers stopped (a rank
+            stopped calling the throttle, so a gather failed after
+            ``ranks_timeout``): the ranks the store names as behind (empty
+            when it cannot tell); None while they go on. ``rank_scores`` then
+            keeps the last gather's scores.
         sections: with ``Throttle.section(name)``: each name's recent median
             device time in ms per step (None before a timed section completes).
         max_memory, memory_peak: the ``max_memory`` budget and the most bytes
@@ -138,10 +181,11 @@ class Stats(PartStats, _LoopStats):
             ``Throttle(nonfinite=)``; 0 with ``nonfinite=None``).
         nonfinite_first: the first such step (None before one).
 
-    Host times count only inside passes: from a wrapped loop's first
-    ``next()`` to its end (or ``break``), and for ``step()``/``mark()`` loops
-    from the first step to ``drain()``; time between passes (an evaluation
-    between epochs) is not loop time.
+    Host times count only inside passes, where wall = fetch + between + body +
+    wait: from a wrapped loop's first ``next()`` to its end (or ``break``),
+    and for ``step()``/``mark()`` loops from the first step to ``drain()`` or
+    ``pause()``; time between passes (an evaluation between epochs) is not
+    loop time.
     """
 
     def as_dict(self) -> dict[str, Any]:
@@ -164,14 +208,16 @@ class Stats(PartStats, _LoopStats):
             f"steps/s), {self.completed} seen complete, max {self.max_in_flight} in flight",
             f"  host: waited {self.wait_s:.3f} s ({self.wait_fraction:.0%}) in {self.waits} waits, "
             f"fetching {self.fetch_s:.3f} s ({_share(self.fetch_s, self.wall_s)}), "
-            f"loop body {self.body_s:.3f} s ({_share(self.body_s, self.wall_s)})",
+            + (f"between steps {self.between_s:.3f} s ({_share(self.between_s, self.wall_s)}), "
+               if self.between_s > 0 else "")
+            + f"loop body {self.body_s:.3f} s ({_share(self.body_s, self.wall_s)})",
         ]
         if self.wait_outside_s > 0:
             lines.append(f"  outside the loop: waited {self.wait_outside_s:.3f} s (drain() or "
                          "get() between passes)")
         for part in PARTS:
             lines.extend(part.summary_lines(self))
-        lines.append(f"  verdict: {self.verdict} -- {_ADVICE[self.verdict]}")
+        lines.append(f"  verdict: {self.verdict} -- {self.advice}")
         return "\n".join(lines)
 
 
@@ -198,6 +244,7 @@ def verdict(
     synchronous: bool = False,
     dry_fraction: float = 0.0,
     device_idle: float | None = None,
+    between_fraction: float = 0.0,
 ) -> str:
     """What limits a loop, from host-side facts and, when timed, the device's idle share.
 
@@ -211,8 +258,11 @@ def verdict(
       with nothing queued -- each wait empties the queue -- or the device ran
       dry inside at least 10 % of the loop bodies (``dry_fraction``: a slow
       body every few steps outlasts the queue);
-    * ``"input-bound"``: the host rarely waits and fetching takes >= 50 %;
-    * ``"host-bound"``: the host rarely waits and the loop body takes >= 50 %;
+    * ``"input-bound"``: the host rarely waits and fetching (a wrapped loop's
+      source) takes >= 50 %;
+    * ``"host-bound"``: the host rarely waits and its own work takes >= 50 %:
+      the loop body, and in a ``step()``/``begin_step()`` loop the time
+      between steps (``between_fraction``), which is never called fetching;
     * ``"balanced"`` otherwise (``"unknown"`` before the first steps);
     * on a synchronous backend (the CPU), ``"synchronous"`` instead of
       ``"host-bound"``/``"balanced"``: no device advice applies there.
@@ -230,31 +280,35 @@ def verdict(
         return "device-bound"
     if fetch_fraction >= _DOMINANT:
         return "input-bound"
-    if body_fraction >= _DOMINANT:
+    if body_fraction + between_fraction >= _DOMINANT:
         return "host-bound"
     return "balanced"
 
 
-def snapshot(core: Core, host: HostTimes, parts: Iterable[Part]) -> Stats:
-    """The :class:`Stats` of a throttle now, from its core, its host times and its parts; never
-    blocks."""
+def snapshot(core: Core, host: HostTimes, parts: Iterable[Part],
+             backend: Backend | None = None) -> Stats:
+    """The :class:`Stats` of a throttle now, from its core, its host times, its parts and its
+    backend (the advice's words); never blocks."""
     # completed first: never ahead of steps
     completed, steps = core.completed, core.steps
     synchronous = core.synchronous
     wall = host.wall_s()
     outside = host.outside_wait_s
-    # inside passes: wall = fetch + body + wait
+    # inside passes: wall = fetch + between + body + wait
     wait_s = min(max(0.0, core.wait_s - outside), wall)
     fetch = min(host.fetch_s, wall - wait_s)
-    body = max(0.0, wall - fetch - wait_s)
+    between = max(0.0, min(host.between_s, wall - wait_s - fetch))
+    body = max(0.0, wall - fetch - between - wait_s)
     histogram = tuple(core.histogram)
     handouts = sum(histogram)
-    shares = [x / wall if wall > 0 else 0.0 for x in (wait_s, fetch, body)]
+    shares = [x / wall if wall > 0 else 0.0 for x in (wait_s, fetch, body, between)]
     starved = histogram[0] / handouts if handouts else 0.0
     dry = core.dry / steps if steps else 0.0
     fields: dict[str, Any] = {}
     for part in parts:
         fields.update(part.fields())
+    said = verdict(steps, shares[0], shares[1], shares[2], starved, synchronous=synchronous,
+                   dry_fraction=dry, device_idle=busy_idle(fields), between_fraction=shares[3])
     return Stats(
         steps=steps,
         completed=completed,
@@ -266,12 +320,14 @@ def snapshot(core: Core, host: HostTimes, parts: Iterable[Part]) -> Stats:
         wall_s=wall,
         wait_fraction=shares[0],
         fetch_s=fetch,
+        between_s=between,
         body_s=body,
         steps_per_s=steps / wall if wall > 0 else 0.0,
         starved_fraction=starved,
         in_flight_histogram=histogram,
-        verdict=verdict(steps, shares[0], shares[1], shares[2], starved, synchronous=synchronous,
-                        dry_fraction=dry, device_idle=busy_idle(fields)),
+        verdict=said,
+        advice=advice(said, between_s=between, body_s=body,
+                      host=backend.host_advice if backend is not None else None),
         depth=core.depth,
         dry_fraction=dry,
         **fields,

@@ -200,6 +200,8 @@ class Throttle:
         # begin_step() was called and end_step() not yet
         self._in_step = False
         self._host = HostTimes(clock, self._core)
+        # the verdict's advice speaks its language
+        self._backend = backend
         self._sections: Sections = at.built[Sections]
         self._sections.in_step = self._step_open
 
@@ -245,7 +247,7 @@ class Throttle:
         # under torch.compile: run eagerly, as a graph break
         if _compile.compiling():
             return _compile.eagerly(getattr, self, "stats")  # type: ignore[no-any-return]
-        return snapshot(self._core, self._host, self._parts.values())
+        return snapshot(self._core, self._host, self._parts.values(), self._backend)
 
     def summary(self) -> str:
         """A short human-readable report of :attr:`stats` (and, with ``detect_sync="warn"``, the
@@ -286,7 +288,10 @@ class Throttle:
         With :meth:`end_step`, the same as entering and leaving ``step()``, for
         frameworks whose hooks cannot hold a ``with`` block (Lightning's
         ``on_train_batch_start``/``on_train_batch_end``). The time between
-        ``end_step()`` and the next ``begin_step()`` counts as fetching.
+        ``end_step()`` and the next ``begin_step()`` is the loop's time between
+        steps (``stats.between_s``), not fetching: the throttle cannot see what
+        it is (a batch taken, an evaluation); ``drain()`` or ``pause()`` before
+        an evaluation leaves it out of loop time.
         """
         self._ownership.claim("begin_step()")
         try:
@@ -298,7 +303,7 @@ class Throttle:
             if host.started is None:
                 host.begin(now)
             elif self._core.steps:
-                host.fetched(self._core.steps, host.step_end, max(0.0, now - host.step_end))
+                host.between(self._core.steps, host.step_end, max(0.0, now - host.step_end))
             # counted: a retry after a timeout counts only the time since
             host.step_end = now
             try:

@@ -97,6 +97,19 @@ class Backend:
 
         return torch_backend.cuda_module()
 
+    @property
+    def host_advice(self) -> str:
+        """The verdict's advice for a loop body that keeps the host busy, in this device's terms."""
+        busy = "the host spends its time in the loop body (Python, "
+        if self.kind == "jax":
+            return (busy + "dispatching, or a sync such as float() of an array or "
+                    "block_until_ready()): try jax.jit over more of the step, bigger batches, or "
+                    "lax.scan over several steps, and defer() values")
+        graphs = " or CUDA graphs" if self.kind == "cuda" else ""
+        named = " that detect_sync='warn' would name" if self.kind in ("cuda", "events") else ""
+        return (busy + f"kernel launches, or a sync such as .item(){named}): try bigger batches, "
+                f"torch.compile{graphs}, and defer() values")
+
     def describe(self) -> str:
         return "a custom events= backend" if self.kind == "events" else self.kind
 

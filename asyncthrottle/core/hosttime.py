@@ -1,4 +1,5 @@
-"""Host time inside passes: the wall time a loop has run, and how much of it went into fetching."""
+"""Host time inside passes: the wall time a loop has run, what went into fetching, and what went
+between the steps of a step loop."""
 
 from __future__ import annotations
 
@@ -14,7 +15,11 @@ class HostTimes:
 
     A pass is a wrapped loop from its first ``next()`` to its end (or
     ``break``); for ``step()``/``begin_step()``/``mark()`` loops, from the
-    first step to ``drain()``. Inside passes, wall = fetch + body + wait: the
+    first step to ``drain()``. Inside passes, wall = fetch + between + body +
+    wait, where fetching is a wrapped loop's ``next()`` on its source and
+    between is the time from one ``end_step()`` to the next ``begin_step()``
+    (the loop's own host work there: taking a batch, an evaluation, logging --
+    the throttle cannot tell which, so it is never called fetching). The
     waits outside them (a ``drain()`` after a ``break``, ``Deferred.get()``
     between epochs) are counted apart (``outside_wait_s``), never taken from
     the body. Written by the loop's thread only; ``wall_s()`` is safe to read
@@ -28,13 +33,15 @@ class HostTimes:
             (``Core.pause``).
     """
 
-    __slots__ = ("_clock", "_closed_s", "_core", "_outside_s", "_paused_wait_s", "fetch_s",
-                 "started", "step_end")
+    __slots__ = ("_clock", "_closed_s", "_core", "_outside_s", "_paused_wait_s", "between_s",
+                 "fetch_s", "started", "step_end")
 
     def __init__(self, clock: Callable[[], float], core: Core) -> None:
         self._clock, self._core = clock, core
-        # host seconds taking batches (or between steps)
+        # host seconds taking batches from a wrapped loop's source
         self.fetch_s = 0.0
+        # host seconds between the steps of step()/begin_step() loops
+        self.between_s = 0.0
         # host seconds blocked on the device between the passes before the last one
         self._outside_s = 0.0
         # the core's wait_s when the last pass ended (the waits since, between passes, are not the
@@ -44,7 +51,7 @@ class HostTimes:
         self._closed_s = 0.0
         # when the current pass began (None: between passes)
         self.started: float | None = None
-        # when the last step ended (the fetch time of begin_step() loops)
+        # when the last step ended (the time between steps of begin_step() loops)
         self.step_end = 0.0
 
     @property
@@ -70,10 +77,22 @@ class HostTimes:
             self._core.pause(now)
 
     def fetched(self, step: int, start: float, seconds: float) -> None:
-        """The host spent ``seconds`` from ``start`` taking ``step``'s batch (or between steps)."""
+        """The host spent ``seconds`` from ``start`` taking ``step``'s batch from the source."""
         self.fetch_s += seconds
         for hook in self._core.on_fetch:
             hook(step, start, seconds)
+
+    def between(self, step: int, start: float, seconds: float) -> None:
+        """The host spent ``seconds`` from ``start`` between the step before and ``step`` (a
+        ``begin_step()`` loop); the ``on_fetch`` hooks hear it as they hear a fetch."""
+        self.between_s += seconds
+        if self._core.on_fetch:
+            fetch = self.fetch_s
+            try:
+                self.fetched(step, start, seconds)
+            finally:
+                # heard as a fetch, counted apart
+                self.fetch_s = fetch
 
     def wall_s(self) -> float:
         """Seconds inside passes, up to now while one runs; never negative."""

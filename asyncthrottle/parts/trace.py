@@ -65,7 +65,8 @@ class Trace(Part):
     has no ``body`` span. A wait inside a body (``Deferred.get()``,
     ``drain()``) is a ``wait`` span within the ``body`` span, counted once
     (as wait; ``args.waits_inside_s``). Over fully traced passes the spans add up to
-    ``Stats.fetch_s``/``body_s``/``wait_s``, except what ``Stats.body_s``
+    ``Stats.fetch_s``/``body_s``/``wait_s`` (the ``fetch`` spans of a ``step()`` loop: the time
+    between its steps, ``Stats.between_s``), except what ``Stats.body_s``
     counts outside any step: the throttle's own bookkeeping between the spans
     (microseconds a step), a failed ``step()``'s body, and with ``step()`` or
     ``begin_step()`` the time from the last ``end_step()`` to ``drain()``.

@@ -1,4 +1,5 @@
-"""Host time adds up inside passes (wall = fetch + body + wait); what happens between passes is not the loop's."""
+"""Host time adds up inside passes (wall = fetch + between + body + wait); what happens between passes is not
+the loop's."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ MS = 1e-3
 
 
 def _adds_up(stats: at.Stats) -> None:
-    assert stats.fetch_s + stats.body_s + stats.wait_s == pytest.approx(stats.wall_s)
+    assert stats.fetch_s + stats.between_s + stats.body_s + stats.wait_s == pytest.approx(stats.wall_s)
 
 
 @pytest.mark.parametrize("drain_at_end", [True, False])
@@ -36,11 +37,11 @@ def test_a_drain_after_a_break_is_not_taken_from_the_body(drain_at_end: bool) ->
     assert "outside the loop: waited 0.370 s" in stats.summary()
 
 
-def test_a_failed_steps_body_in_a_step_loop_is_body_not_fetch() -> None:
+def test_a_failed_steps_body_in_a_step_loop_is_body_not_between() -> None:
     dev = FakeDevice()
     thr = dev.throttle(2)
     for i in range(4):
-        dev.host(1 * MS)  # between steps: fetching
+        dev.host(1 * MS)  # between steps: the loop's own (a batch taken, or anything else), never fetching
         try:
             with thr.step():
                 dev.host(20 * MS)
@@ -50,7 +51,8 @@ def test_a_failed_steps_body_in_a_step_loop_is_body_not_fetch() -> None:
             pass
     thr.drain()
     stats = thr.stats
-    assert stats.fetch_s == pytest.approx(3 * MS)  # the first gap is before the pass began
+    assert stats.between_s == pytest.approx(3 * MS)  # the first gap is before the pass began
+    assert stats.fetch_s == 0.0  # the throttle saw no fetch
     assert stats.body_s == pytest.approx(80 * MS)
     _adds_up(stats)
 
@@ -71,7 +73,7 @@ def test_retries_of_begin_step_after_a_timeout_count_the_gap_once() -> None:
     thr.end_step()
     thr.drain()
     stats = thr.stats
-    assert stats.fetch_s == pytest.approx(500 * MS, abs=2 * MS)  # not 20 x the growing gap
+    assert stats.between_s == pytest.approx(500 * MS, abs=2 * MS)  # not 20 x the growing gap
     _adds_up(stats)
 
 
@@ -219,3 +221,30 @@ def test_waits_between_passes_stay_outside_after_the_next_pass() -> None:
         dev.launch(10 * MS)
     assert with_depth.stats.wait_s == pytest.approx(30 * MS, abs=1 * MS)
     assert with_depth.stats.wait_outside_s == 0.0
+
+
+class _Fetches:
+    """A part that hears fetches: a step loop's time between steps reaches it as a fetch does."""
+
+    def __init__(self) -> None:
+        self.heard: list[tuple[int, float]] = []
+
+    def on_fetch(self, step: int, start: float, seconds: float) -> None:
+        self.heard.append((step, seconds))
+
+
+def test_the_time_between_steps_is_heard_as_a_fetch_and_counted_apart() -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(2, sample_every=None)
+    heard = _Fetches()
+    thr.subscribe(heard)
+    for _ in range(3):
+        with thr.step():
+            dev.host(2 * MS)
+        dev.host(40 * MS)  # an evaluation between steps
+    stats = thr.stats
+    assert heard.heard == [(1, pytest.approx(40 * MS)), (2, pytest.approx(40 * MS))]
+    # before: fetch_s 80 ms, and the verdict "input-bound" for a loop with no source to fetch from
+    assert stats.fetch_s == 0.0 and stats.between_s == pytest.approx(80 * MS)
+    assert stats.verdict == "host-bound"
+    _adds_up(stats)
