@@ -29,11 +29,13 @@ WRONG_TYPE = [
     {"timeout": "5"}, {"drain": "yes"}, {"nvtx": 1}, {"max_memory": "1GB"}, {"memory": 5}, {"to": 3},
     {"depth": 2.5}, {"depth": "auto", "max_depth": 2.5}, {"clock": 3},
     {"streams": 5}, {"streams": "side"}, {"streams": [1, 2]}, {"streams": (_Stream(), "side")},
+    {"nonfinite": 1}, {"nonfinite": True}, {"ranks_timeout": "60"}, {"ranks_timeout": None},
 ]
 WRONG_VALUE = [
     {"stall": -5.0}, {"stall": "often"}, {"depth": "deep"}, {"depth": 0}, {"sample_every": 0}, {"ranks_every": 0},
     {"trace": -1}, {"timeout": 0}, {"detect_sync": "loud"}, {"max_memory": -1}, {"depth": 2, "max_depth": 4},
-    {"wait": "sometimes"}, {"streams": []},
+    {"wait": "sometimes"}, {"streams": []}, {"nonfinite": "loud"}, {"ranks_timeout": 0},
+    {"ranks_timeout": float("inf")},
 ]
 
 

@@ -191,3 +191,15 @@ def test_the_readme_keeps_the_two_commands() -> None:
 
 def test_ci_runs_the_readmes_test_command_as_it_is() -> None:
     assert TESTS in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_options_table_names_every_throttle_keyword() -> None:
+    import inspect
+
+    text = (DOCS / "depth-rule.md").read_text()
+    table = text[text.index("The options, all keyword-only"):]
+    rows = "\n".join(line for line in table.splitlines()[:40] if line.startswith("| `"))
+    listed = set(re.findall(r"`(\w+)=`", rows))
+    keywords = set(inspect.signature(asyncthrottle.Throttle).parameters) - {"depth"}  # depth: the first argument
+    assert not keywords - listed, f"Throttle keywords missing from depth-rule.md's table: {sorted(keywords - listed)}"
+    assert not listed - keywords, f"the table lists what Throttle does not take: {sorted(listed - keywords)}"
