@@ -48,12 +48,18 @@ FLAGS = {
 }
 
 
+# the public modules of an optional framework, and the framework each needs
+_NEEDS = {"asyncthrottle.lightning": "lightning", "asyncthrottle.transformers": "transformers"}
+
+
 def _python(code: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
 
 
 @pytest.mark.parametrize("module", sorted(PUBLIC))
 def test_the_public_path_imports(module: str) -> None:
+    if module in _NEEDS:
+        pytest.importorskip(_NEEDS[module])
     loaded = importlib.import_module(module)
     missing = [name for name in PUBLIC[module] if not hasattr(loaded, name)]
     assert not missing, f"{module} lacks {missing}"
@@ -73,6 +79,7 @@ def test_the_version_is_the_projects() -> None:
 
 
 def test_the_lightning_callbacks_pickled_path_never_moves() -> None:
+    pytest.importorskip("lightning")
     from asyncthrottle.lightning import ThrottleCallback
 
     path = f"{ThrottleCallback.__module__}.{ThrottleCallback.__qualname__}"
