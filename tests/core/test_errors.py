@@ -24,6 +24,16 @@ class NeverEvent:
         raise AssertionError("a polling wait must not call synchronize()")
 
 
+class _Stream:
+    """What the throttle asks of a stream (torch.Stream's wait_stream and wait_event)."""
+
+    def wait_stream(self, other: Any) -> None:
+        pass
+
+    def wait_event(self, event: Any) -> None:
+        pass
+
+
 @pytest.mark.parametrize(
     ("depth", "error", "message"),
     [
@@ -55,7 +65,7 @@ def test_bad_depth_names_the_rule_and_the_value(depth: object, error: type, mess
         ({"drain": "yes"}, TypeError, "drain must be True or False"),
         ({"device": "bogus"}, ValueError, "device='bogus' is not a device torch knows"),
         ({"device": 3}, TypeError, "device must be None, a str"),
-        ({"device": "cpu", "streams": ["s"]}, ValueError, "the device is the CPU, which has no streams"),
+        ({"device": "cpu", "streams": [_Stream()]}, ValueError, "the device is the CPU, which has no streams"),
         ({"events": 5}, TypeError, "events must be a zero-argument callable"),
         ({"events": NeverEvent, "device": "cpu"}, ValueError, "pass events= or device=/streams=, not both"),
     ],
