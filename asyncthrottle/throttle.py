@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import traceback
 import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -125,8 +126,11 @@ class Throttle:
 
     Threads: one loop runs in one thread; ``stats``, ``latest``,
     ``in_flight`` and ``Deferred.ready()``/``get()`` are safe from any thread.
-    Changing the throttle (a pass, a step, ``mark()``, ``drain()``) from a
-    second thread while the first uses it raises ``RuntimeError``.
+    Changing the throttle (a pass, a step, ``end_step()``, ``mark()``,
+    ``drain()``, ``pause()``) from a second thread while the first uses it
+    raises ``RuntimeError``; a ``step()``/``begin_step()``/``mark()`` loop
+    uses it between its steps too, until ``drain()`` or ``pause()`` in its
+    thread (or until that thread ends).
 
     Host-device syncs: the only ones are the waits the depth rule (and a
     ``max_memory`` budget) requires, ``drain()``, ``Deferred.get()`` on an
@@ -195,6 +199,8 @@ class Throttle:
         self._prefetch = at.part(Prefetch)
         self._timing = at.part(DeviceTiming)
         self._ownership = Ownership()
+        # an error a pass's finalizer could not raise, for the next call that changes the throttle
+        self._kept: Exception | None = None
         # the wrapped pass running now (a break drops it)
         self._pass: weakref.ref[Pass[Any]] | None = None
         # begin_step() was called and end_step() not yet
@@ -293,8 +299,11 @@ class Throttle:
         it is (a batch taken, an evaluation); ``drain()`` or ``pause()`` before
         an evaluation leaves it out of loop time.
         """
-        self._ownership.claim("begin_step()")
+        ownership = self._ownership
+        ownership.claim("begin_step()")
         try:
+            if self._kept is not None:
+                self._raise_kept()
             self._refuse_in_pass("begin_step()")
             if self._in_step:
                 raise RuntimeError("begin_step() was called twice without end_step(); step() is "
@@ -304,6 +313,9 @@ class Throttle:
                 host.begin(now)
             elif self._core.steps:
                 host.between(self._core.steps, host.step_end, max(0.0, now - host.step_end))
+            if not ownership.held:
+                # the loop keeps the throttle between its steps, until drain() or pause()
+                ownership.hold()
             # counted: a retry after a timeout counts only the time since
             host.step_end = now
             try:
@@ -314,7 +326,7 @@ class Throttle:
                 host.step_end = self._clock()
                 raise
         except BaseException:
-            self._ownership.release()
+            ownership.release()
             raise
         self._in_step = True
         return self._core.steps
@@ -328,6 +340,8 @@ class Throttle:
         """
         if failed is not False and failed is not True:
             check_bool("failed", failed)
+        # (begin_step()'s claim: another thread's end_step() is refused)
+        self._ownership.check("end_step()")
         if not self._in_step:
             raise RuntimeError("end_step() was called without begin_step(); call begin_step() "
                                "first")
@@ -400,15 +414,21 @@ class Throttle:
         is fetched after the wait, so data loading does not overlap it (under
         ``mark()`` fetching is part of the loop body: ``fetch_s`` stays 0).
         """
-        self._ownership.claim("mark()")
+        ownership = self._ownership
+        ownership.claim("mark()")
         try:
+            if self._kept is not None:
+                self._raise_kept()
             self._refuse_in_pass("mark()")
             now = self._clock()
             self._host.begin(now)
+            if not ownership.held:
+                # the loop keeps the throttle between its steps, until drain() or pause()
+                ownership.hold()
             self._core.record(now)
             self._core.admit()
         finally:
-            self._ownership.release()
+            ownership.release()
 
     def drain(self) -> None:
         """Wait for every recorded step (a host-device sync for the last one).
@@ -418,10 +438,13 @@ class Throttle:
         """
         self._ownership.claim("drain()")
         try:
+            if self._kept is not None:
+                self._raise_kept()
             self._core.drain()
             self._flush_timing()
             if self._running_pass() is None and not self._in_step:
                 self._host.end(self._clock())
+                self._ownership.let_go()
         finally:
             self._ownership.release()
 
@@ -449,6 +472,8 @@ class Throttle:
                            "now")
         self._ownership.claim("pause()")
         try:
+            if self._kept is not None:
+                self._raise_kept()
             self._refuse_in_pass("pause()")
             if self._in_step:
                 raise RuntimeError("pause() was called with a step open; call end_step() first "
@@ -456,6 +481,7 @@ class Throttle:
             host = self._host
             if host.started is not None:
                 host.end(max(host.started, self._clock() if at is None else at))
+            self._ownership.let_go()
         finally:
             self._ownership.release()
 
@@ -553,24 +579,53 @@ class Throttle:
 
     def _start_pass(self, new: Pass[Any], now: float) -> None:
         self._ownership.claim("a wrapped loop")
-        earlier = self._running_pass()
-        if self._in_step:
+        try:
+            if self._kept is not None:
+                self._raise_kept()
+            earlier = self._running_pass()
+            if self._in_step:
+                raise RuntimeError("cannot start a wrapped loop inside `with throttle.step():` "
+                                   "(or begin_step())")
+            # An earlier pass in this thread was left without close(): end it (if it is asked for
+            # more, nested or interleaved loops, it raises). An error of its step's delivery is
+            # raised here, and this pass does not start.
+            if earlier is not None:
+                earlier._supersede()
+        except BaseException:
             self._ownership.release()
-            raise RuntimeError("cannot start a wrapped loop inside `with throttle.step():` (or "
-                               "begin_step())")
-        # An earlier pass in this thread was left without close(): end it (if it is asked for more,
-        # nested or interleaved loops, it raises).
-        if earlier is not None:
-            earlier._supersede()
+            raise
         self._pass = weakref.ref(new)
         self._host.begin(now)
 
     def _end_pass(self, finished: Pass[Any]) -> None:
         if self._pass is not None and self._pass() in (finished, None):
             self._pass = None
-            self._host.end(self._clock())
-            self._flush_timing()
-            self._ownership.release()
+            try:
+                self._host.end(self._clock())
+                self._flush_timing()
+            finally:
+                self._ownership.release()
+                # a step loop's pass before this one has ended with it
+                self._ownership.let_go()
+
+    def _keep(self, error: Exception) -> None:
+        """An error of a pass's end that no caller could be given (its finalizer ended it, after a
+        ``break`` or in the GC): the next call that changes the throttle raises it, once.
+
+        The traceback keeps its lines, not its frames' variables (the pass, its batches), which
+        would stay alive with it.
+        """
+        traceback.clear_frames(error.__traceback__)
+        if self._kept is None:
+            self._kept = error
+
+    def _raise_kept(self) -> None:
+        kept, self._kept = self._kept, None
+        try:
+            raise kept  # type: ignore[misc]
+        finally:
+            # (no cycle through this frame)
+            del kept
 
     def _flush_timing(self) -> None:
         """Read the device timing of the steps seen complete (the loop's thread; queries only)."""

@@ -143,7 +143,13 @@ class Pass(Iterator[T], Generic[T]):
     garbage collector -- records the step being run, without blocking: its
     work was enqueued whatever happened, so its deferred values arrive with
     it. (Python does not tell an iterator why it was let go; ``step()`` and
-    ``end_step(failed=True)`` are the way to drop a failed step.)
+    ``end_step(failed=True)`` are the way to drop a failed step.) On a
+    synchronous backend that record delivers the step's values, and may raise
+    (``nonfinite="raise"``, an ``on_complete`` callback): where the pass was
+    let go by its finalizer (a ``break``, the GC), which cannot raise, the
+    throttle's next call that changes it raises the error, once -- the next
+    pass's first batch, ``begin_step()``/``step()``, ``mark()``, ``drain()``
+    or ``pause()``.
 
     A pass ended because a new pass over the same throttle started in the
     same thread (a nested ``for``, ``zip(view, view)``, an iterator kept after
@@ -312,13 +318,22 @@ class Pass(Iterator[T], Generic[T]):
 
     def __del__(self) -> None:
         if self._state == "running":
-            self._leave()
+            thr = self._thr
+            try:
+                self._leave()
+            except Exception as exc:
+                # a finalizer cannot raise (Python would only print it): the throttle's next call
+                # raises it; its traceback keeps this frame, which must not keep the pass
+                del self
+                thr._keep(exc)
 
     def _supersede(self) -> None:
-        """A new pass over the throttle starts in this thread: end this one; asking it for more is
-        an error."""
-        self._leave()
-        self._state = "superseded"
+        """A new pass over the throttle starts in this thread: end this one (its step's error is
+        raised to the new pass); asking it for more is an error."""
+        try:
+            self._leave()
+        finally:
+            self._state = "superseded"
 
     def _start(self, now: float) -> None:
         if self._state == "done":

@@ -145,6 +145,7 @@ def test_a_loop_cannot_start_while_another_thread_drains() -> None:
     thr = at.Throttle(2, events=gate, wait="spin", sample_every=None)
     with thr.step():
         pass
+    thr.pause()  # the step loop's pass ends: another thread may drain
     thread, out = _in_thread(thr.drain)
     gate.wait_for_thread(thread)
     try:
@@ -173,3 +174,50 @@ def test_drain_from_another_thread_during_a_loop_is_refused() -> None:
     for i in range(4):
         gate.open(i)
     assert list(loop) == [1, 2]
+
+
+def _joined(call: Any) -> Any:
+    """``call()`` in another thread, joined: what it returned or raised."""
+    thread, out = _in_thread(call)
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    return out[0]
+
+
+@pytest.mark.parametrize("call", ["end_step", "begin_step", "drain", "mark", "pause"])
+def test_a_step_loop_keeps_its_throttle_during_and_between_steps(call: str) -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(2)
+    told: list[int] = []
+    thr.on_complete(lambda step, values: told.append(threading.get_ident()))
+    for _ in range(2):
+        with thr.step():
+            dev.launch(0.010)
+            thr.defer(1.0)
+    thr.begin_step()
+    during = _joined(getattr(thr, call))  # the loop is in its step
+    thr.end_step()
+    between = _joined(getattr(thr, call))  # the loop is between two steps
+    for refused in (during, between):
+        assert isinstance(refused, RuntimeError) and "is using this Throttle" in str(refused), refused
+    assert thr.stats.steps == 3 and told == [threading.get_ident()] * len(told)  # callbacks on the loop's thread only
+    thr.drain()  # ends the loop's pass: now another thread may use the throttle
+    assert told == [threading.get_ident()] * 3
+    assert _joined(thr.pause) is None and _joined(lambda: thr.step().__enter__()) == 3
+
+
+def test_a_step_loop_left_by_a_thread_that_ended_does_not_keep_the_throttle() -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(2)
+
+    def train() -> None:
+        for _ in range(3):
+            with thr.step():
+                dev.launch(0.010)
+
+    assert _joined(train) is None  # a worker's loop that never drained
+    thr.drain()  # its thread has ended: its claim is void
+    assert thr.stats.completed == 3
+    with thr.step():
+        pass
+    assert isinstance(_joined(thr.drain), RuntimeError)  # and this thread's loop keeps it in turn
