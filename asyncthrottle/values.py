@@ -257,6 +257,15 @@ class DonatedValueError(RuntimeError):
             f"device copy: thr.defer(value, name={name!r}, copy=True)"
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickled and copied by its own arguments (a worker's error crosses a process pool)
+        return type(self), (self.step, self.name, self.seen_at), self.__dict__
+
+    def _fresh(self) -> DonatedValueError:
+        """The same error without a traceback: the kept one is raised as a copy, so that each
+        raise has its own frames (none gathered, no cycle through them)."""
+        return copy.copy(self)
+
 
 class Deferred:
     """A value from one step, readable once that step is complete.
@@ -368,7 +377,8 @@ class Deferred:
         if not self.ready():
             self._wait(self)
         if self._donated(None):
-            raise self._lost  # type: ignore[misc]
+            # a new error each time: the kept one gathers no traceback (frames that hold this)
+            raise self._lost._fresh()  # type: ignore[union-attr]
         return self._settle()
 
     def item(self) -> float:

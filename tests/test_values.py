@@ -138,3 +138,17 @@ def test_one_named_tensor_takes_the_short_path_and_arrives_as_the_walked_one(dev
                    or v["dict"]["walked"].requires_grad for v in got)  # type: ignore[index]
     assert [v["param"].tolist() for v in got] == [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]  # type: ignore[union-attr]
     assert short.get().tolist() == [3.0] * 3
+
+
+def test_a_donated_value_error_pickles_and_copies_with_its_message_and_attributes() -> None:
+    """A worker's error crosses a process pool (pickle) and copy.copy keeps it whole."""
+    import copy
+    import pickle
+
+    from asyncthrottle.values import DonatedValueError
+
+    for seen_at in (3, None):
+        error = DonatedValueError(2, "state", seen_at)
+        for again in (pickle.loads(pickle.dumps(error)), copy.copy(error), copy.deepcopy(error)):
+            assert type(again) is DonatedValueError and str(again) == str(error)
+            assert (again.step, again.name, again.seen_at) == (2, "state", seen_at)

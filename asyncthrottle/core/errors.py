@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ThrottleTimeout(TimeoutError):
     """A wait for a step ran longer than the throttle's ``timeout``.
@@ -27,6 +29,10 @@ class ThrottleTimeout(TimeoutError):
             f"(waited {waited_s:.3f} s, depth={depth}); the device may be hung or the step "
             "slower than expected: raise timeout=, or call drain() to keep waiting"
         )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickled and copied by its own arguments (a worker's error crosses a process pool)
+        return type(self), (self.step, self.depth, self.waited_s, self.timeout), self.__dict__
 
 
 def not_ended(step: int) -> str:

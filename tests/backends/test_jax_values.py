@@ -205,3 +205,29 @@ def test_a_value_read_once_its_step_is_complete_but_not_retired_leaves_the_next_
     thr.drain()
     assert got == [(0, 0.0), (1, 4.0), (2, 8.0), (3, 12.0)]
     assert float(first) == 0.0
+
+
+def test_each_get_of_a_lost_value_raises_with_its_own_traceback_that_does_not_grow() -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(4)
+    dev.launch(1.0)
+    state = _state()
+    with thr.step():
+        lost = thr.defer(state, name="state")
+    with thr.step():
+        state = _donating(state)
+    with pytest.raises(DonatedValueError):
+        thr.drain()
+    depths = []
+    errors = []
+    for _ in range(3):
+        with pytest.raises(DonatedValueError) as raised:
+            lost.get()
+        tb, depth = raised.value.__traceback__, 0
+        while tb is not None:
+            tb, depth = tb.tb_next, depth + 1
+        depths.append(depth)
+        errors.append(raised.value)
+    assert depths[0] == depths[1] == depths[2]
+    assert errors[0] is not errors[1]  # a new error each time: one kept by the caller keeps its own frames
+    assert str(errors[0]) == str(errors[2]) and errors[2].seen_at == 1

@@ -195,7 +195,6 @@ def test_concurrent_step_from_two_threads_is_refused() -> None:
     thr = at.Throttle(1, events=GateEvent, wait="spin")
     with thr.step():
         pass
-    thr.pause()  # the step loop's pass ends here: until then it keeps the throttle
     worker = threading.Thread(target=thr.drain)
     worker.start()
     entered.wait()
@@ -212,3 +211,15 @@ def test_step_is_not_reentrant() -> None:
     thr = FakeDevice().throttle(depth=2)
     with thr.step(), pytest.raises(RuntimeError, match="not reentrant"), thr.step():
         pass
+
+
+def test_a_timeout_pickles_and_copies_with_its_message_and_attributes() -> None:
+    """A worker's error crosses a process pool (pickle) and copy.copy keeps it whole."""
+    import copy
+    import pickle
+
+    error = at.ThrottleTimeout(7, 2, 0.5, 0.25)
+    for again in (pickle.loads(pickle.dumps(error)), copy.copy(error), copy.deepcopy(error)):
+        assert type(again) is at.ThrottleTimeout and isinstance(again, TimeoutError)
+        assert str(again) == str(error)
+        assert (again.step, again.depth, again.waited_s, again.timeout) == (7, 2, 0.5, 0.25)
