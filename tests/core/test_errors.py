@@ -195,6 +195,7 @@ def test_concurrent_step_from_two_threads_is_refused() -> None:
     thr = at.Throttle(1, events=GateEvent, wait="spin")
     with thr.step():
         pass
+    thr.pause()  # the step loop's pass ends here: until then it keeps the throttle
     worker = threading.Thread(target=thr.drain)
     worker.start()
     entered.wait()
