@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .core.events import Event
+from .core.rule import tell_rest
 
 if TYPE_CHECKING:
     from .core.rule import Core
@@ -437,6 +438,8 @@ class Completions:
         self.callbacks: list[OnComplete] = []
         # the parts' (see :meth:`listen`)
         self.listeners: list[OnComplete] = []
+        # both, the parts' first: told in order (replaced, never changed in place)
+        self.told: list[OnComplete] = []
         self._subscribed = False
 
     def defer(self, value: Any, name: str | None, copy: bool = False) -> Deferred:
@@ -551,6 +554,7 @@ class Completions:
         self._subscribe()
         # copied on write: a delivery goes on over the old list
         self.callbacks = [*self.callbacks, callback]
+        self.told = [*self.listeners, *self.callbacks]
 
     def listen(self, listener: OnComplete) -> None:
         """A part hears ``listener(step, values)`` for every step, before the ``on_complete``
@@ -559,12 +563,14 @@ class Completions:
         It does not subscribe to the core: a throttle that defers nothing has nothing to tell it.
         """
         self.listeners = [*self.listeners, listener]
+        self.told = [*self.listeners, *self.callbacks]
 
     def remove(self, callback: OnComplete) -> None:
         try:
             callbacks = list(self.callbacks)
             callbacks.remove(callback)
             self.callbacks = callbacks
+            self.told = [*self.listeners, *callbacks]
         except ValueError:
             raise ValueError(f"{callback!r} is not registered with on_complete(); nothing to "
                              "remove") from None
@@ -698,13 +704,19 @@ class Completions:
         """``step`` is complete: its values go to ``latest`` and the callbacks. Never blocks."""
         recorded = self.recorded
         deferreds = recorded.popleft()[1] if recorded and recorded[0][0] == step else ()
+        if not deferreds and recorded and recorded[0][0] < step:
+            # steps retired but never told here (Ctrl-C between a retirement and its telling):
+            # theirs first, in order
+            while recorded and recorded[0][0] < step:
+                self.on_retire(recorded[0][0])
+            deferreds = recorded.popleft()[1] if recorded and recorded[0][0] == step else ()
         holding = self.holding
         while holding and holding[0].step <= step:
             holding.popleft()
         if self._copied:
             # before the settles read the slots those copies write
             self._release_copies(step)
-        error: Exception | None = None
+        lost: DonatedValueError | None = None
         values: dict[str, Any] = {}
         # names deferred more than once in the step: their value is the list of them
         repeated: set[str] | None = None
@@ -732,25 +744,23 @@ class Completions:
                         repeated = {name} if repeated is None else repeated | {name}
                     continue
             # raised once the step's other values are delivered
-            error = error or deferred._lost
+            lost = lost or deferred._lost
         if self.ring is not None:
             # after the settles: their values were copied out of the slots
             self.ring.retire(step)
         self.latest.update(values)
-        # (the lists are copied on write: a callback may remove itself or another)
-        for callback in self.listeners:
-            try:
+        # every callback sees every step (the core's rule: see tell_rest); the first error is
+        # raised after
+        told = self.told
+        try:
+            for callback in told:
                 callback(step, values)
-            except Exception as exc:
-                # every callback sees every step; the first error is raised after
-                error = error or exc
-        for callback in self.callbacks:
-            try:
-                callback(step, values)
-            except Exception as exc:
-                error = error or exc
-        if error is not None:
-            raise error
+        except BaseException as exc:
+            tell_rest(told, callback, step, values)
+            if lost is None or not isinstance(exc, Exception):
+                raise
+        if lost is not None:
+            raise lost._fresh()
 
     def _subscribe(self) -> None:
         if not self._subscribed:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .rule import tell_rest
+
 if TYPE_CHECKING:
     from .rule import Core
 
@@ -79,8 +81,13 @@ class HostTimes:
     def fetched(self, step: int, start: float, seconds: float) -> None:
         """The host spent ``seconds`` from ``start`` taking ``step``'s batch from the source."""
         self.fetch_s += seconds
-        for hook in self._core.on_fetch:
-            hook(step, start, seconds)
+        hooks = self._core.on_fetch
+        try:
+            for hook in hooks:
+                hook(step, start, seconds)
+        except BaseException:
+            tell_rest(hooks, hook, step, start, seconds)
+            raise
 
     def between(self, step: int, start: float, seconds: float) -> None:
         """The host spent ``seconds`` from ``start`` between the step before and ``step`` (a

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -24,14 +25,54 @@ _STEP_HOOKS = (
 )
 
 
+def tell_rest(hooks: list[Callable[..., Any]], raised: Callable[..., Any], *args: Any) -> None:
+    """Tell the hooks after ``raised``, the one of ``hooks`` whose error is being handled.
+
+    The slow path of every notification loop, which costs nothing while no hook raises::
+
+        try:
+            for hook in hooks:
+                hook(*args)
+        except BaseException:
+            tell_rest(hooks, hook, *args)
+            raise
+
+    So a hook that raised (Ctrl-C included) hides the notification from no hook after it, and
+    the first error is raised once all were told (see :func:`tell_all`).
+    """
+    tell_all(hooks[next(i for i, hook in enumerate(hooks) if hook is raised) + 1:], *args)
+
+
+def tell_all(hooks: list[Callable[..., Any]], *args: Any) -> None:
+    """While an error is being handled, tell every hook of ``hooks`` all the same.
+
+    A hook's ``Exception`` is dropped (the first error is the one raised); its interrupt (a
+    ``BaseException``: Ctrl-C) is raised in place of an ``Exception``, once all were told. The
+    error is never held here: a reference to it from a frame of its traceback would be a cycle
+    that keeps the loop's pass alive.
+    """
+    interrupted = not isinstance(sys.exc_info()[1], Exception)
+    for i, hook in enumerate(hooks):
+        try:
+            hook(*args)
+        except Exception:
+            pass
+        except BaseException:
+            if not interrupted:
+                tell_all(hooks[i + 1:], *args)
+                raise
+
+
 class Subscriber:
     """What a part of the throttle may hear from the core; every method is optional.
 
     Parts (device timing, deferred values, a trace, a depth controller, a
     framework callback) subscribe with :meth:`Core.subscribe`. The core calls
     them on the loop's thread; none of them may block or sync, and none of
-    them changes the rule. Define only the methods you need (this class is
-    documentation; subscribers do not have to inherit from it).
+    them changes the rule. One that raises hides the notification from no
+    other part, and the throttle call that told it raises the error. Define
+    only the methods you need (this class is documentation; subscribers do
+    not have to inherit from it).
     """
 
     def before_record(self, step: int, event: Event) -> None:
@@ -83,6 +124,17 @@ class Subscriber:
     def on_pause(self, now: float) -> None:
         """The loop left its pass at host time ``now``: until the next step, the time is not the
         loop's."""
+
+
+def tell(hooks: list[Callable[..., Any]], *args: Any) -> None:
+    """Call every hook of ``hooks`` with ``args``, by the rule of :func:`tell_rest` (a
+    notification that is not told every step: one call more)."""
+    try:
+        for hook in hooks:
+            hook(*args)
+    except BaseException:
+        tell_rest(hooks, hook, *args)
+        raise
 
 
 class EventSupplier(Protocol):
@@ -139,9 +191,11 @@ class Core:
     while being told, and no other part misses it); retirements are told in
     step order and never nest (a part that waits while being told of step
     ``n`` -- a ``drain()`` in a callback -- queues the steps it retires,
-    which are told after every part has heard of ``n``); a part that raised
-    does not hide the step from the parts after it (the first error is
-    raised once all were told).
+    which are told after every part has heard of ``n``); in every
+    notification a part that raised (Ctrl-C included) does not hide it from
+    the parts after it (the first error is raised once all were told: see
+    :func:`tell_rest`), and a step whose record a part raised at is still
+    recorded (on a synchronous backend, retired too).
 
     Args:
         depth: steps allowed in flight, or None (track only).
@@ -294,17 +348,30 @@ class Core:
         # synchronous: the step is complete as it ends
         if new_event is None:
             self.steps = step + 1
-            if self.on_record:
-                for hook in self.on_record:
-                    hook(step, None, now)
+            hooks = self.on_record
+            if hooks:
+                try:
+                    for hook in hooks:
+                        hook(step, None, now)
+                except BaseException:
+                    tell_rest(hooks, hook, step, None, now)
+                    if self.on_retire:
+                        # complete all the same
+                        tell_all([self._tell_retired], step)
+                    raise
             if self.on_retire:
                 self._tell_retired(step)
             return step
         event = self.supplier.supply_event(step) if step == self.supplied_step else new_event()
-        if self.before_record:
-            for hook in self.before_record:
-                hook(step, event)
         try:
+            hooks = self.before_record
+            if hooks:
+                try:
+                    for hook in hooks:
+                        hook(step, event)
+                except BaseException:
+                    tell_rest(hooks, hook, step, event)
+                    raise
             # may raise (CUDA graph capture): then the step is not counted
             event.record()
         except BaseException:
@@ -320,26 +387,37 @@ class Core:
         if queued > 1 and pending[-2].query():
             self.dry += 1
             self.last_dry = step
-            for hook in self.on_dry:
-                hook(step)
+            hooks = self.on_dry
+            if hooks:
+                try:
+                    for hook in hooks:
+                        hook(step)
+                except BaseException:
+                    tell_rest(hooks, hook, step)
+                    # recorded all the same
+                    tell_all(self.on_record, step, event, now)
+                    raise
             if queued == 2 and not self.on_retire:
                 # the step before, seen complete: retired now (the hand-out would ask it again)
                 pending.popleft()
-        if self.on_record:
-            for hook in self.on_record:
-                hook(step, event, now)
+        hooks = self.on_record
+        if hooks:
+            try:
+                for hook in hooks:
+                    hook(step, event, now)
+            except BaseException:
+                tell_rest(hooks, hook, step, event, now)
+                raise
         return step
 
     def drop(self) -> None:
         """The step being run ends without an event: its parts drop it (its number is used
         again)."""
-        for hook in self.on_drop:
-            hook(self.steps)
+        tell(self.on_drop, self.steps)
 
     def pause(self, now: float) -> None:
         """The loop left its pass (it ended, broke, or drained between epochs): tell the parts."""
-        for hook in self.on_pause:
-            hook(now)
+        tell(self.on_pause, now)
 
     def admit(self) -> int:
         """Before a step: wait until at most depth - 1 steps are in flight. Returns how many are."""
@@ -390,13 +468,23 @@ class Core:
                 self.histogram[0] += 1
                 if self.steps == self.supplied_step:
                     self.supplier.supplied_idle(self.steps, last)
-                if self.on_idle:
-                    for hook in self.on_idle:
-                        hook(self.steps)
-        if self.on_handout:
+                hooks = self.on_idle
+                if hooks:
+                    try:
+                        for hook in hooks:
+                            hook(self.steps)
+                    except BaseException:
+                        tell_rest(hooks, hook, self.steps)
+                        raise
+        hooks = self.on_handout
+        if hooks:
             now = self.clock()
-            for hook in self.on_handout:
-                hook(self.steps, queued, now)
+            try:
+                for hook in hooks:
+                    hook(self.steps, queued, now)
+            except BaseException:
+                tell_rest(hooks, hook, self.steps, queued, now)
+                raise
         return queued
 
     def wait_for(self, step: int) -> None:
@@ -409,8 +497,14 @@ class Core:
     def _block(self, step: int, event: Event) -> None:
         """Wait for ``step``'s unfinished ``event`` with the strategy, timed and told."""
         clock = self.clock
-        for hook in self.on_wait_begin:
-            hook(step)
+        hooks = self.on_wait_begin
+        if hooks:
+            try:
+                for hook in hooks:
+                    hook(step)
+            except BaseException:
+                tell_rest(hooks, hook, step)
+                raise
         start = clock()
         done = False
         try:
@@ -420,8 +514,14 @@ class Core:
             waited = clock() - start
             self.waits += 1
             self.wait_s += waited
-            for hook in self.on_wait:
-                hook(step, start, waited)
+            hooks = self.on_wait
+            if hooks:
+                try:
+                    for hook in hooks:
+                        hook(step, start, waited)
+                except BaseException:
+                    tell_rest(hooks, hook, step, start, waited)
+                    raise
         if not done:
             assert self.timeout is not None
             raise ThrottleTimeout(step, self.depth, waited, self.timeout)
@@ -444,26 +544,36 @@ class Core:
             untold.append(step)
             return
         self._telling = True
-        error: BaseException | None = None
+        error: Exception | None = None
         try:
             # steps left by an interrupted telling (Ctrl-C in a callback) go first
             if untold:
                 untold.append(step)
                 step = untold.popleft()
             while True:
-                for hook in self.on_retire:
-                    try:
+                hooks = self.on_retire
+                try:
+                    for hook in hooks:
                         hook(step)
-                    except Exception as exc:
-                        # a user's callback: the other parts still hear of the step
-                        error = error or exc
+                except Exception as exc:
+                    # a user's callback: the other parts still hear of the step, and of the steps
+                    # retired meanwhile (a later hook's interrupt is raised now)
+                    tell_rest(hooks, hook, step)
+                    error = error or exc
+                except BaseException:
+                    # Ctrl-C: raised once the other parts heard of the step (the steps retired
+                    # meanwhile are told at the next telling)
+                    tell_rest(hooks, hook, step)
+                    raise
                 if not untold:
                     break
                 step = untold.popleft()
+            if error is not None:
+                raise error
         finally:
             self._telling = False
-        if error is not None:
-            raise error
+            # the error's traceback holds this frame: no cycle keeps the loop's pass alive
+            error = None
 
     def wait_until(self, step: int) -> None:
         """Wait for ``step`` and every step before it (no later step), retiring them."""

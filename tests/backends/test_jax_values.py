@@ -6,7 +6,9 @@ the arrays, the jitted calls and their donations are real JAX (XLA on the CPU).
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 from typing import Any
 
 import pytest
@@ -205,6 +207,51 @@ def test_a_value_read_once_its_step_is_complete_but_not_retired_leaves_the_next_
     thr.drain()
     assert got == [(0, 0.0), (1, 4.0), (2, 8.0), (3, 12.0)]
     assert float(first) == 0.0
+
+
+class _Batch:
+    """A batch whose death a test can see (a weak reference)."""
+
+
+def _donating_loop(dev: FakeDevice, thr: at.Throttle, refs: list[weakref.ref[_Batch]],
+                   kept: list[at.Deferred]) -> None:
+    """A wrapped loop whose step 1 donates the array step 0 deferred, before step 0 completed."""
+    state = _state()
+
+    def batches() -> Any:
+        for _ in range(6):
+            batch = _Batch()
+            refs.append(weakref.ref(batch))
+            yield batch
+
+    for i, _batch in enumerate(thr.wrap(batches())):
+        dev.launch(1.0)
+        if i == 0:
+            kept.append(thr.defer(state, name="state"))
+        else:
+            state = _donating(state)
+
+
+def test_a_donated_value_raised_at_delivery_ends_the_pass_and_frees_its_batches_without_the_gc() -> None:
+    gc.collect()
+    gc.disable()
+    try:
+        dev = FakeDevice()
+        thr = dev.throttle(2)
+        refs: list[weakref.ref[_Batch]] = []
+        kept: list[at.Deferred] = []  # the user keeps the lost value's Deferred
+        with pytest.raises(DonatedValueError):
+            _donating_loop(dev, thr, refs, kept)
+        assert refs and [ref() for ref in refs] == [None] * len(refs)  # no cycle keeps a batch or the pass
+        thr.pause()  # the pass has ended: not "inside a wrapped loop"
+        steps = thr.stats.steps
+        with pytest.raises(DonatedValueError):
+            kept[0].get()
+        thr.drain()
+        gc.collect()  # the collector finds no pass left to end
+        assert (thr.stats.steps, thr.in_flight) == (steps, 0)
+    finally:
+        gc.enable()
 
 
 def test_each_get_of_a_lost_value_raises_with_its_own_traceback_that_does_not_grow() -> None:

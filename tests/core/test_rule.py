@@ -308,3 +308,52 @@ def test_a_part_that_subscribes_or_unsubscribes_while_told_changes_the_next_noti
     for _ in thr.wrap(range(3)):
         dev.launch(0.001)
     assert heard == [("early", 0), ("other", 0), ("early", 1), ("other", 1), ("late", 1), ("other", 2), ("late", 2)]
+
+
+_NOTIFICATIONS = ("before_record", "on_record", "on_drop", "on_dry", "on_fetch", "on_handout", "on_idle",
+                  "on_retire", "on_wait_begin", "on_wait", "on_pause")
+
+
+def _every_notification(dev: FakeDevice, thr: at.Throttle, log: list[tuple[object, ...]]) -> None:
+    """A wrapped loop that waits, runs dry and starves, then a dropped step: every hook is told.
+
+    Each ValueError raised is logged as it arrives (its message only: an error kept would keep its pass alive).
+    """
+    try:
+        for i in thr.wrap(range(4)):
+            dev.launch(0.010)
+            if i == 2:
+                dev.host(0.050)  # step 1 completes in this body (dry); step 3 is handed out idle
+    except ValueError as exc:
+        log.append(("caught", str(exc)))
+    try:
+        with thr.step():
+            raise KeyError("dropped")
+    except (KeyError, ValueError) as exc:
+        if isinstance(exc, ValueError):
+            log.append(("caught", str(exc)))
+
+
+@pytest.mark.parametrize("hook", _NOTIFICATIONS)
+def test_a_part_that_raises_hides_the_notification_from_no_part_after_it(hook: str) -> None:
+    """Every notification loop of the core: the parts after one that raised still hear it, then the error is
+    raised (the rule for parts in Core's docstring)."""
+    dev = FakeDevice()
+    thr = dev.throttle(2)
+    log: list[tuple[object, ...]] = []
+
+    def raising(*args: object) -> None:
+        if not log:
+            log.append(("raising", *args))
+            raise ValueError(f"{hook} raised")
+
+    def listening(*args: object) -> None:
+        log.append(("listening", *args))
+
+    inside(thr).core.listen(hook, raising)
+    inside(thr).core.listen(hook, listening)
+    _every_notification(dev, thr, log)
+    told = log[0][1:]
+    # the part after it heard that notification, before the error reached the caller; it was raised once
+    assert log[:3] == [("raising", *told), ("listening", *told), ("caught", f"{hook} raised")]
+    assert log.count(("caught", f"{hook} raised")) == 1
