@@ -8,6 +8,7 @@ import time
 import traceback
 import weakref
 from collections.abc import Callable, Iterable
+from threading import get_ident
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _compile
@@ -340,8 +341,9 @@ class Throttle:
         """
         if failed is not False and failed is not True:
             check_bool("failed", failed)
-        # (begin_step()'s claim: another thread's end_step() is refused)
-        self._ownership.check("end_step()")
+        # (begin_step()'s claim: another thread's end_step() is refused; a call only then)
+        if self._ownership.owner != get_ident():
+            self._ownership.check("end_step()")
         if not self._in_step:
             raise RuntimeError("end_step() was called without begin_step(); call begin_step() "
                                "first")

@@ -38,7 +38,9 @@ class Ownership:
         """Claim the throttle for ``what`` (a call, or a pass) until :meth:`release`."""
         me = threading.get_ident()
         with self._lock:
-            self._refuse(what, me)
+            owner = self.owner
+            if owner is not None and owner != me:
+                self._refuse(what, me)
             if not self._claims:
                 self._thread = threading.current_thread()
             self.owner = self.loop_thread = me
@@ -53,6 +55,8 @@ class Ownership:
                 self._refuse(what, threading.get_ident())
 
     def _refuse(self, what: str, me: int) -> None:
+        """Another thread holds the throttle: raise, unless that thread has ended (its claim is
+        void)."""
         owner = self.owner
         if owner is None or owner == me:
             return
