@@ -10,4 +10,5 @@ _NEEDS = {
     "asyncthrottle/transformers.py": "transformers",
 }
 
-collect_ignore = [path for path, module in _NEEDS.items() if importlib.util.find_spec(module) is None]
+collect_ignore = [path for path, module in _NEEDS.items()
+                  if importlib.util.find_spec(module) is None]
