@@ -80,6 +80,9 @@ class ThrottleHooks:
 
     def _number_steps(self) -> None:
         """Start the throttle's steps at the framework's numbering: none yet (the identity)."""
+        # the framework takes and moves each batch between its step hooks (it drains before an
+        # evaluation): that time is fetching, as a wrapped loop's next() is
+        self.throttle._gaps_fetch = True
         # the framework's number less the throttle's, and from which throttle step each held
         self._offset = 0
         self._offsets: list[tuple[int, int]] = []

@@ -206,6 +206,9 @@ class Throttle:
         self._pass: weakref.ref[Pass[Any]] | None = None
         # begin_step() was called and end_step() not yet
         self._in_step = False
+        # the time from end_step() to the next begin_step() is taking the next batch: set by a
+        # framework's callback (ThrottleHooks), whose framework fetches between its step hooks
+        self._gaps_fetch = False
         self._host = HostTimes(clock, self._core)
         # the verdict's advice speaks its language
         self._backend = backend
@@ -313,7 +316,8 @@ class Throttle:
             if host.started is None:
                 host.begin(now)
             elif self._core.steps:
-                host.between(self._core.steps, host.step_end, max(0.0, now - host.step_end))
+                gap = host.fetched if self._gaps_fetch else host.between
+                gap(self._core.steps, host.step_end, max(0.0, now - host.step_end))
             if not ownership.held:
                 # the loop keeps the throttle between its steps, until drain() or pause()
                 ownership.hold()

@@ -248,3 +248,23 @@ def test_the_time_between_steps_is_heard_as_a_fetch_and_counted_apart() -> None:
     assert stats.fetch_s == 0.0 and stats.between_s == pytest.approx(80 * MS)
     assert stats.verdict == "host-bound"
     _adds_up(stats)
+
+
+def test_a_frameworks_time_between_its_batches_is_fetching() -> None:
+    from asyncthrottle.hooks import ThrottleHooks
+
+    dev = FakeDevice()
+    hooks = ThrottleHooks(2, events=dev.event, wait=dev.wait("poll"), clock=dev.clock,
+                          sample_every=None)
+    for _ in range(4):
+        # Lightning and the HF Trainer take (and move) the next batch between their step hooks; they
+        # drain before an evaluation, so this gap is the framework's input
+        dev.host(30 * MS)
+        hooks.begin()
+        dev.host(2 * MS)
+        hooks.end()
+    hooks.drain()
+    stats = hooks.throttle.stats
+    assert stats.fetch_s == pytest.approx(90 * MS) and stats.between_s == 0.0
+    assert stats.verdict == "input-bound"
+    _adds_up(stats)
