@@ -6,12 +6,10 @@ from __future__ import annotations
 import bisect
 import logging
 import pickle
-import sys
 import threading
-import warnings
-from types import FrameType
 from typing import Any
 
+from ._callers import warn_at_user
 from .parts.nonfinite import NonFiniteWatch
 from .parts.syncaudit import SyncAdvice
 from .throttle import Throttle
@@ -56,8 +54,6 @@ class ThrottleHooks:
 
     # attributes that never travel with a pickle (reset to None)
     _TRANSIENT: tuple[str, ...] = ()
-    # the framework's top-level packages: a warning names the first frame outside them
-    _FRAMEWORK: tuple[str, ...] = ()
 
     def __init__(self, depth: int | None = 2, **throttle_options: Any) -> None:
         if throttle_options.get("to") is not None:
@@ -214,14 +210,7 @@ class ThrottleHooks:
         if key in self._advised or self.throttle.synchronous:
             return
         self._advised.add(key)
-        frame = _user_frame(sys._getframe(1), ("asyncthrottle", *self._FRAMEWORK))
-        if frame is None:
-            warnings.warn(message, SyncAdvice, stacklevel=2)
-            return
-        # registry None: not once per line for the process, once per callback (_advised)
-        warnings.warn_explicit(message, SyncAdvice, frame.f_code.co_filename, frame.f_lineno,
-                               module=frame.f_globals.get("__name__"),
-                               module_globals=frame.f_globals)
+        warn_at_user(message, SyncAdvice)
 
     def log_values(self) -> dict[str, float]:
         """The throttle's stats (and sync audit) as plain floats, keyed ``asyncthrottle/<name>``."""
@@ -274,16 +263,6 @@ class _Numbered:
 
     def __repr__(self) -> str:
         return f"{self.callback!r} (the framework's step numbers)"
-
-
-def _user_frame(frame: FrameType | None, packages: tuple[str, ...]) -> FrameType | None:
-    """The first frame from ``frame`` outwards whose module is in none of ``packages``."""
-    while frame is not None:
-        module = frame.f_globals.get("__name__", "")
-        if not isinstance(module, str) or module.partition(".")[0] not in packages:
-            return frame
-        frame = frame.f_back
-    return None
 
 
 # inside _pickles(): a callback that holds these hooks must not recurse

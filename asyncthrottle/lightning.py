@@ -109,7 +109,6 @@ class ThrottleCallback(ThrottleHooks, Callback):
 
     throttle: Throttle
     _TRANSIENT = ("_state_hook", "_undo_sigterm")
-    _FRAMEWORK = ("lightning", "pytorch_lightning", "lightning_fabric", "torch")
 
     def __init__(self, depth: int | None = 2, *, sigterm_every: int | None = None,
                  **throttle_options: Any) -> None:

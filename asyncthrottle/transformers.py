@@ -71,7 +71,6 @@ class ThrottleCallback(ThrottleHooks, TrainerCallback):  # type: ignore[misc]
 
     throttle: Throttle
     _TRANSIENT = ("_handle", "_losses", "_pre_handle")
-    _FRAMEWORK = ("transformers", "accelerate", "torch")
 
     def __init__(self, depth: int | None = 2, **throttle_options: Any) -> None:
         super().__init__(depth, **throttle_options)

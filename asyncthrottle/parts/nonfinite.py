@@ -13,11 +13,11 @@ import cmath
 import dataclasses
 import functools
 import sys
-import warnings
 from collections.abc import Callable, Mapping
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
+from .._callers import warn_at_user
 from .._options import check_choice
 from ._build import Part
 
@@ -102,7 +102,7 @@ class NonFiniteWatch(Part):
 
     OPTIONS = ("nonfinite",)
     STATS = NonFiniteStats
-    __slots__ = ("core", "first", "mode", "number", "registry", "steps", "warned")
+    __slots__ = ("core", "first", "mode", "number", "steps", "warned")
 
     @staticmethod
     def check(options: Mapping[str, Any]) -> None:
@@ -124,8 +124,6 @@ class NonFiniteWatch(Part):
         self.steps = 0
         self.first: int | None = None
         self.warned = False
-        # warnings.warn_explicit's registry: this throttle's own, so another one warns too
-        self.registry: dict[Any, Any] = {}
         # a framework callback's numbering of the steps (hooks.ThrottleHooks), for the report
         self.number: Callable[[int], int] | None = None
 
@@ -184,31 +182,9 @@ class NonFiniteWatch(Part):
                       "stats.nonfinite")
 
     def warn(self, message: str) -> None:
-        """Warn at the user's line (the first frame outside asyncthrottle), once a throttle.
-
-        At the library's own line (``stacklevel``), Python's once-per-place filter would show it for
-        the first throttle of a process only (a sweep, a notebook cell run again).
-        """
-        frame = _user_frame()
-        if frame is None:
-            warnings.warn(message, NonFiniteWarning, stacklevel=2)
-            return
-        globals_ = frame.f_globals
-        warnings.warn_explicit(message, NonFiniteWarning, frame.f_code.co_filename,
-                               frame.f_lineno, module=globals_.get("__name__"),
-                               registry=self.registry, module_globals=globals_)
-
-
-def _user_frame() -> Any:
-    """The innermost frame outside the asyncthrottle package, or None (Python 3.11 has no
-    ``skip_file_prefixes``)."""
-    frame: Any = sys._getframe(1)
-    while frame is not None:
-        module = frame.f_globals.get("__name__", "")
-        if module != "asyncthrottle" and not module.startswith("asyncthrottle."):
-            return frame
-        frame = frame.f_back
-    return None
+        """Warn at the user's line (outside asyncthrottle and the framework calling it); the
+        caller warns once a throttle."""
+        warn_at_user(message, NonFiniteWarning)
 
 
 # a CPU tensor of at most this many elements is read with tolist() and walked in Python

@@ -69,9 +69,12 @@ def test_the_hf_trainer_reports_the_nan_step_with_the_filter_off(tmp_path: Path)
     cb, dev, seen, trainer = _hf_run(tmp_path, "warn")
     with pytest.warns(at.NonFiniteWarning) as record:
         trainer.train()
-    messages = [str(w.message) for w in record if issubclass(w.category, at.NonFiniteWarning)]
+    warnings = [w for w in record if issubclass(w.category, at.NonFiniteWarning)]
+    messages = [str(w.message) for w in warnings]
     # the Trainer's global step of the NaN step (before: the throttle's own count, one less)
     assert len(messages) == 1 and f"'loss' of step {NAN_AT + 1} is nan" in messages[0]
+    # at the user's train() line, not inside transformers or torch
+    assert warnings[0].filename == __file__
     stats = cb.throttle.stats
     assert stats.nonfinite == 1 and stats.nonfinite_first == NAN_AT + 1 and stats.completed == 10
     assert seen == list(range(10)) and dev.syncs == 0  # cb.throttle.on_complete: the throttle's own count
