@@ -76,7 +76,7 @@ def fit_once(out: str, name: str, every: int | None, signal_rank: int, device: s
         cb = atl.ThrottleCallback(2, device=device, sigterm_every=every)
     trainer = pl.Trainer(
         accelerator="cpu", devices=2, max_steps=STEPS, max_epochs=1, logger=False, enable_checkpointing=False,
-        strategy=DDPStrategy(process_group_backend="gloo", timeout=datetime.timedelta(seconds=6)),
+        strategy=DDPStrategy(process_group_backend="gloo", timeout=datetime.timedelta(seconds=60)),
         enable_progress_bar=False, enable_model_summary=False, callbacks=[cb, Probe()], num_sanity_val_steps=0,
     )
     with warnings.catch_warnings(record=True) as caught:
