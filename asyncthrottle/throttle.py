@@ -316,7 +316,7 @@ class Throttle:
             if host.started is None:
                 host.begin(now)
             elif self._core.steps:
-                gap = host.fetched if self._gaps_fetch else host.between
+                gap = self._core.fetched if self._gaps_fetch else host.between
                 gap(self._core.steps, host.step_end, max(0.0, now - host.step_end))
             if not ownership.held:
                 # the loop keeps the throttle between its steps, until drain() or pause()

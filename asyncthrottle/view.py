@@ -159,21 +159,21 @@ class Pass(Iterator[T], Generic[T]):
     """
 
     __slots__ = (
-        "__weakref__", "_bar", "_clock", "_core", "_held", "_host",
-        "_it", "_open", "_pending", "_prefetch", "_source", "_state", "_thr",
+        "__weakref__", "_bar", "_core", "_fetch", "_held", "_it", "_open", "_prefetch", "_source",
+        "_state", "_thr",
     )
 
     def __init__(self, throttle: Throttle, source: Iterable[T], bar: Bar | None = None) -> None:
         self._thr, self._source, self._bar = throttle, source, bar
         self._it: Iterator[T] | None = None
+        # the source's next(), or None: the batches are copied (_copy fetches them)
+        self._fetch: Any = None
         self._held: Any = _EMPTY
         # a batch was handed out and its step is not recorded yet
         self._open = False
         # new -> running -> done
         self._state = "new"
-        core = self._core = throttle._core
-        self._clock, self._pending = throttle._clock, core.pending
-        self._host = throttle._host
+        self._core = throttle._core
         # to=: moves each batch to the device as it is fetched
         self._prefetch = throttle._prefetch
 
@@ -181,130 +181,48 @@ class Pass(Iterator[T], Generic[T]):
         return self
 
     def __next__(self) -> T:
-        core = self._core
-        # the loop body of the step handed out last is done
-        if self._open and core.lean:
-            # Core.record(), the fetch and Core.admit(), inlined with no part to tell (see
-            # Core.lean): the per-step path of most loops, where a call costs as much as the rule
-            self._open = False
-            step = core.steps
-            event = (core.supplier.supply_event(step) if step == core.supplied_step
-                     else core.new_event())  # type: ignore[misc]
-            try:
-                # may raise (CUDA graph capture): then the step is not counted
-                event.record()
-            except BaseException:
-                core.drop()
-                raise
-            pending = self._pending
-            pending.append(event)
-            core.steps = step + 1
-            queued = len(pending)
-            if queued > core.max_in_flight:
-                core.max_in_flight = queued
-            # the device ran dry in this body (a query, never a sync)
-            if queued > 1 and pending[-2].query():
-                core.dry += 1
-                core.last_dry = step
-                if queued == 2:
-                    # the step before, seen complete: retired now (see Core.record)
-                    pending.popleft()
-            clock = self._clock
-            # the fetch starts after the record (its cost is the loop's, not the source's); a
-            # step that ran its body holds no batch
-            now = clock()
-            try:
-                item = next(self._it)  # type: ignore[arg-type]
-            except BaseException as exc:
-                self._fetch_failed(now, exc)
-                raise
-            if self._prefetch is not None:
-                # issued before the wait: the copy overlaps the step before
-                item = self._copy(item)
-            # (lean: no part hears fetches)
-            self._host.fetch_s += clock() - now
-            try:
-                if core.lean and len(pending) <= core.limit:  # type: ignore[operator]
-                    # Core.admit() while no step must be waited for
-                    last = None
-                    if pending and pending[0].query():
-                        last = pending.popleft()
-                        while pending and pending[0].query():
-                            last = pending.popleft()
-                    queued = len(pending)
-                    if queued:
-                        # (lean: queued < depth <= the top bucket)
-                        core.histogram[queued] += 1
-                    else:
-                        # the device starves (histogram[0] counts these hand-outs)
-                        core.histogram[0] += 1
-                        if core.steps == core.supplied_step:
-                            core.supplier.supplied_idle(core.steps, last)
-                else:
-                    core.admit()
-            except BaseException:
-                # a timeout or Ctrl-C in the wait (or a device error in a query): keep the batch
-                # for the next next()
-                self._held = item
-                raise
-            self._open = True
-            return item  # type: ignore[no-any-return]
-        clock = self._clock
-        if self._open:
-            self._open = False
-            if core.new_event is None and not core.heard:
-                # Core.record() on a synchronous backend that no part hears: a count
-                core.steps += 1
-                now = clock()
-            else:
-                now = clock()
-                core.record(now)
-                if core.heard:
-                    # the parts' work at the record is not the source's either
-                    now = clock()
-        else:
-            now = clock()
+        # the loop body of the step handed out last ran (else: the pass's first step, or one whose
+        # hand-out raised)
+        ran = self._open
+        if not ran:
             if self._state != "running":
-                self._start(now)
-        item = self._held
-        if item is _EMPTY:
-            try:
-                item = next(self._it)  # type: ignore[arg-type]
-            except BaseException as exc:
-                self._fetch_failed(now, exc)
-                raise
-            if self._prefetch is not None:
-                # issued before the wait: the copy overlaps the step before
-                item = self._copy(item)
-            seconds = clock() - now
-            if core.on_fetch:
-                self._host.fetched(core.steps, now, seconds)
-            else:
-                self._host.fetch_s += seconds
-        else:
-            self._held = _EMPTY
-            # its copy was interrupted: copy it now
-            if type(item) is _Fetched:
-                item = self._copy(item.batch)
+                self._start()
+            if self._held is not _EMPTY:
+                return self._hand_held()
+        self._open = False
         try:
-            if core.new_event is not None or core.on_handout:
-                core.admit()
+            # record the step that ran, fetch the next batch, admit it (the core's one road)
+            item = self._core.step(self._fetch or self._copy, self._hold, ran)
+        except StopIteration:
+            self._finish()
+            raise
+        self._open = True
+        return item  # type: ignore[no-any-return]
+
+    def _hand_held(self) -> T:
+        """Hand out the batch kept when its hand-out raised: the wait again, then the batch."""
+        item, self._held = self._held, _EMPTY
+        if type(item) is _Fetched:
+            # its copy was interrupted: copy it now
+            item = self._copy(item.batch)
+        try:
+            self._core.admit()
         except BaseException:
-            # a timeout or Ctrl-C in the wait (or a device error in a query): keep the batch for
-            # the next next()
             self._held = item
             raise
         self._open = True
         return item  # type: ignore[no-any-return]
 
-    def _fetch_failed(self, start: float, exc: BaseException) -> None:
-        """The source raised, fetching since ``start`` (StopIteration: the pass ends)."""
-        # the time it took was still fetching
-        self._host.fetched(self._core.steps, start, self._clock() - start)
-        if isinstance(exc, StopIteration):
-            self._finish()
+    def _hold(self, item: T) -> None:
+        # a timeout or Ctrl-C in the wait (or a device error in a query): the batch waits for the
+        # next next()
+        self._held = item
 
-    def _copy(self, batch: Any) -> Any:
+    def _copy(self, batch: Any = _EMPTY) -> Any:
+        """``batch`` (else the source's next) copied to the device: issued before the wait, so the
+        copy overlaps the step before."""
+        if batch is _EMPTY:
+            batch = next(self._it)  # type: ignore[arg-type]
         try:
             return self._prefetch(batch)  # type: ignore[misc]
         except BaseException:
@@ -335,7 +253,7 @@ class Pass(Iterator[T], Generic[T]):
         finally:
             self._state = "superseded"
 
-    def _start(self, now: float) -> None:
+    def _start(self) -> None:
         if self._state == "done":
             raise StopIteration
         if self._state == "superseded":
@@ -345,9 +263,11 @@ class Pass(Iterator[T], Generic[T]):
                 "serves one loop at a time: give the inner loop its own Throttle, or iterate the "
                 "source itself"
             )
-        self._thr._start_pass(self, now)
+        self._thr._start_pass(self, self._thr._clock())
         self._state = "running"
-        self._it = iter(self._source)
+        it = self._it = iter(self._source)
+        if self._prefetch is None:
+            self._fetch = it.__next__
 
     def _finish(self) -> None:
         """The source is exhausted: drain (unless told not to) and end the pass."""

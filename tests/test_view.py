@@ -322,3 +322,21 @@ def test_a_part_subscribed_mid_pass_hears_every_later_handout(device: str) -> No
             thr.subscribe(heard)
             thr.unsubscribe(late)  # and one let go mid-pass hears no more
     assert late.steps == [2, 3] and heard.steps == [4]
+
+
+def test_the_view_writes_no_field_of_the_core() -> None:
+    """The rule has one road, the core's: the wrapped pass calls it and sets none of its counters."""
+    import ast
+    import inspect
+
+    from asyncthrottle import view
+
+    writes = []
+    for node in ast.walk(ast.parse(inspect.getsource(view))):
+        targets = node.targets if isinstance(node, ast.Assign) else (
+            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+        for target in targets:
+            if isinstance(target, ast.Attribute) and "core" in ast.unparse(target.value):
+                writes.append(ast.unparse(target))
+    assert writes == []
+

@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .rule import tell_rest
-
 if TYPE_CHECKING:
     from .rule import Core
 
@@ -29,19 +27,17 @@ class HostTimes:
 
     Args:
         clock: the throttle's clock.
-        core: the throttle's core: its ``on_fetch`` subscribers are told of
-            each fetch, its ``wait_s`` at each pass's start and end sorts the
-            waits in or out of passes, and it is told when a pass ends
-            (``Core.pause``).
+        core: the throttle's core: it counts and tells the fetches
+            (``Core.fetched``), and tells the time between steps as one; its
+            ``wait_s`` at each pass's start and end sorts the waits in or out
+            of passes, and it is told when a pass ends (``Core.pause``).
     """
 
     __slots__ = ("_clock", "_closed_s", "_core", "_outside_s", "_paused_wait_s", "between_s",
-                 "fetch_s", "started", "step_end")
+                 "started", "step_end")
 
     def __init__(self, clock: Callable[[], float], core: Core) -> None:
         self._clock, self._core = clock, core
-        # host seconds taking batches from a wrapped loop's source
-        self.fetch_s = 0.0
         # host seconds between the steps of step()/begin_step() loops
         self.between_s = 0.0
         # host seconds blocked on the device between the passes before the last one
@@ -55,6 +51,11 @@ class HostTimes:
         self.started: float | None = None
         # when the last step ended (the time between steps of begin_step() loops)
         self.step_end = 0.0
+
+    @property
+    def fetch_s(self) -> float:
+        """Host seconds a wrapped loop spent taking batches from its source (the core's count)."""
+        return self._core.fetch_s
 
     @property
     def outside_wait_s(self) -> float:
@@ -78,28 +79,12 @@ class HostTimes:
             self._paused_wait_s = self._core.wait_s
             self._core.pause(now)
 
-    def fetched(self, step: int, start: float, seconds: float) -> None:
-        """The host spent ``seconds`` from ``start`` taking ``step``'s batch from the source."""
-        self.fetch_s += seconds
-        hooks = self._core.on_fetch
-        try:
-            for hook in hooks:
-                hook(step, start, seconds)
-        except BaseException:
-            tell_rest(hooks, hook, step, start, seconds)
-            raise
-
     def between(self, step: int, start: float, seconds: float) -> None:
         """The host spent ``seconds`` from ``start`` between the step before and ``step`` (a
         ``begin_step()`` loop); the ``on_fetch`` hooks hear it as they hear a fetch."""
         self.between_s += seconds
         if self._core.on_fetch:
-            fetch = self.fetch_s
-            try:
-                self.fetched(step, start, seconds)
-            finally:
-                # heard as a fetch, counted apart
-                self.fetch_s = fetch
+            self._core.fetched(step, start, seconds, counted=False)
 
     def wall_s(self) -> float:
         """Seconds inside passes, up to now while one runs; never negative."""

@@ -5,12 +5,13 @@ from __future__ import annotations
 import sys
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from .errors import ThrottleTimeout, not_ended
 from .events import Event, EventFactory
 from .waits import WaitStrategy
 
+T = TypeVar("T")
 # in-flight histogram size at most (the last bucket counts "that many or more")
 _HISTOGRAM_BUCKETS = 64
 _HOOKS = (
@@ -171,13 +172,15 @@ class Core:
     When that step is the only other one queued and no part hears retirements,
     it is retired there and then (the hand-out would only ask it again).
 
+    A wrapped loop's step is one call, :meth:`step`: the record of the step
+    that ran, the fetch of the next batch (timed: ``fetch_s``) and the admit.
     ``lean`` says that a step which waits for nothing has no part to tell and
     no budget but the depth (the backend is asynchronous, the depth is set, and
-    no part listens to records, fetches, retirements, hand-outs or holds); the
-    wrapped loop then runs :meth:`record`, the fetch and :meth:`admit` inlined
-    (``view.Pass``), the whole per-step cost of a plain loop. Hooks are added and removed only
-    through :meth:`subscribe`/:meth:`listen` and their inverses, which keep it
-    true.
+    no part listens to records, fetches, retirements, hand-outs or holds);
+    :meth:`step` then runs :meth:`record` and :meth:`admit` inlined, the whole
+    per-step cost of a plain loop (a random-script test holds the two roads to
+    the same decisions). Hooks are added and removed only through
+    :meth:`subscribe`/:meth:`listen` and their inverses, which keep it true.
 
     Only the loop's thread calls the mutating methods (the Throttle enforces
     it). Counters are written by that thread alone; other threads may read
@@ -206,7 +209,7 @@ class Core:
     """
 
     __slots__ = (
-        "_telling", "_untold", "before_record", "clock", "depth", "draining", "dry",
+        "_telling", "_untold", "before_record", "clock", "depth", "draining", "dry", "fetch_s",
         "heard", "histogram", "holds", "last_dry", "lean", "limit", "max_in_flight",
         "new_event", "on_drop", "on_dry", "on_fetch", "on_handout", "on_idle", "on_pause",
         "on_record", "on_retire", "on_wait", "on_wait_begin", "pending", "steps", "supplied_step",
@@ -230,6 +233,8 @@ class Core:
         # the last step recorded after a dry body
         self.last_dry = -1
         self.wait_s = 0.0
+        # host seconds taking batches from a wrapped loop's source
+        self.fetch_s = 0.0
         self.draining = False
         self.histogram = [0]
         self.depth: int | None = None
@@ -409,6 +414,98 @@ class Core:
                 tell_rest(hooks, hook, step, event, now)
                 raise
         return step
+
+    def step(self, fetch: Callable[[], T], hold: Callable[[T], object], ran: bool = True) -> T:
+        """A wrapped loop's next step: record the step that ran (unless not ``ran``: the pass's
+        first), take the next batch with ``fetch()`` and admit it; returns the batch.
+
+        :meth:`record`, the fetch and :meth:`admit`, with their paths for a core no part hears
+        inlined (see ``lean``): the per-step path of most loops, where a call costs as much as the
+        rule. The fetch is timed from after the record (the parts' work there is not the
+        source's) and told (:meth:`fetched`), also when it raises (``StopIteration``: the source
+        is exhausted). An error of the admit (a timeout or Ctrl-C in the wait, a device error in a
+        query) gives the batch to ``hold`` first.
+        """
+        clock = self.clock
+        pending = self.pending
+        if not ran:
+            start = clock()
+        elif self.lean:
+            # record(), inlined: no part to tell
+            step = self.steps
+            event = (self.supplier.supply_event(step) if step == self.supplied_step
+                     else self.new_event())  # type: ignore[misc]
+            try:
+                # may raise (CUDA graph capture): then the step is not counted
+                event.record()
+            except BaseException:
+                self.drop()
+                raise
+            pending.append(event)
+            self.steps = step + 1
+            queued = len(pending)
+            if queued > self.max_in_flight:
+                self.max_in_flight = queued
+            # the device ran dry in this body (a query, never a sync)
+            if queued > 1 and pending[-2].query():
+                self.dry += 1
+                self.last_dry = step
+                if queued == 2:
+                    # the step before, seen complete: retired now (see record())
+                    pending.popleft()
+            start = clock()
+        elif self.new_event is None and not self.heard:
+            # record() on a synchronous backend that no part hears: a count
+            self.steps += 1
+            start = clock()
+        else:
+            start = clock()
+            self.record(start)
+            if self.heard:
+                start = clock()
+        try:
+            item = fetch()
+        except BaseException:
+            # the time it took was still fetching
+            self.fetched(self.steps, start, clock() - start)
+            raise
+        seconds = clock() - start
+        if self.on_fetch:
+            self.fetched(self.steps, start, seconds)
+        else:
+            self.fetch_s += seconds
+        try:
+            # (lean again: the fetch may have subscribed a part)
+            if self.lean and len(pending) <= self.limit:  # type: ignore[operator]
+                # admit() while no step must be waited for
+                last = None
+                if pending and pending[0].query():
+                    last = pending.popleft()
+                    while pending and pending[0].query():
+                        last = pending.popleft()
+                queued = len(pending)
+                if queued:
+                    # (lean: queued < depth <= the top bucket)
+                    self.histogram[queued] += 1
+                else:
+                    # the device starves (histogram[0] counts these hand-outs)
+                    self.histogram[0] += 1
+                    if self.steps == self.supplied_step:
+                        self.supplier.supplied_idle(self.steps, last)
+            elif self.new_event is not None or self.on_handout:
+                self.admit()
+        except BaseException:
+            hold(item)
+            raise
+        return item
+
+    def fetched(self, step: int, start: float, seconds: float, counted: bool = True) -> None:
+        """The host spent ``seconds`` from ``start`` taking ``step``'s batch: count them in
+        ``fetch_s`` (unless not ``counted``: a step loop's time between steps, heard as a fetch),
+        tell the parts (``on_fetch``)."""
+        if counted:
+            self.fetch_s += seconds
+        tell(self.on_fetch, step, start, seconds)
 
     def drop(self) -> None:
         """The step being run ends without an event: its parts drop it (its number is used

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import inside
 
 import asyncthrottle as at
 from asyncthrottle.testing import FakeDevice
@@ -268,3 +269,16 @@ def test_a_frameworks_time_between_its_batches_is_fetching() -> None:
     assert stats.fetch_s == pytest.approx(90 * MS) and stats.between_s == 0.0
     assert stats.verdict == "input-bound"
     _adds_up(stats)
+
+
+def test_the_core_counts_and_tells_each_fetch_and_the_host_times_read_its_count() -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(2, sample_every=None)
+    heard = _Fetches()
+    thr.subscribe(heard)
+    core = inside(thr).core
+    core.fetched(3, 0.0, 5 * MS)
+    core.fetched(4, 0.0, 7 * MS, counted=False)  # a step loop's time between steps: heard, not counted
+    assert heard.heard == [(3, pytest.approx(5 * MS)), (4, pytest.approx(7 * MS))]
+    assert core.fetch_s == inside(thr).host.fetch_s == pytest.approx(5 * MS)
+    assert not hasattr(inside(thr).host, "fetched")  # the host times tell no notification of the core's

@@ -189,8 +189,8 @@ def test_fsdp_parity_when_the_device_finishes_steps_on_its_own(ready: list[int])
 
 
 class _Listener:
-    """A part that hears every step: the loop then runs the core's record() and admit(), not the
-    view's inlined copy."""
+    """A part that hears every step: Core.step then runs record() and admit(), not its lean
+    road."""
 
     def __init__(self) -> None:
         self.handouts: list[tuple[int, int]] = []
@@ -216,7 +216,7 @@ def _counters(thr: at.Throttle) -> dict[str, object]:
     ready=st.lists(st.floats(0, 40, allow_nan=False), min_size=25, max_size=25),
     stop=st.one_of(st.none(), st.tuples(st.integers(0, 24), st.sampled_from(["break", "raise"]))),
 )
-def test_the_inlined_per_step_path_decides_exactly_as_the_cores(
+def test_the_lean_road_decides_exactly_as_record_and_admit(
     n: int, depth: int, ready: list[float], stop: tuple[int, str] | None
 ) -> None:
     stop_at, how = (stop if stop is not None and stop[0] < n else (None, "break"))
@@ -231,6 +231,42 @@ def test_the_inlined_per_step_path_decides_exactly_as_the_cores(
         _run(script, n, depth, stop_at=stop_at, how=how, thr=thr)
         runs.append((script.log, _counters(thr)))
     assert runs[0] == runs[1]  # the same records, queries, syncs, in the same order; the same counters
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.integers(0, 25),
+    depth=st.integers(1, 4),
+    ready=st.lists(st.floats(0, 40, allow_nan=False), min_size=25, max_size=25),
+    stop=st.one_of(st.none(), st.integers(0, 24)),
+)
+def test_core_step_on_a_lean_core_is_record_fetch_admit(
+    n: int, depth: int, ready: list[float], stop: int | None
+) -> None:
+    """The core's lean road (Core.step while lean) against the general methods it inlines, called
+    one by one on the same script: the same calls on the events, the same counters."""
+    runs = []
+    for lean in (True, False):
+        script = Script(ready)
+        thr = at.Throttle(depth, events=script, wait="spin", sample_every=None)
+        core = inside(thr).core
+        assert core.lean
+        source, held = script.source(n), []
+        for i in range(n):
+            if lean:
+                item = core.step(source.__next__, held.append, i > 0)
+            else:
+                if i:
+                    core.record(0.0)
+                item = next(source)
+                core.admit()
+            assert item == i
+            script.log.append(("body", i))
+            script.clock[0] += 1
+            if i == stop:
+                break
+        runs.append((script.log, _counters(thr), held))
+    assert runs[0] == runs[1]
 
 
 @settings(max_examples=60, deadline=None)
