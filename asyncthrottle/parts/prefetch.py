@@ -95,12 +95,14 @@ class Prefetch(Part):
     """Copies each fetched batch to the device on a copy stream; the step that uses it waits on its
     event only.
 
-    The wrapper calls it with batch ``n + 1`` right after recording step
-    ``n``, so the copy overlaps step ``n``. Host tensors are staged through
+    The wrapper calls it (its one way in: it subscribes to nothing) with
+    batch ``n + 1`` right after recording step ``n``, so the copy overlaps
+    step ``n``. Host tensors are staged through
     the ring (pinned ones are copied directly); the compute stream waits on
     the batch's copy event, not on the whole copy stream. A slot is written
-    again only after the step that used it retired: that step waited on the
-    copy, so the copy out of the slot is done. Device tensors are allocated
+    again only after the step that used it retired (asked of the core as a
+    slot is taken): that step waited on the copy, so the copy out of the
+    slot is done. Device tensors are allocated
     on the copy stream and ``record_stream``-ed to the compute stream (see
     :meth:`~asyncthrottle.copies.CudaCopy.copy`). Never blocks and never syncs.
 
@@ -145,7 +147,6 @@ class Prefetch(Part):
     def __init__(self, core: Core, model: CopyModel) -> None:
         self._core, self._model = core, model
         self.ring = PinnedRing(model, self._limit)
-        core.subscribe(self)
 
     def _limit(self) -> int:
         depth = self._core.depth
@@ -154,9 +155,6 @@ class Prefetch(Part):
     @property
     def pinned_bytes(self) -> int:
         return self.ring.nbytes
-
-    def on_retire(self, step: int) -> None:
-        self.ring.retire(step)
 
     def __call__(self, batch: Any) -> Any:
         torch = sys.modules["torch"]
@@ -178,7 +176,10 @@ class Prefetch(Part):
             # nothing on the host: nothing to copy, nothing to wait for
             return batch
         need = sum(_padded(t) for t in staged)
-        slot = self.ring.take(self._core.steps, need)
+        core = self._core
+        # the slots of the steps retired since are free again
+        self.ring.retire(core.completed - 1)
+        slot = self.ring.take(core.steps, need)
         with self._model.copying():
             moved = _map(batch, _Stager(torch, self._model, slot, {id(t) for t in staged}))
             self._model.join(slot.event)
