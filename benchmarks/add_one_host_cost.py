@@ -7,14 +7,14 @@ Run: ``.venv/bin/python benchmarks/add_one_host_cost.py [--rounds 11] [--steps 5
 ``bench --values --backend cuda`` measures #26's target for it (>= 0.92x of the reference) on a GPU.
 Without one, this runs the same two loops (``asyncthrottle.bench.add_one_deferred``) on CPU tensors
 whose snapshots are routed through the pinned ring as a CUDA tensor's are
-(``values.tensor_snapshot`` stood in for; the ring's buffers are plain CPU tensors, the stream key a
-constant), with the CUDA backend's events around no-op ones (``TorchEvent`` in an ``EventPool``; the
-throttle's can be timed, so its device timing samples as on CUDA). So every Python line and torch
-call of the deferred-tensor path runs: the ring copy (``copy_``), the copy out of the ring at
-retirement (``clone``), the non-finite watch, the delivery to an ``on_complete`` callback that reads
-``y[0, 0]``, as the reference reads its slot. What a CUDA call costs beyond its CPU twin (a launch,
-a ``cudaMemcpyAsync``) is not here: both loops pay it alike, so on a GPU the ratio is nearer 1 than
-here (how near: ``bench --values --backend cuda``).
+(``snapshots.tensor_snapshot`` stood in for; the ring's buffers are plain CPU tensors, the stream
+key a constant), with the CUDA backend's events around no-op ones (``TorchEvent`` in an
+``EventPool``; the throttle's can be timed, so its device timing samples as on CUDA). So every
+Python line and torch call of the deferred-tensor path runs: the ring copy (``copy_``), the copy
+out of the ring at retirement (``clone``), the non-finite watch, the delivery to an ``on_complete``
+callback that reads ``y[0, 0]``, as the reference reads its slot. What a CUDA call costs beyond its
+CPU twin (a launch, a ``cudaMemcpyAsync``) is not here: both loops pay it alike, so on a GPU the
+ratio is nearer 1 than here (how near: ``bench --values --backend cuda``).
 
 Two figures per loop:
 
@@ -44,7 +44,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 from _calls import calls_per_step  # (benchmarks/, this script's own folder)
 
-from asyncthrottle import values
 from asyncthrottle.backends import snapshots
 from asyncthrottle.backends.pool import EventPool
 from asyncthrottle.backends.torch import TorchEvent
@@ -77,17 +76,17 @@ def route_through_the_ring() -> None:
         self.stream_key = {-1: (0, 0, 1)}.__getitem__
 
     snapshots.TorchSnapshots.__init__ = init  # type: ignore[method-assign]
-    real = values.tensor_snapshot
+    real = snapshots.tensor_snapshot
 
     def tensor_snapshot(tensor: Any, synchronous: bool, owner: Any) -> tuple[Any, bool]:
         if owner is not None and not synchronous:
-            host = owner._ring_copy(tensor.detach() if tensor.requires_grad else tensor, "cuda")
+            host = owner.copy(tensor.detach() if tensor.requires_grad else tensor, "cuda")
             if host is not None:
                 RINGED[0] += 1
                 return host, True
         return real(tensor, synchronous, owner)
 
-    values.tensor_snapshot = tensor_snapshot
+    snapshots.tensor_snapshot = tensor_snapshot
 
 
 OPTIONS: dict[str, dict[str, Any]] = {

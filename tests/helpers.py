@@ -127,6 +127,11 @@ class Internals:
         return self._thr._values
 
     @property
+    def copies(self) -> Any:
+        """The ring copies of deferred CUDA/XPU tensors (``.ring``, ``.model``: made at the first one)."""
+        return self._thr._values.copies
+
+    @property
     def host(self) -> Any:
         return self._thr._host
 

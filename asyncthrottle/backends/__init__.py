@@ -69,12 +69,13 @@ class Backend:
             "asyncthrottle.memory.rss_bytes"
         )
 
-    def mover(self, to: Any) -> tuple[Any, Any]:
-        """Where ``to=`` sends batches: ``(target torch.device, copy model or None)``.
+    def mover(self, to: Any) -> tuple[Any, Any, bool]:
+        """Where ``to=`` sends batches: ``(target torch.device, copy model or None, non_blocking)``.
 
         A copy model (CUDA, asynchronous) stages copies through pinned buffers on a
         copy stream, ordered before every stream the events are recorded on
-        (``streams=``); None means a plain ``.to(target)`` (``non_blocking`` off the CPU).
+        (``streams=``); None means a plain ``.to(target)``, ``non_blocking`` where the
+        target orders the copy on its own queue (off the CPU).
 
         Raises:
             TypeError, ValueError: ``to`` is not a device, or not this throttle's.
@@ -82,9 +83,10 @@ class Backend:
         """
         from . import torch as torch_backend
 
-        return torch_backend.mover(
+        target, model = torch_backend.mover(
             to, self.kind, self.device, synchronous=self.synchronous, streams=self.streams
         )
+        return target, model, target.type != "cpu"
 
     def sync_debug(self) -> Any:
         """``torch.cuda`` when CUDA's sync debug mode can watch this backend's steps, else None.

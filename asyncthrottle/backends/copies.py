@@ -1,22 +1,88 @@
-"""The device side of ``to=``: pinned staging buffers, one copy stream and its events (CUDA, or a
-test's fake)."""
+"""Pinned staging: the ring of pinned buffers (``to=``'s batches, deferred CUDA/XPU tensors) and
+``to=``'s copy model, one copy stream and its events (CUDA, or a test's fake)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 
-class CopyModel(Protocol):
-    """The device side of a prefetch: pinned buffers, a copy stream, its events (CUDA, or a test's
-    fake)."""
+class Pins(Protocol):
+    """What a :class:`PinnedRing` makes its slots with."""
 
     def pin(self, nbytes: int) -> Any:
         """A pinned host buffer of ``nbytes`` bytes (a 1-d uint8 tensor)."""
 
     def event(self) -> Any:
-        """A new copy event (one per ring slot: re-recorded only when its slot is reused)."""
+        """A new copy event (one per ring slot: re-recorded only when its slot is reused), or
+        None."""
+
+
+class Slot:
+    """One pinned staging buffer, its copy event, the step that used it last, and the typed views
+    of its buffer made so far (by deferred values: ``(dtype, shape)`` to a view)."""
+
+    __slots__ = ("buffer", "event", "nbytes", "step", "views")
+
+    def __init__(self, buffer: Any, nbytes: int, event: Any, step: int) -> None:
+        self.buffer, self.nbytes, self.event, self.step = buffer, nbytes, event, step
+        self.views: dict[Any, Any] = {}
+
+
+class PinnedRing:
+    """Pinned staging slots; a slot is taken again only after the step that used it last retired.
+
+    Args:
+        model: makes the buffers and events.
+        limit: returns the most slots to keep now (the throttle's depth + 2).
+    """
+
+    def __init__(self, model: Pins, limit: Callable[[], int]) -> None:
+        self._model, self._limit = model, limit
+        self.free: list[Slot] = []
+        # in step order
+        self.busy: deque[Slot] = deque()
+        # bytes per slot: the largest batch seen
+        self.size = 0
+        # pinned bytes the ring holds
+        self.nbytes = 0
+        # batches staged by torch's own pinned pool: every slot was busy
+        self.overflows = 0
+
+    def take(self, step: int, need: int) -> Slot:
+        """A slot of at least ``need`` bytes for ``step``; beyond the limit, a transient one (no
+        buffer)."""
+        self.size = max(self.size, need)
+        if self.free:
+            slot = self.free.pop()
+        elif len(self.busy) < self._limit():
+            slot = Slot(None, 0, self._model.event(), step)
+        else:
+            self.overflows += 1
+            # not kept: torch pins its tensors
+            return Slot(None, 0, self._model.event(), step)
+        # grown only when a batch is larger than every batch before it
+        if slot.nbytes < need:
+            self.nbytes += self.size - slot.nbytes
+            slot.buffer, slot.nbytes = self._model.pin(self.size), self.size
+            # views of the old buffer: let it go
+            slot.views = {}
+        slot.step = step
+        self.busy.append(slot)
+        return slot
+
+    def retire(self, step: int) -> None:
+        """``step`` and every step before it completed: their slots may be written again."""
+        busy = self.busy
+        while busy and busy[0].step <= step:
+            self.free.append(busy.popleft())
+
+
+class CopyModel(Pins, Protocol):
+    """The device side of a prefetch: pinned buffers, a copy stream, its events (CUDA, or a test's
+    fake)."""
 
     def is_pinned(self, tensor: Any) -> bool:
         """Whether a host tensor is in pinned memory already (then it is copied directly)."""

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..backends.copies import CopyModel
-from ..values import _map
+from .._tree import map_leaves
+from ..backends.copies import CopyModel, PinnedRing, Slot
 from ._build import Part
 
 if TYPE_CHECKING:
@@ -22,66 +21,6 @@ if TYPE_CHECKING:
 _ALIGN = 64
 # slots the ring keeps when depth=None bounds nothing
 UNBOUNDED_SLOTS = 4
-
-
-class Slot:
-    """One pinned staging buffer, its copy event, the step that used it last, and the typed views
-    of its buffer made so far (by deferred values: ``(dtype, shape)`` to a view)."""
-
-    __slots__ = ("buffer", "event", "nbytes", "step", "views")
-
-    def __init__(self, buffer: Any, nbytes: int, event: Any, step: int) -> None:
-        self.buffer, self.nbytes, self.event, self.step = buffer, nbytes, event, step
-        self.views: dict[Any, Any] = {}
-
-
-class PinnedRing:
-    """Pinned staging slots; a slot is taken again only after the step that used it last retired.
-
-    Args:
-        model: makes the buffers and events.
-        limit: returns the most slots to keep now (the throttle's depth + 2).
-    """
-
-    def __init__(self, model: CopyModel, limit: Callable[[], int]) -> None:
-        self._model, self._limit = model, limit
-        self.free: list[Slot] = []
-        # in step order
-        self.busy: deque[Slot] = deque()
-        # bytes per slot: the largest batch seen
-        self.size = 0
-        # pinned bytes the ring holds
-        self.nbytes = 0
-        # batches staged by torch's own pinned pool: every slot was busy
-        self.overflows = 0
-
-    def take(self, step: int, need: int) -> Slot:
-        """A slot of at least ``need`` bytes for ``step``; beyond the limit, a transient one (no
-        buffer)."""
-        self.size = max(self.size, need)
-        if self.free:
-            slot = self.free.pop()
-        elif len(self.busy) < self._limit():
-            slot = Slot(None, 0, self._model.event(), step)
-        else:
-            self.overflows += 1
-            # not kept: torch pins its tensors
-            return Slot(None, 0, self._model.event(), step)
-        # grown only when a batch is larger than every batch before it
-        if slot.nbytes < need:
-            self.nbytes += self.size - slot.nbytes
-            slot.buffer, slot.nbytes = self._model.pin(self.size), self.size
-            # views of the old buffer: let it go
-            slot.views = {}
-        slot.step = step
-        self.busy.append(slot)
-        return slot
-
-    def retire(self, step: int) -> None:
-        """``step`` and every step before it completed: their slots may be written again."""
-        busy = self.busy
-        while busy and busy[0].step <= step:
-            self.free.append(busy.popleft())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,10 +68,9 @@ class Prefetch(Part):
         :class:`PlainTo`."""
         if at.options["to"] is None:
             return None
-        target, model = at.backend.mover(at.options["to"])
+        target, model, non_blocking = at.backend.mover(at.options["to"])
         if model is None:
-            # ordered on the device's one queue
-            return PlainTo(target, non_blocking=target.type != "cpu")
+            return PlainTo(target, non_blocking=non_blocking)
         return cls(at.core, model)
 
     def fields(self) -> dict[str, Any]:
@@ -165,13 +103,14 @@ class Prefetch(Part):
 
         def plan(leaf: Any) -> Any:
             nonlocal hosts
-            if isinstance(leaf, torch.Tensor) and leaf.device.type == "cpu":
+            # (is_cpu makes no torch.device)
+            if isinstance(leaf, torch.Tensor) and leaf.is_cpu:
                 hosts += 1
                 if not pinned(leaf):
                     staged.append(leaf)
             return leaf
 
-        _map(batch, plan)
+        map_leaves(batch, plan)
         if not hosts:
             # nothing on the host: nothing to copy, nothing to wait for
             return batch
@@ -181,7 +120,7 @@ class Prefetch(Part):
         self.ring.retire(core.completed - 1)
         slot = self.ring.take(core.steps, need)
         with self._model.copying():
-            moved = _map(batch, _Stager(torch, self._model, slot, {id(t) for t in staged}))
+            moved = map_leaves(batch, _Stager(torch, self._model, slot, {id(t) for t in staged}))
             self._model.join(slot.event)
         return moved
 
@@ -195,7 +134,7 @@ class _Stager:
         self._offset = 0
 
     def __call__(self, leaf: Any) -> Any:
-        if not isinstance(leaf, self._torch.Tensor) or leaf.device.type != "cpu":
+        if not isinstance(leaf, self._torch.Tensor) or not leaf.is_cpu:
             return leaf
         host = leaf
         if id(leaf) in self._staged:
@@ -233,7 +172,7 @@ class PlainTo(Part):
                 return value.to(device, non_blocking=non_blocking)
             return value
 
-        return _map(batch, leaf)
+        return map_leaves(batch, leaf)
 
     @classmethod
     def build(cls, at: Build) -> PlainTo:

@@ -150,8 +150,6 @@ class _CountingSnapshots:
 
 @pytest.fixture
 def model(monkeypatch: pytest.MonkeyPatch) -> type[_CountingSnapshots]:
-    import asyncthrottle.parts.prefetch  # noqa: F401  (imported by the first CUDA snapshot)
-
     warm = FakeDevice().throttle(2, sample_every=None)  # what a first throttle imports, before torch.Tensor is patched
     with warm.step():
         warm.defer(torch.zeros(1))
@@ -222,7 +220,7 @@ def test_a_slot_reuses_its_views_and_a_new_shape_or_a_grown_slot_gets_its_own(
     thr, _, arrived = _run(steps=len(sizes), depth=2, sizes=sizes)
     for i, n in enumerate(sizes):
         assert arrived[i].tolist() == [100.0 * i + k for k in range(n)]
-    ring = inside(thr).values.ring
+    ring = inside(thr).copies.ring
     slots = [*ring.free, *ring.busy]
     assert len(slots) <= 4 and all(1 <= len(slot.views) <= 2 for slot in slots)
     for slot in slots:  # every view is of the slot's current buffer (grown ones let the old go)
@@ -247,13 +245,13 @@ def test_a_copy_on_a_side_stream_joins_the_steps_event_once_per_stream(model: ty
         thr.defer(_FakeCudaTensor(torch.zeros(2)))
         thr.defer(_FakeCudaTensor(torch.zeros(2)))
         counting.current = (1, 0, 1)  # back on the main stream before the step ends
-        completions.before_record(thr.in_flight, event)
+        completions.before_record(inside(thr).core.steps, event)
         event.record()
     assert [stream.key for stream in joined] == [(7, 0, 1)]  # one join for two copies on the side stream
     assert counting.streams_made == 1
     with thr.step():
         thr.defer(_FakeCudaTensor(torch.zeros(2)))  # on the stream the event records on
-        completions.before_record(thr.in_flight, event)
+        completions.before_record(inside(thr).core.steps, event)
     assert counting.streams_made == 1 and len(joined) == 1
 
 
@@ -532,7 +530,7 @@ def test_random_loops_deliver_every_ring_value_intact_through_every_edge(
             name = rng.choice(["a", "b", "a"]) if k else "a"
             made.append(thr.defer(_FakeCudaTensor(torch.tensor(sent[tag])), name=name))
             if not counting:  # the ring's copy model, made at the first CUDA tensor
-                counting.append(inside(thr).values.model)
+                counting.append(inside(thr).copies.model)
         if counting:
             counting[0].current = (1, 0, 1)
         dev.launch(rng.choice([0.0, 1e-3, 5e-3]))

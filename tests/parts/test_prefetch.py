@@ -16,11 +16,11 @@ torch = pytest.importorskip("torch")
 from helpers import inside  # noqa: E402
 
 import asyncthrottle as at  # noqa: E402
+from asyncthrottle._tree import map_leaves  # noqa: E402
 from asyncthrottle.backends import copies  # noqa: E402
 from asyncthrottle.parts import prefetch  # noqa: E402
 from asyncthrottle.parts.prefetch import Prefetch  # noqa: E402
 from asyncthrottle.testing import FakeDevice  # noqa: E402
-from asyncthrottle.values import _map  # noqa: E402
 
 Pair = namedtuple("Pair", ["x", "y"])
 
@@ -99,7 +99,7 @@ def batches(n: int, size: int = 256) -> list[Any]:
 
 
 def _snapshot(batch: Any) -> Any:
-    return _map(batch, lambda leaf: leaf.clone() if isinstance(leaf, torch.Tensor) else leaf)
+    return map_leaves(batch, lambda leaf: leaf.clone() if isinstance(leaf, torch.Tensor) else leaf)
 
 
 class Checker:
@@ -454,16 +454,15 @@ def test_on_a_gpu_with_streams_the_batches_a_side_stream_reads_are_the_sources()
 def test_a_mapping_that_is_not_a_dict_keeps_its_type_and_its_tensors_move() -> None:
     import collections
 
-    from asyncthrottle.values import _map
 
     class Encoding(collections.UserDict):  # the shape of transformers' BatchEncoding
         pass
 
     batch = Encoding({"input_ids": [1, 2], "mask": (3,)})
-    moved = _map(batch, lambda leaf: leaf * 10)
+    moved = map_leaves(batch, lambda leaf: leaf * 10)
     assert type(moved) is Encoding and moved.data == {"input_ids": [10, 20], "mask": (30,)}
     counts = collections.defaultdict(int, {"a": 1})
-    moved_counts = _map(counts, lambda leaf: leaf + 1)
+    moved_counts = map_leaves(counts, lambda leaf: leaf + 1)
     assert moved_counts == {"a": 2} and moved_counts.default_factory is int  # a copy: it keeps its factory
 
 
