@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import random
+import sys
+import warnings
+from typing import Any
 
 import pytest
 
@@ -152,3 +156,187 @@ def test_a_donated_value_error_pickles_and_copies_with_its_message_and_attribute
         for again in (pickle.loads(pickle.dumps(error)), copy.copy(error), copy.deepcopy(error)):
             assert type(again) is DonatedValueError and str(again) == str(error)
             assert (again.step, again.name, again.seen_at) == (2, "state", seen_at)
+
+
+# -- the short paths against the walk -------------------------------------------------------------
+
+Pair = collections.namedtuple("Pair", ["first", "second"])
+_FILLS = (0.5, 2.0, -1.0, float("nan"), float("inf"))
+
+
+def _spec(rng: random.Random, depth: int = 0) -> tuple[Any, ...]:
+    """A random value to defer, as a description both runs build alike: a leaf (a JAX array, a torch tensor, a
+    numpy array, a Python scalar, None, a str) or, above the top, a container of them."""
+    kind = rng.choice(["jax", "jax", "torch", "torch", "np", "float", "int", "none", "str"]
+                      + (["dict", "dict", "list", "tuple", "pair"] if depth < 2 else []))
+    if kind in ("jax", "torch", "np"):
+        return (kind, rng.choice([(), (1,), (3,)]), rng.choice(_FILLS), rng.random() < 0.3)
+    if kind == "float":
+        return (kind, rng.choice(_FILLS))
+    if kind in ("int", "none", "str"):
+        return (kind,)
+    items = [_spec(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+    if kind == "pair":
+        return (kind, _spec(rng, depth + 1), _spec(rng, depth + 1))
+    return (kind, items)
+
+
+def _build(spec: tuple[Any, ...], jnp: Any, np: Any, mutable: list[Any]) -> Any:
+    """The value of ``spec``; its torch tensors (without grad) and numpy arrays go to ``mutable``, updated in place
+    after the defer (a snapshot must not see it)."""
+    kind = spec[0]
+    if kind == "jax":
+        return jnp.full(spec[1], spec[2], jnp.float32) + 0.0  # a fresh buffer (it may be donated)
+    if kind == "torch":
+        tensor = torch.full(spec[1], spec[2], requires_grad=spec[3])
+        if spec[3]:
+            return tensor * 1.0
+        mutable.append(tensor)
+        return tensor
+    if kind == "np":
+        array = np.full(spec[1], spec[2], np.float32)
+        mutable.append(array)
+        return array
+    if kind == "dict":
+        return {f"k{i}": _build(item, jnp, np, mutable) for i, item in enumerate(spec[1])}
+    if kind in ("list", "tuple"):
+        built = [_build(item, jnp, np, mutable) for item in spec[1]]
+        return built if kind == "list" else tuple(built)
+    if kind == "pair":
+        return Pair(_build(spec[1], jnp, np, mutable), _build(spec[2], jnp, np, mutable))
+    return {"float": lambda: spec[1], "int": lambda: 7, "none": lambda: None, "str": lambda: "s"}[kind]()
+
+
+def _canon(value: Any) -> Any:
+    """What a delivered value is, comparably (NaN as its repr): types, structure, dtypes, shapes and numbers."""
+    np = sys.modules["numpy"]
+    if isinstance(value, dict):
+        return ("dict", type(value).__name__, [(key, _canon(item)) for key, item in value.items()])
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, [_canon(item) for item in value])
+    if isinstance(value, torch.Tensor):
+        return ("tensor", str(value.dtype), tuple(value.shape), repr(value.tolist()), value.requires_grad)
+    if isinstance(value, np.ndarray):
+        return ("ndarray", value.dtype.str, value.shape, repr(value.tolist()))
+    return (type(value).__name__, repr(value))
+
+
+def _script(rng: random.Random) -> list[list[tuple[Any, ...]]]:
+    """Steps, each a list of calls: ``("defer", spec, name, copy)`` or ``("donate", k)`` (the step's k-th defer's
+    JAX array donated to a jitted call before the step completes)."""
+    # the first defer subscribes (the walk); then one of each short path at least
+    steps: list[list[tuple[Any, ...]]] = [[("defer", (kind, (), 1.0, False), "loss", False)]
+                                          for kind in ("jax", "jax", "torch")]
+    for _ in range(rng.randint(4, 10)):
+        calls: list[tuple[Any, ...]] = []
+        for k in range(rng.choice([0, 1, 1, 1, 2, 3])):
+            # mostly the usual first call: one named array or tensor
+            spec = _spec(rng) if rng.random() < 0.5 else (rng.choice(["jax", "torch"]), (), rng.choice(_FILLS), False)
+            name = rng.choice(["loss", "loss", "m", None, None, "value"] + (["a"] * 3 if k else []) + [1] * (k == 0))
+            copy = rng.choice([False] * 8 + [True, "yes"])
+            calls.append(("defer", spec, name, copy))
+            if spec[0] == "jax" and rng.random() < 0.2:
+                calls.append(("donate", len(calls) - 1))
+        steps.append(calls)
+    return steps
+
+
+def _run(script: list[list[tuple[Any, ...]]], device: str, first: bool) -> tuple[list[Any], int]:
+    """Everything the script's loop sees (each call's result or error, each step's delivered values, the non-finite
+    warnings and counts, ``latest``, and each value's ``get()``), and how many step bodies ran. ``first``: defer a
+    value of no interest first in every step, so that every value of the script takes the walk."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from asyncthrottle.testing import FakeDevice
+
+    donate = jax.jit(lambda array: array + 1.0, donate_argnums=0)
+    dev = FakeDevice()
+    thr = at.Throttle(2, device="cpu") if device == "cpu" else dev.throttle(2)
+    seen: list[Any] = []
+    thr.on_complete(lambda step, values: seen.append(
+        ("delivered", step, _canon({k: v for k, v in values.items() if k != "_first"}))))
+    made: list[Any] = []
+    bodies = 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for calls in script:
+            try:
+                with thr.step():
+                    bodies += 1
+                    if first:
+                        thr.defer(0, name="_first")
+                    arrays: list[Any] = []
+                    for call in calls:
+                        if call[0] == "donate":
+                            if arrays[call[1]] is not None:
+                                donate(arrays[call[1]])
+                            continue
+                        mutable: list[Any] = []
+                        value = _build(call[1], jnp, np, mutable)
+                        arrays.append(value if call[1][0] == "jax" else None)
+                        try:
+                            made.append(thr.defer(value, name=call[2], copy=call[3]))
+                            seen.append(("deferred", made[-1].name, made[-1].unnamed))
+                        except (TypeError, ValueError) as error:
+                            seen.append(("refused", type(error).__name__, str(error)))
+                        for item in mutable:
+                            item += 1000
+                    dev.launch(1e-3)
+            except Exception as error:  # a delivery's error, raised by the hand-out or the step's end
+                seen.append(("raised", type(error).__name__, str(error)))
+        try:
+            thr.drain()
+        except Exception as error:
+            seen.append(("raised", type(error).__name__, str(error)))
+    seen.append(("warned", [str(w.message) for w in caught if not issubclass(w.category, DeprecationWarning)]))
+    stats = thr.stats
+    seen.append(("stats", stats.nonfinite, stats.nonfinite_first))
+    seen.append(("latest", _canon({k: v for k, v in thr.latest.items() if k != "_first"})))
+    for deferred in made:
+        try:
+            seen.append(("got", _canon(deferred.get())))
+        except Exception as error:
+            seen.append(("get raised", type(error).__name__, str(error)))
+    return seen, bodies
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_the_short_paths_deliver_what_the_walk_delivers(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``defer()`` of a step's first value, one JAX array or torch tensor, skips the walk; a JAX array of a type seen
+    before skips the leaf copier's calls, and its delivery the walk back. Random trees (JAX arrays, torch tensors,
+    numpy arrays, dicts of metrics, nested lists, tuples and namedtuples, scalars, None; NaN and Inf among them;
+    donations, bad names and bad ``copy=``) go through both roads: the same values, the same non-finite reports, the
+    same errors."""
+    pytest.importorskip("jax")
+    from asyncthrottle import values
+    from asyncthrottle.backends import snapshots
+
+    rng = random.Random(seed)
+    script, device = _script(rng), rng.choice(["fake", "cpu"])
+    walks = [0]
+
+    class Counting(snapshots.Snapshot):
+        __slots__ = ()
+
+        def __init__(self, *args: Any) -> None:
+            walks[0] += 1
+            super().__init__(*args)
+
+    monkeypatch.setattr(values, "Snapshot", Counting)
+    short, _ = _run(script, device, first=False)
+    short_walks, walks[0] = walks[0], 0
+    # the walk alone: no type of JAX array kept (the leaf copier's and the delivery's short cuts never apply), and
+    # never the step's first value
+    kept = dict(snapshots.JAX_ARRAYS)
+    monkeypatch.setattr(snapshots, "_JAX_KEPT", 0)
+    snapshots.JAX_ARRAYS.clear()
+    try:
+        walked, bodies = _run(script, device, first=True)
+    finally:
+        snapshots.JAX_ARRAYS.update(kept)
+    assert short == walked
+    deferred = sum(1 for entry in short if entry[0] == "deferred")
+    assert walks[0] == deferred + bodies  # every value walked, and each step's first
+    assert short_walks <= deferred - 2  # the short paths were taken
