@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from .throttle import Throttle
 
 T = TypeVar("T")
-# no batch held
+# no batch kept
 _EMPTY: Any = object()
 # the view's own attributes; every other one is the source's
 _OWN = ("throttle", "source", "progress")
@@ -159,16 +159,16 @@ class Pass(Iterator[T], Generic[T]):
     """
 
     __slots__ = (
-        "__weakref__", "_bar", "_core", "_fetch", "_held", "_it", "_open", "_prefetch", "_source",
+        "__weakref__", "_bar", "_core", "_held", "_items", "_open", "_prefetch", "_source",
         "_state", "_thr",
     )
 
     def __init__(self, throttle: Throttle, source: Iterable[T], bar: Bar | None = None) -> None:
         self._thr, self._source, self._bar = throttle, source, bar
-        self._it: Iterator[T] | None = None
-        # the source's next(), or None: the batches are copied (_copy fetches them)
-        self._fetch: Any = None
-        self._held: Any = _EMPTY
+        # the source's iterator (to=: its batches copied as they are fetched)
+        self._items: Iterator[T] | None = None
+        # the batch whose hand-out raised, for the next next()
+        self._held: list[T] = []
         # a batch was handed out and its step is not recorded yet
         self._open = False
         # new -> running -> done
@@ -181,54 +181,44 @@ class Pass(Iterator[T], Generic[T]):
         return self
 
     def __next__(self) -> T:
-        # the loop body of the step handed out last ran (else: the pass's first step, or one whose
-        # hand-out raised)
-        ran = self._open
-        if not ran:
-            if self._state != "running":
-                self._start()
-            if self._held is not _EMPTY:
-                return self._hand_held()
+        if self._open:
+            # the loop body of the step handed out last ran: record it, fetch the next batch, admit
+            # it (the core's one road)
+            try:
+                return self._core.step(self._items, self._held)  # type: ignore[arg-type]
+            except BaseException as exc:
+                self._failed(exc)
+                raise
+        return self._begin()
+
+    def _begin(self) -> T:
+        """The pass's first step, or the one after a ``next()`` that raised: its batch, if it was
+        fetched (the wait again, then the batch), else a new one."""
+        if self._state != "running":
+            self._start()
+        held = self._held
+        if held:
+            item = held.pop()
+            try:
+                self._core.admit()
+            except BaseException:
+                # a timeout or Ctrl-C in the wait again
+                held.append(item)
+                raise
+        else:
+            try:
+                item = self._core.step(self._items, held, False)  # type: ignore[arg-type]
+            except BaseException as exc:
+                self._failed(exc)
+                raise
+        self._open = True
+        return item
+
+    def _failed(self, exc: BaseException) -> None:
+        """``next()`` raised ``exc``: no batch is handed out (``StopIteration``: the pass ends)."""
         self._open = False
-        try:
-            # record the step that ran, fetch the next batch, admit it (the core's one road)
-            item = self._core.step(self._fetch or self._copy, self._hold, ran)
-        except StopIteration:
+        if isinstance(exc, StopIteration):
             self._finish()
-            raise
-        self._open = True
-        return item  # type: ignore[no-any-return]
-
-    def _hand_held(self) -> T:
-        """Hand out the batch kept when its hand-out raised: the wait again, then the batch."""
-        item, self._held = self._held, _EMPTY
-        if type(item) is _Fetched:
-            # its copy was interrupted: copy it now
-            item = self._copy(item.batch)
-        try:
-            self._core.admit()
-        except BaseException:
-            self._held = item
-            raise
-        self._open = True
-        return item  # type: ignore[no-any-return]
-
-    def _hold(self, item: T) -> None:
-        # a timeout or Ctrl-C in the wait (or a device error in a query): the batch waits for the
-        # next next()
-        self._held = item
-
-    def _copy(self, batch: Any = _EMPTY) -> Any:
-        """``batch`` (else the source's next) copied to the device: issued before the wait, so the
-        copy overlaps the step before."""
-        if batch is _EMPTY:
-            batch = next(self._it)  # type: ignore[arg-type]
-        try:
-            return self._prefetch(batch)  # type: ignore[misc]
-        except BaseException:
-            # Ctrl-C or a device error mid-copy: keep the host batch for the next next()
-            self._held = _Fetched(batch)
-            raise
 
     def close(self) -> None:
         """End the pass now: the step in progress is recorded (never blocking)."""
@@ -265,9 +255,8 @@ class Pass(Iterator[T], Generic[T]):
             )
         self._thr._start_pass(self, self._thr._clock())
         self._state = "running"
-        it = self._it = iter(self._source)
-        if self._prefetch is None:
-            self._fetch = it.__next__
+        items = iter(self._source)
+        self._items = items if self._prefetch is None else _Copies(items, self._prefetch)
 
     def _finish(self) -> None:
         """The source is exhausted: drain (unless told not to) and end the pass."""
@@ -299,10 +288,25 @@ class Pass(Iterator[T], Generic[T]):
             self._end()
 
 
-class _Fetched:
-    """A batch taken from the source whose copy to the device (``to=``) did not finish."""
+class _Copies(Iterator[Any]):
+    """A source's batches copied to the device (``to=``) as each is fetched: issued before the
+    wait, so the copy overlaps the step before. A batch whose copy raised (Ctrl-C, a device error)
+    is copied again by the next ``next()``."""
 
-    __slots__ = ("batch",)
+    __slots__ = ("_copy", "_items", "_uncopied")
 
-    def __init__(self, batch: Any) -> None:
-        self.batch = batch
+    def __init__(self, items: Iterator[Any], copy: Callable[[Any], Any]) -> None:
+        self._items, self._copy = items, copy
+        self._uncopied: Any = _EMPTY
+
+    def __next__(self) -> Any:
+        batch = self._uncopied
+        if batch is _EMPTY:
+            batch = next(self._items)
+        else:
+            self._uncopied = _EMPTY
+        try:
+            return self._copy(batch)
+        except BaseException:
+            self._uncopied = batch
+            raise

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol, TypeVar
 
 from .errors import ThrottleTimeout, not_ended
@@ -415,16 +415,16 @@ class Core:
                 raise
         return step
 
-    def step(self, fetch: Callable[[], T], hold: Callable[[T], object], ran: bool = True) -> T:
+    def step(self, items: Iterator[T], held: list[T], ran: bool = True) -> T:
         """A wrapped loop's next step: record the step that ran (unless not ``ran``: the pass's
-        first), take the next batch with ``fetch()`` and admit it; returns the batch.
+        first), take the next batch from ``items`` and admit it; returns the batch.
 
         :meth:`record`, the fetch and :meth:`admit`, with their paths for a core no part hears
         inlined (see ``lean``): the per-step path of most loops, where a call costs as much as the
         rule. The fetch is timed from after the record (the parts' work there is not the
         source's) and told (:meth:`fetched`), also when it raises (``StopIteration``: the source
         is exhausted). An error of the admit (a timeout or Ctrl-C in the wait, a device error in a
-        query) gives the batch to ``hold`` first.
+        query) appends the batch to ``held`` first.
         """
         clock = self.clock
         pending = self.pending
@@ -464,7 +464,7 @@ class Core:
             if self.heard:
                 start = clock()
         try:
-            item = fetch()
+            item = next(items)
         except BaseException:
             # the time it took was still fetching
             self.fetched(self.steps, start, clock() - start)
@@ -495,7 +495,7 @@ class Core:
             elif self.new_event is not None or self.on_handout:
                 self.admit()
         except BaseException:
-            hold(item)
+            held.append(item)
             raise
         return item
 
