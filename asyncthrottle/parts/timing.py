@@ -176,12 +176,8 @@ class DeviceTiming(Part):
         ignores the scheduling below, and every later step gets a plain event.
         """
         event = self.timed()
-        if not self.trusted:
-            # events that cannot be timed at all: no timing, quietly
-            if not hasattr(event, "elapsed_time"):
-                self.disable(None)
-                return event
-            self.trusted = True
+        if not (self.trusted or self._trust(event)):
+            return event
         every, core = self.every, self.core
         if self._shared:
             # the step before's event: the newest in flight (this one is not queued yet), or the
@@ -251,10 +247,13 @@ class DeviceTiming(Part):
         device is idle); with shared events, keep the step before's (``before``), the idle's
         start."""
         # (step 0 is never sampled: at every=1 it is supplied as the step before step 1)
-        if self.trusted and step and not step % self.every:
+        if step and not step % self.every:
+            marker = self.timed()
+            # the first sampled step may be handed out idle before its record: learn it here
+            if not (self.trusted or self._trust(marker)):
+                return
             if self._shared and before is not None:
                 self._before_step, self._before = step - 1, before
-            marker = self.timed()
             record_idle = self._record_idle
             if record_idle is None:
                 record_idle = self._record_idle = hasattr(marker, "record_idle")
@@ -264,6 +263,15 @@ class DeviceTiming(Part):
             else:
                 marker.record()
             self._start_step, self._start = step, marker
+
+    def _trust(self, event: Any) -> bool:
+        """Whether the backend's events can be timed, learnt from the first one made; if not,
+        timing turns off, quietly."""
+        if not hasattr(event, "elapsed_time"):
+            self.disable(None)
+            return False
+        self.trusted = True
+        return True
 
     def add_listener(self, listener: Callable[[int, float, float], None]) -> None:
         """Call ``listener(step, busy_s, idle_s)`` for each sample, read as soon as its step
