@@ -78,13 +78,13 @@ def route_through_the_ring() -> None:
     snapshots.TorchSnapshots.__init__ = init  # type: ignore[method-assign]
     real = snapshots.tensor_snapshot
 
-    def tensor_snapshot(tensor: Any, synchronous: bool, owner: Any) -> tuple[Any, bool]:
-        if owner is not None and not synchronous:
-            host = owner.copy(tensor.detach() if tensor.requires_grad else tensor, "cuda")
+    def tensor_snapshot(tensor: Any, synchronous: bool, ring: Any) -> tuple[Any, bool]:
+        if ring is not None and not synchronous:
+            host = ring.copy(tensor.detach() if tensor.requires_grad else tensor, "cuda")
             if host is not None:
                 RINGED[0] += 1
                 return host, True
-        return real(tensor, synchronous, owner)
+        return real(tensor, synchronous, ring)
 
     snapshots.tensor_snapshot = tensor_snapshot
 
