@@ -248,12 +248,14 @@ class DeviceTiming(Part):
         start."""
         # (step 0 is never sampled: at every=1 it is supplied as the step before step 1)
         if step and not step % self.every:
-            marker = self.timed()
-            # the first sampled step may be handed out idle before its record: learn it here
-            if not (self.trusted or self._trust(marker)):
+            # The first sampled step may be handed out idle before its record showed whether the
+            # events can be timed: with shared events the step before's tells (separate ones were
+            # asked at the step before's record).
+            if not self.trusted and (before is None or not self._shared or not self._trust(before)):
                 return
             if self._shared and before is not None:
                 self._before_step, self._before = step - 1, before
+            marker = self.timed()
             record_idle = self._record_idle
             if record_idle is None:
                 record_idle = self._record_idle = hasattr(marker, "record_idle")
