@@ -1,5 +1,5 @@
-"""Module paths that moved in 0.3: each old path imports its new module (most with a
-``DeprecationWarning``)."""
+"""Module paths that moved (in 0.3, and ``hooks`` in 0.4): each old path imports its new module
+(most with a ``DeprecationWarning``)."""
 
 from __future__ import annotations
 
@@ -10,40 +10,42 @@ import sys
 import warnings
 from types import FrameType, ModuleType
 
-# Old path (under asyncthrottle) -> (new path, deprecated). The paths that are not deprecated are
-# public
-# homes kept on purpose: the test devices and the probes users pass as ``memory=``.
+# Old path (under asyncthrottle) -> (new path, the release that moved it, or None: a public home
+# kept on purpose, with no warning: the test devices and the probes users pass as ``memory=``). A
+# moved path goes away one minor release after the one that moved it.
 MOVED = {
-    "simulated": ("testing.simulated", False),
-    "procdevice": ("testing.procdevice", False),
-    "memory": ("backends.memory", False),
-    "syncaudit": ("parts.syncaudit", False),
-    "completions": ("values", True),
-    "deferred": ("values", True),
-    "passes": ("view", True),
-    "options": ("_options", True),
-    "events": ("core.events", True),
-    "waits": ("core.waits", True),
-    "errors": ("core.errors", True),
-    "ownership": ("core.ownership", True),
-    "hosttime": ("core.hosttime", True),
-    "telemetry": ("parts.timing", True),
-    "controller": ("parts.autodepth", True),
-    "prefetch": ("parts.prefetch", True),
-    "stall": ("parts.stall", True),
-    "ranks": ("parts.ranks", True),
-    "trace": ("parts.trace", True),
-    "profiling": ("parts.profiling", True),
-    "progress": ("parts.progress", True),
-    "syncdebug": ("parts.syncdetect", True),
-    "devices": ("backends.torch", True),
-    "pool": ("backends.pool", True),
-    "copies": ("backends.copies", True),
-    "pinned": ("backends.pinned", True),
-    "bench.seed": ("bench.experiments", True),
-    "bench.seed_values": ("bench.add_one_deferred", True),
-    "bench.model": ("bench.cost_model", True),
-    "bench.backend": ("bench.backends", True),
+    "simulated": ("testing.simulated", None),
+    "procdevice": ("testing.procdevice", None),
+    "memory": ("backends.memory", None),
+    "syncaudit": ("parts.syncaudit", None),
+    "completions": ("values", "0.3"),
+    "deferred": ("values", "0.3"),
+    "passes": ("view", "0.3"),
+    "options": ("_options", "0.3"),
+    "events": ("core.events", "0.3"),
+    "waits": ("core.waits", "0.3"),
+    "errors": ("core.errors", "0.3"),
+    "ownership": ("core.ownership", "0.3"),
+    "hosttime": ("core.hosttime", "0.3"),
+    "telemetry": ("parts.timing", "0.3"),
+    "controller": ("parts.autodepth", "0.3"),
+    "prefetch": ("parts.prefetch", "0.3"),
+    "stall": ("parts.stall", "0.3"),
+    "ranks": ("parts.ranks", "0.3"),
+    "trace": ("parts.trace", "0.3"),
+    "profiling": ("parts.profiling", "0.3"),
+    "progress": ("parts.progress", "0.3"),
+    "syncdebug": ("parts.syncdetect", "0.3"),
+    "devices": ("backends.torch", "0.3"),
+    "pool": ("backends.pool", "0.3"),
+    "copies": ("backends.copies", "0.3"),
+    "pinned": ("backends.pinned", "0.3"),
+    "bench.seed": ("bench.experiments", "0.3"),
+    "bench.seed_values": ("bench.add_one_deferred", "0.3"),
+    "bench.model": ("bench.cost_model", "0.3"),
+    "bench.backend": ("bench.backends", "0.3"),
+    # the framework callbacks' driver: "hooks" also named the core's notifications
+    "hooks": ("framework", "0.4"),
 }
 _PACKAGE = __name__.rpartition(".")[0]
 
@@ -63,11 +65,12 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         for the old path, which the import then returns; the new module is left as it is (its
         ``__spec__`` stays its own: its relative imports and ``importlib.reload`` read it)."""
         old = module.__name__
-        new, deprecated = MOVED[old.removeprefix(f"{_PACKAGE}.")]
-        if deprecated:
+        new, moved = MOVED[old.removeprefix(f"{_PACKAGE}.")]
+        if moved is not None:
+            major, minor = moved.split(".")
             warnings.warn(
-                f"{old} moved to {_PACKAGE}.{new} in asyncthrottle 0.3; import it from there (the "
-                "old path goes away in 0.4)",
+                f"{old} moved to {_PACKAGE}.{new} in asyncthrottle {moved}; import it from there "
+                f"(the old path goes away in {major}.{int(minor) + 1})",
                 DeprecationWarning,
                 stacklevel=_importer_level(),
             )

@@ -21,7 +21,7 @@ except ImportError as exc:
 
 from . import _lightning_sigterm as sigterm
 from ._options import check_int
-from .hooks import ThrottleHooks
+from .framework import ThrottleHooks
 from .parts.progress import postfix
 from .throttle import Throttle
 
@@ -45,12 +45,12 @@ class ThrottleCallback(ThrottleHooks, Callback):
 
     Each step's loss, as ``training_step`` returned it (its ``"loss"``, or
     the tensor itself), is deferred as ``"loss"`` without a sync: read it in
-    :meth:`~asyncthrottle.hooks.ThrottleHooks.on_complete` or
+    :meth:`~asyncthrottle.framework.ThrottleHooks.on_complete` or
     ``callback.throttle.latest``. Its step numbers are the batch's index over
     the whole fit, across epochs (``trainer.fit_loop.total_batch_idx``), and
     go on from a checkpoint's under ``fit(ckpt_path=...)``: without gradient
     accumulation, the step of the batch's ``self.log`` values (see
-    :meth:`~asyncthrottle.hooks.ThrottleHooks.framework_step`). Under
+    :meth:`~asyncthrottle.framework.ThrottleHooks.framework_step`). Under
     ``accumulate_grad_batches=k`` it is that loss too (what ``self.log``
     logs), not Lightning's ``outputs["loss"]``, which is divided by ``k``.
     A NaN/Inf loss is reported from that host copy, without a sync
@@ -104,7 +104,7 @@ class ThrottleCallback(ThrottleHooks, Callback):
     ``.throttle`` is the :class:`~asyncthrottle.Throttle`, there from
     construction (register ``on_complete`` before ``fit``, on the callback for
     Lightning's step numbers, on ``.throttle`` for its own). The callback
-    pickles (``strategy="ddp_spawn"``): see :class:`~asyncthrottle.hooks.ThrottleHooks`.
+    pickles (``strategy="ddp_spawn"``): see :class:`~asyncthrottle.framework.ThrottleHooks`.
     """
 
     throttle: Throttle

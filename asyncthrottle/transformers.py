@@ -17,7 +17,7 @@ except ImportError as exc:
                               f"'asyncthrottle[transformers]' ({exc})",
                               name=exc.name or "transformers") from exc
 
-from .hooks import ThrottleHooks
+from .framework import ThrottleHooks
 from .throttle import Throttle
 
 __all__ = ["ThrottleCallback", "step_loss", "transformers_advice"]
@@ -32,7 +32,7 @@ class ThrottleCallback(ThrottleHooks, TrainerCallback):  # type: ignore[misc]
     the step's event is recorded in ``on_step_end`` (after the optimizer
     step). Each step's loss, as the Trainer logs it, is deferred as
     ``"loss"`` without a sync and reaches
-    :meth:`~asyncthrottle.hooks.ThrottleHooks.on_complete`, with the step's
+    :meth:`~asyncthrottle.framework.ThrottleHooks.on_complete`, with the step's
     ``state.global_step`` (1 for the first; a resume from a checkpoint goes
     on from its step), and ``callback.throttle.latest``: a forward hook on
     the model takes the loss it returns for each training micro-batch

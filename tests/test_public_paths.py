@@ -28,7 +28,7 @@ PUBLIC = {
     "asyncthrottle.lightning": ["ThrottleCallback", "ThrottleProgressBar"],
     "asyncthrottle.transformers": ["ThrottleCallback"],
     "asyncthrottle.jax": ["barrier_on", "jax_events"],
-    "asyncthrottle.hooks": ["ThrottleHooks"],
+    "asyncthrottle.framework": ["ThrottleHooks"],
     "asyncthrottle.testing": ["FakeDevice", "FakeClock", "FakeEvent"],
     "asyncthrottle.simulated": ["SimulatedDevice"],
     "asyncthrottle.procdevice": ["ProcessDevice"],
@@ -98,7 +98,7 @@ def test_the_command_line_keeps_its_flags(command: str) -> None:
 
 @pytest.mark.parametrize("old", sorted(MOVED))
 def test_an_old_module_path_gives_the_new_module(old: str) -> None:
-    new, deprecated = MOVED[old]
+    new, moved = MOVED[old]
     code = f"""
 import importlib, warnings
 with warnings.catch_warnings(record=True) as caught:
@@ -111,8 +111,10 @@ print(len(found), found[0].message if found else "")
     done = _python(code)
     assert done.returncode == 0, done.stderr[-2000:]
     count, _, message = done.stdout.strip().partition(" ")
-    if deprecated:
-        assert count == "1" and f"asyncthrottle.{new}" in message, done.stdout
+    if moved is not None:
+        major, minor = moved.split(".")
+        gone = f"goes away in {major}.{int(minor) + 1}"
+        assert count == "1" and f"asyncthrottle.{new}" in message and gone in message, done.stdout
     else:
         assert count == "0", f"asyncthrottle.{old} is a public home and must not warn: {done.stdout}"
 

@@ -252,7 +252,7 @@ def test_the_time_between_steps_is_heard_as_a_fetch_and_counted_apart() -> None:
 
 
 def test_a_frameworks_time_between_its_batches_is_fetching() -> None:
-    from asyncthrottle.hooks import ThrottleHooks
+    from asyncthrottle.framework import ThrottleHooks
 
     dev = FakeDevice()
     hooks = ThrottleHooks(2, events=dev.event, wait=dev.wait("poll"), clock=dev.clock,

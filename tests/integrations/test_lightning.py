@@ -294,7 +294,7 @@ def test_import_asyncthrottle_imports_no_framework() -> None:
     import subprocess
     import sys
 
-    code = ("import asyncthrottle, asyncthrottle.hooks, sys; "
+    code = ("import asyncthrottle, asyncthrottle.framework, sys; "
             "print(sorted(m for m in ('lightning', 'transformers', 'accelerate') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -229,7 +229,7 @@ def test_sync_advice_points_at_the_users_line_that_called_fit(tmp_path: Path) ->
         line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
         trainer.fit(Tiny(dev, prog_bar=True), _loader())
     (advice,) = [w for w in record if issubclass(w.category, SyncAdvice)]
-    assert (advice.filename, advice.lineno) == (__file__, line)  # before: asyncthrottle/hooks.py
+    assert (advice.filename, advice.lineno) == (__file__, line)  # before: asyncthrottle/framework.py
 
 
 def _heard(cb: Any) -> list[int]:

@@ -208,7 +208,7 @@ def test_sync_advice_points_at_the_users_line_that_started_training(tmp_path: Pa
         line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
         trainer.train()
     (advice,) = [w for w in record if issubclass(w.category, SyncAdvice)]
-    assert (advice.filename, advice.lineno) == (__file__, line)  # before: asyncthrottle/hooks.py
+    assert (advice.filename, advice.lineno) == (__file__, line)  # before: asyncthrottle/framework.py
 
 
 def _train_heard(dev: FakeDevice, tmp_path: Path, max_steps: int,

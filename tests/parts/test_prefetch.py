@@ -501,7 +501,7 @@ def test_to_keeps_the_encodings_of_a_fast_tokenizers_batch_encoding() -> None:
 
 
 def test_a_frameworks_callback_refuses_to_rather_than_ignore_it() -> None:
-    from asyncthrottle.hooks import ThrottleHooks
+    from asyncthrottle.framework import ThrottleHooks
 
     with pytest.raises(TypeError, match="to='cuda' moves the batches of a wrapped loop"):
         ThrottleHooks(2, device="cpu", to="cuda")

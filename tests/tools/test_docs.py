@@ -35,7 +35,7 @@ TESTS = "python3 -m venv .venv && .venv/bin/pip install -e '.[test,examples,jax,
 API_PAGES = sorted((DOCS / "api").glob("*.md"))
 # Modules users import by name, each rendered whole (its __all__) in the API reference.
 API_MODULES = [
-    "asyncthrottle.backends.memory", "asyncthrottle.hooks", "asyncthrottle.jax", "asyncthrottle.lightning",
+    "asyncthrottle.backends.memory", "asyncthrottle.framework", "asyncthrottle.jax", "asyncthrottle.lightning",
     "asyncthrottle.parts.syncaudit", "asyncthrottle.plot", "asyncthrottle.testing", "asyncthrottle.testing.procdevice",
     "asyncthrottle.testing.simulated", "asyncthrottle.transformers",
 ]

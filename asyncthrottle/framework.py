@@ -1,5 +1,5 @@
-"""Framework-agnostic step hooks: begin, end, drain and fail a Throttle's steps from a trainer's
-callbacks."""
+"""The trainer-agnostic driver of the framework callbacks: begin, end, drain and fail a Throttle's
+steps from a trainer's hooks (``asyncthrottle.hooks`` before 0.4)."""
 
 from __future__ import annotations
 
