@@ -300,7 +300,9 @@ class JaxEvent:
 TimedJaxEvent = JaxEvent
 
 
-def _parse_device(jax: Any, device: Any) -> Any:
+def parse_jax_device(jax: Any, device: Any) -> Any:
+    """The ``jax.Device`` a JAX ``device=`` names: None or ``"jax"`` (the first), ``"jax:N"``, or
+    a ``jax.Device``."""
     if device is None or device == "jax":
         return jax.devices()[0]
     if isinstance(device, jax.Device):
@@ -321,7 +323,7 @@ def _parse_device(jax: Any, device: Any) -> Any:
 def computes_on_host(device: Any = None) -> bool:
     """Whether the JAX device (as :func:`jax_events` takes it) runs its programs on the host's own
     cores: XLA's CPU backend."""
-    return bool(_parse_device(_jax(), device).platform == "cpu")
+    return bool(parse_jax_device(_jax(), device).platform == "cpu")
 
 
 def jax_events(
@@ -342,7 +344,7 @@ def jax_events(
         ValueError: ``"jax:N"`` names no device.
     """
     jax = _jax()
-    target = _parse_device(jax, device)
+    target = parse_jax_device(jax, device)
     # commits the barrier to target
     seed = jax.device_put(jax.numpy.zeros((), jax.numpy.int32), target)
     tick, _ = _programs()

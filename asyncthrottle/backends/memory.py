@@ -77,9 +77,9 @@ def jax_probe(device: Any) -> MemoryProbe:
     Raises:
         ValueError: the backend reports no memory statistics (JAX on the CPU).
     """
-    from .jax import _jax, _parse_device
+    from .jax import _jax, parse_jax_device
 
-    target = _parse_device(_jax(), device)
+    target = parse_jax_device(_jax(), device)
     stats = target.memory_stats()
     if not stats or "bytes_in_use" not in stats:
         raise ValueError(

@@ -53,8 +53,9 @@ def _is_available(torch: Any, kind: str) -> bool:
     return bool(current is not None and current.type == kind and accelerator.is_available())
 
 
-def _parse_device(device: Any, option: str = "device") -> Any:
-    """``device`` as a ``torch.device``; errors name ``option`` (``device=``, ``to=``)."""
+def parse_torch_device(device: Any, option: str = "device") -> Any:
+    """The ``torch.device`` a user's ``device=`` or ``to=`` names (a str or a ``torch.device``);
+    errors name ``option``."""
     torch = _torch()
     if isinstance(device, torch.device):
         return device
@@ -236,7 +237,7 @@ def resolve_events(
         from .jax import jax_events
 
         return jax_events(device, timing=timing)
-    torch_device = _parse_device(device if device is not None else detect_device())
+    torch_device = parse_torch_device(device if device is not None else detect_device())
     if torch_device.type == "cpu":
         if streams:
             raise ValueError("streams= was given but the device is the CPU, which has no streams; "
@@ -283,7 +284,7 @@ def device_kind(device: Any = None) -> str:
         or type(device).__module__.startswith("jax")
     ):
         return "jax"
-    return str(_parse_device(device if device is not None else detect_device()).type)
+    return str(parse_torch_device(device if device is not None else detect_device()).type)
 
 
 def cuda_module() -> Any:
@@ -305,7 +306,7 @@ def mover(
     them.
     """
     torch = _torch()
-    target = _parse_device(to, "to")
+    target = parse_torch_device(to, "to")
     if kind not in ("events", target.type):
         raise ValueError(
             f"to={to!r} moves batches to {target.type}, but the throttle runs on {kind} "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..backends.jax import _jax, _parse_device, jax_events
+from ..backends.jax import _jax, jax_events, parse_jax_device
 from ..core.events import EventFactory
 
 __all__ = ["JaxBench"]
@@ -60,7 +60,7 @@ class JaxBench:
 
     def __init__(self, device: Any = None, *, key: int = 0) -> None:
         self._jax = _jax()
-        self._device = _parse_device(self._jax, device)
+        self._device = parse_jax_device(self._jax, device)
         self.name = f"jax-{self._device.platform} (XLA, asynchronous dispatch)"
         self._key = self._jax.random.key(key)
         # each workload's latest output, for synchronize()

@@ -288,10 +288,10 @@ def test_jax_probe_reads_memory_stats_and_refuses_a_backend_without_them(monkeyp
     from asyncthrottle.backends import jax as atjax
 
     fake = types.SimpleNamespace(memory_stats=lambda: {"bytes_in_use": 123, "peak_bytes_in_use": 456})
-    monkeypatch.setattr(atjax, "_parse_device", lambda jax, device: fake)
+    monkeypatch.setattr(atjax, "parse_jax_device", lambda jax, device: fake)
     assert mem.jax_probe("jax")() == 123
     none = types.SimpleNamespace(memory_stats=lambda: None)
-    monkeypatch.setattr(atjax, "_parse_device", lambda jax, device: none)
+    monkeypatch.setattr(atjax, "parse_jax_device", lambda jax, device: none)
     with pytest.raises(ValueError, match=r"reports no memory_stats\(\).*pass memory=.*rss_bytes"):
         mem.jax_probe("jax")
 
