@@ -34,7 +34,7 @@ MOVED = {
     "ranks": ("parts.ranks", "0.3"),
     "trace": ("parts.trace", "0.3"),
     "profiling": ("parts.profiling", "0.3"),
-    "progress": ("parts.progress", "0.3"),
+    "progress": ("_progress", "0.3"),
     "syncdebug": ("parts.syncdetect", "0.3"),
     "devices": ("backends.torch", "0.3"),
     "pool": ("backends.pool", "0.3"),

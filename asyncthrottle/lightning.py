@@ -21,8 +21,8 @@ except ImportError as exc:
 
 from . import _lightning_sigterm as sigterm
 from ._options import check_int
+from ._progress import postfix
 from .framework import ThrottleHooks
-from .parts.progress import postfix
 from .throttle import Throttle
 
 __all__ = ["ThrottleCallback", "ThrottleProgressBar", "lightning_advice"]

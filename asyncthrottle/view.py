@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from .parts.progress import Bar
+    from ._progress import Bar
     from .throttle import Throttle
 
 T = TypeVar("T")
@@ -52,7 +52,7 @@ class Throttled(Generic[T]):
     def __iter__(self) -> Iterator[T]:
         bar = None
         if self.progress is not False and self.progress is not None:
-            from .parts.progress import Bar
+            from ._progress import Bar
 
             bar = Bar.open(self.throttle, self.progress, _length(self.source))
         return Pass(self.throttle, self.source, bar)

@@ -243,7 +243,7 @@ def test_mps_events_get_no_stream(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_disabled_bar_costs_what_no_bar_costs(monkeypatch: pytest.MonkeyPatch) -> None:
-    from asyncthrottle.parts import progress
+    from asyncthrottle import _progress as progress
 
     calls = {"postfix": 0}
     original = progress.postfix

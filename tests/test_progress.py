@@ -7,7 +7,7 @@ import io
 import pytest
 
 import asyncthrottle as at
-from asyncthrottle.parts.progress import postfix
+from asyncthrottle._progress import postfix
 
 MICRO = (1.0, 2.0, 6.0)  # one step's micro-batch losses (gradient accumulation in a plain loop)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..throttle import Throttle
+    from .throttle import Throttle
 
 
 def make_bar(progress: Any, total: int | None) -> Any:
