@@ -17,6 +17,7 @@ except ImportError as exc:
                               f"'asyncthrottle[transformers]' ({exc})",
                               name=exc.name or "transformers") from exc
 
+from .backends.torch import copies_need_pinned_memory
 from .framework import ThrottleHooks
 from .throttle import Throttle
 
@@ -237,22 +238,18 @@ def transformers_advice(args: Any, *, nonfinite: str | None = "warn") -> list[tu
     return advice
 
 
-# devices whose host-to-device copies overlap only from pinned memory
-_PINNED = ("cuda", "xpu", "npu", "hpu")
-
-
 def _copy_advice(args: Any) -> list[tuple[str, str]]:
     """Blocking host-to-device copies of each micro-batch (accelerate's ``send_to_device``), on an
     accelerator."""
-    kind = getattr(getattr(args, "device", None), "type", "cpu")
+    device: Any = getattr(args, "device", None)
     non_blocking = bool(getattr(getattr(args, "accelerator_config", None), "non_blocking", False))
     pinned = bool(getattr(args, "dataloader_pin_memory", False))
-    if kind not in _PINNED or (non_blocking and pinned):
+    if not copies_need_pinned_memory(device) or (non_blocking and pinned):
         return []
     off = [name for name, on in (('accelerator_config={"non_blocking": True}', non_blocking),
                                  ("dataloader_pin_memory=True", pinned)) if not on]
     return [("blocking_copies", f"TrainingArguments without {' and '.join(off)}: accelerate copies "
-             f"every tensor of every micro-batch to the {kind} device blocking (send_to_device "
-             "without non_blocking), a host-device sync per tensor. Pass "
+             f"every tensor of every micro-batch to the {device.type} device blocking "
+             "(send_to_device without non_blocking), a host-device sync per tensor. Pass "
              'accelerator_config={"non_blocking": True} and dataloader_pin_memory=True (the '
              "default): the copies then overlap the device's work")]

@@ -73,6 +73,16 @@ def parse_torch_device(device: Any, option: str = "device") -> Any:
         ) from None
 
 
+# devices whose host-to-device copies overlap the device's work only from pinned memory
+_PINNED_COPIES = ("cuda", "xpu", "npu", "hpu")
+
+
+def copies_need_pinned_memory(device: Any) -> bool:
+    """Whether host-to-device copies to ``device`` (a ``torch.device``; None: the CPU) overlap the
+    device's work only from pinned memory, copied ``non_blocking``: CUDA, XPU, NPU, HPU."""
+    return getattr(device, "type", "cpu") in _PINNED_COPIES
+
+
 class TorchEvent:
     """A torch event recorded on a stream chosen at record time; one object is re-recorded step
     after step.
