@@ -14,8 +14,6 @@ from ..testing.procdevice import ProcessDevice
 
 __all__ = ["BACKENDS", "BenchBackend", "CudaBench", "SimCost", "SimulatedBench", "pick_backend"]
 
-BACKENDS = ("auto", "cuda", "jax", "simulated")
-
 
 class BenchBackend(Protocol):
     """A device the benchmarks can run the three experiments on (:mod:`.experiments`).
@@ -211,6 +209,43 @@ class SimulatedBench:
         self.device.close()
 
 
+def _jax_bench(costs: Mapping[str, SimCost] | None) -> BenchBackend:
+    try:
+        from .jax_backend import JaxBench  # type: ignore[import-not-found,unused-ignore]
+    except ImportError as exc:
+        # jax is an optional extra
+        raise RuntimeError(f"--backend jax needs jax ({exc}); pip install 'asyncthrottle[jax]', or "
+                           "use --backend simulated") from None
+    return JaxBench()
+
+
+def _jax_available() -> bool:
+    try:
+        import jax  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+# --backend's choices: whether each runs here, and the backend it makes ("auto": the first that runs
+# here, in this order); a choice is looked up here, never compared
+_CHOICES: dict[str, tuple[Callable[[], bool], Callable[[Mapping[str, SimCost] | None],
+                                                      BenchBackend]]] = {
+    "cuda": (_cuda_available, lambda costs: CudaBench()),
+    "jax": (_jax_available, _jax_bench),
+    "simulated": (lambda: True, SimulatedBench),
+}
+BACKENDS = ("auto", *_CHOICES)
+
+
 def pick_backend(name: str = "auto", *,
                  sim_costs: Mapping[str, SimCost] | None = None) -> BenchBackend:
     """The backend ``--backend name`` asks for; ``"auto"`` is CUDA > JAX (if installed) > simulated.
@@ -221,28 +256,6 @@ def pick_backend(name: str = "auto", *,
     """
     if name not in BACKENDS:
         raise ValueError(f"--backend must be one of {list(BACKENDS)}, got {name!r}")
-    if name == "cuda" or (name == "auto" and _cuda_available()):
-        return CudaBench()
-    if name in ("jax", "auto"):
-        try:
-            from .jax_backend import JaxBench  # type: ignore[import-not-found,unused-ignore]
-
-            backend: BenchBackend = JaxBench()
-        except ImportError as exc:
-            # jax is an optional extra
-            if name == "jax":
-                raise RuntimeError(
-                    f"--backend jax needs jax ({exc}); pip install 'asyncthrottle[jax]', or use "
-                    "--backend simulated"
-                ) from None
-        else:
-            return backend
-    return SimulatedBench(sim_costs)
-
-
-def _cuda_available() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return bool(torch.cuda.is_available())
+    if name == "auto":
+        name = next(choice for choice, (available, _) in _CHOICES.items() if available())
+    return _CHOICES[name][1](sim_costs)

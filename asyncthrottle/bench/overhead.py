@@ -193,6 +193,10 @@ def _cuda_beside(steps: int, runs: int) -> dict[str, Any]:
     return {"backend": f"cuda ({torch.cuda.get_device_name()})", **result}
 
 
+# --backend: what measures the throttle beside the reference loop there (None: the whole run)
+_BESIDE = {"cpu": None, "cuda": _cuda_beside}
+
+
 def _print_beside(machine: str, result: dict[str, Any]) -> None:
     print(f"machine: {machine}; backend: {result['backend']}")
     print("host cost per step over a bare loop (empty body): thread CPU us, median of "
@@ -404,16 +408,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="measure instead what trace=N adds per step")
     parser.add_argument("--runs", type=int, default=7,
                         help="rounds of the overhead loops (median and range)")
-    parser.add_argument("--backend", choices=("cpu", "cuda"), default="cpu",
+    parser.add_argument("--backend", choices=tuple(_BESIDE), default="cpu",
                         help="cuda: the throttle beside the reference loop on the GPU instead")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.wait_steps < 1 or args.runs < 1 or args.device_ms <= 0:
         parser.error("--steps, --wait-steps and --runs must be >= 1 and --device-ms > 0, got "
                      f"--steps {args.steps} --wait-steps {args.wait_steps} --runs {args.runs} "
                      f"--device-ms {args.device_ms}")
-    if args.backend == "cuda":
+    measure_beside_on = _BESIDE[args.backend]
+    if measure_beside_on is not None:
         try:
-            beside = _cuda_beside(min(args.steps, 100_000), args.runs)
+            beside = measure_beside_on(min(args.steps, 100_000), args.runs)
         except (ImportError, RuntimeError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

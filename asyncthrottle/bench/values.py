@@ -57,6 +57,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..throttle import Throttle
+from .backends import _cuda_available, _jax_available
 
 __all__ = ["MODES", "jax_loops", "main", "measure", "speeds"]
 
@@ -273,37 +274,32 @@ def speeds(times: dict[str, list[float]], name: str, against: str = "maxtext") -
     return [base / t for base, t in zip(times[against], times[name], strict=True)]
 
 
+def _jax_here(asked: bool) -> bool:
+    here = _jax_available()
+    if asked and not here:
+        raise RuntimeError("--backend jax needs jax: pip install 'asyncthrottle[jax]'")
+    return here
+
+
+def _cuda_here(asked: bool) -> bool:
+    here = _cuda_available()
+    if asked and not here:
+        raise RuntimeError("--backend cuda needs torch and a CUDA GPU (torch.cuda.is_available() "
+                           "is False here, or torch is not installed)")
+    return here
+
+
 def _backends(choice: str) -> list[str]:
-    found = []
-    if choice in ("auto", "jax"):
-        try:
-            import jax  # noqa: F401
-
-            found.append("jax")
-        except ImportError:
-            if choice == "jax":
-                raise RuntimeError(
-                    "--backend jax needs jax: pip install 'asyncthrottle[jax]'"
-                ) from None
-    if choice in ("auto", "cuda"):
-        try:
-            import torch
-
-            if torch.cuda.is_available():
-                found.append("cuda")
-            elif choice == "cuda":
-                raise RuntimeError("--backend cuda needs a CUDA GPU (torch.cuda.is_available() is "
-                                   "False)")
-        except ImportError:
-            if choice == "cuda":
-                raise RuntimeError("--backend cuda needs torch with CUDA") from None
-    return found
+    """The backends ``--backend choice`` runs here (``"auto"``: every one present); one asked for by
+    name that is not here raises ``RuntimeError``."""
+    names = list(_BACKENDS) if choice == "auto" else [choice]
+    return [name for name in names if _BACKENDS[name][0](choice != "auto")]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m asyncthrottle bench --values", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--backend", choices=("auto", "jax", "cuda"), default="auto",
+    p.add_argument("--backend", choices=("auto", *_BACKENDS), default="auto",
                    help="auto: every backend present (JAX, and CUDA where there is a GPU)")
     p.add_argument("--rounds", type=int, default=9,
                    help="interleaved rounds per size (default 9; the median: a tiny step's rounds "
@@ -326,7 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           "interleaved rounds; us/step median [min-max]; speed vs maxtext in the same round, "
           "median [min-max] (> 1: faster); cpu: the process's CPU per step, every thread, median")
     for backend in backends:
-        sizes, make = (JAX_SIZES, jax_loops) if backend == "jax" else (CUDA_SIZES, _cuda_loops)
+        _, sizes, make, after = _BACKENDS[backend]
         for label, width, batch, steps in sizes:
             n = max(1, round(steps * args.scale))
             cpu: dict[str, list[float]] = {}
@@ -334,8 +330,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"\n{backend}, {label} step (width {width}, batch {batch}, {n} steps):")
             for name in times:
                 print(_row(name, times, "maxtext") + f"  cpu {statistics.median(cpu[name]):.0f} us")
-        if backend == "cuda":
-            _add_one_rows(args.rounds, args.scale)
+        if after is not None:
+            after(args.rounds, args.scale)
     return 0
 
 
@@ -368,6 +364,15 @@ def _add_one_rows(rounds: int, scale: float) -> None:
         for name in (f"defer {depth}", f"reference {depth}"):
             print(_row(name, times, f"reference {depth}"))
 
+
+# --backend's choices: whether each is here (raising why not when asked for by name), its step
+# sizes, its loops, and what runs after them; a choice is looked up here, never compared
+_BACKENDS: dict[str, tuple[Callable[[bool], bool], tuple[tuple[str, int, int, int], ...],
+                           Callable[[int, int], dict[str, Loop]],
+                           Callable[[int, float], None] | None]] = {
+    "jax": (_jax_here, JAX_SIZES, jax_loops, None),
+    "cuda": (_cuda_here, CUDA_SIZES, _cuda_loops, _add_one_rows),
+}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -303,11 +303,22 @@ def _run(bench: WaitBench, args: argparse.Namespace, doc: dict[str, Any]) -> Non
         _skipped("thread table", len(doc["thread"]), 2 * len(args.strategies), args.max_s)
 
 
+def _cuda_sleep_bench() -> WaitBench:
+    from .cuda_sleep import CudaSleepBench
+
+    return CudaSleepBench()
+
+
+# --backend: the device each choice times the waits on; a choice is looked up here, never compared
+_BENCHES: dict[str, Callable[[], WaitBench]] = {"simulated": SimulatedWaitBench,
+                                                "cuda": _cuda_sleep_bench}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the wait sweep and print a table (or ``--json``)."""
     p = argparse.ArgumentParser(prog="python -m asyncthrottle bench --waits", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--backend", choices=("simulated", "cuda"), default="simulated")
+    p.add_argument("--backend", choices=tuple(_BENCHES), default="simulated")
     p.add_argument("--strategies", type=lambda t: t.split(","), default=list(WAITS),
                    help="e.g. spin,hybrid")
     p.add_argument("--steps-us", type=lambda t: [float(x) for x in t.split(",")],
@@ -327,12 +338,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"run_s={args.run_s}, steps_us={args.steps_us}")
     if args.max_s is not None and not args.max_s > 0:
         p.error(f"--max-s must be a number of seconds > 0, got {args.max_s}; e.g. --max-s 60")
-    if args.backend == "cuda":
-        from .cuda_sleep import CudaSleepBench
-
-        bench: WaitBench = CudaSleepBench()
-    else:
-        bench = SimulatedWaitBench()
+    try:
+        bench = _BENCHES[args.backend]()
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     try:
         doc: dict[str, Any] = {"backend": bench.name, "machine": machine(), "repeats": args.repeats,
                                "max_s": args.max_s}

@@ -241,7 +241,8 @@ def test_cli_unknown_sim_workload_is_an_error(capsys: pytest.CaptureFixture[str]
     assert "unknown simulated workloads ['conv']" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv", [["--backend", "cuda"], ["--overhead", "--backend", "cuda"]])
+@pytest.mark.parametrize("argv", [["--backend", "cuda"], ["--overhead", "--backend", "cuda"],
+                                  ["--waits", "--backend", "cuda"], ["--values", "--backend", "cuda"]])
 def test_cli_cuda_without_a_gpu_says_so(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
