@@ -1,8 +1,10 @@
-"""The package's architecture rules, read from its source: no import circle at run time."""
+"""The package's architecture rules, read from its source: no import circle at run time, ``core/`` imports nothing
+outside it, and nothing outside ``backends/`` compares a device-kind string."""
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "asyncthrottle"
@@ -22,13 +24,14 @@ def _is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
-    """The import statements that run: at the top, in functions, in ``try``; not under ``if TYPE_CHECKING:``."""
+def _imports(tree: ast.AST, *, type_checking: bool = False) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements that run: at the top, in functions, in ``try``; under ``if TYPE_CHECKING:`` only
+    with ``type_checking``."""
     found: list[ast.Import | ast.ImportFrom] = []
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child.test):
+            if not type_checking and isinstance(child, ast.If) and _is_type_checking(child.test):
                 for other in child.orelse:
                     visit(other)
                 continue
@@ -38,6 +41,16 @@ def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
 
     visit(tree)
     return found
+
+
+def _from(node: ast.ImportFrom, module: str, path: Path) -> str:
+    """The absolute module a ``from`` import names (``from ..x import y`` in ``pkg.sub.m``: ``pkg.x``), resolved
+    from ``module``, the importer (at ``path``)."""
+    base = node.module or ""
+    if node.level:
+        package = (module if path.name == "__init__.py" else module.rpartition(".")[0]).split(".")
+        base = ".".join([*package[: len(package) - node.level + 1], *([base] if base else [])])
+    return base
 
 
 def _ancestors(name: str) -> set[str]:
@@ -50,16 +63,12 @@ def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
     modules = _modules(root)
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         targets: set[str] = set()
         for node in _imports(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 targets.update(alias.name for alias in node.names)
                 continue
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, *([base] if base else [])])
+            base = _from(node, name, path)
             targets.add(base)
             targets.update(f"{base}.{alias.name}" for alias in node.names)
         # importing a module runs its parent packages first
@@ -119,3 +128,120 @@ def test_the_circle_finder_sees_a_circle_through_a_function_level_import(tmp_pat
     graph = import_graph(root)
     assert graph["pkg.a"] == {"pkg.sub", "pkg.sub.b"} and graph["pkg.sub.b"] == {"pkg.a"}  # not pkg.c
     assert import_circles(graph) == [["pkg.a", "pkg.sub.b"]]
+
+
+def imports_outside_core(root: Path = PACKAGE) -> list[str]:
+    """``file:line: module`` for each import in ``<root>/core/`` of a module outside it: of the package outside
+    ``<root>.core``, or of anything but the standard library. ``if TYPE_CHECKING:`` imports count: a type from
+    outside in the core's signatures is the outside known to the core (mypy, and a reader, must import it)."""
+    core = f"{root.name}.core"
+    found = []
+    for name, path in _modules(root).items():
+        if name != core and not name.startswith(f"{core}."):
+            continue
+        for node in _imports(ast.parse(path.read_text(), str(path)), type_checking=True):
+            targets = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [
+                _from(node, name, path)]
+            for target in targets:
+                inside = target == core or target.startswith(f"{core}.")
+                if not inside and (target.split(".")[0] == root.name or target.split(".")[0] not in
+                                   sys.stdlib_module_names):
+                    found.append(f"{path.relative_to(root.parent)}:{node.lineno}: {target}")
+    return found
+
+
+def test_the_core_imports_nothing_outside_it() -> None:
+    """The rule knows devices only as events: nothing of the package outside ``core/``, no torch, no numpy."""
+    assert imports_outside_core() == []
+
+
+def test_the_core_import_check_sees_the_package_a_third_party_and_a_type_checking_import(tmp_path: Path) -> None:
+    root = tmp_path / "pkg"
+    (root / "core").mkdir(parents=True)
+    (root / "__init__.py").write_text("import numpy\n")  # outside core/: not its business
+    (root / "view.py").write_text("")
+    (root / "core" / "__init__.py").write_text("from . import rule\nfrom .rule import Core\n")
+    (root / "core" / "rule.py").write_text(
+        "from __future__ import annotations\nimport collections.abc, os\nfrom typing import TYPE_CHECKING\n"
+        "from .events import Event\nfrom pkg.core import events\nif TYPE_CHECKING:\n    from ..view import Pass\n"
+        "def record():\n    import torch\n    from .. import view\n")
+    (root / "core" / "events.py").write_text("import numpy as np, sys\n")
+    assert imports_outside_core(root) == [
+        "pkg/core/events.py:1: numpy", "pkg/core/rule.py:7: pkg.view", "pkg/core/rule.py:9: torch",
+        "pkg/core/rule.py:10: pkg"]
+
+
+# the device kinds torch and the package know (Backend.kind's "jax" included); "cuda:1" is one too
+DEVICE_KINDS = frozenset({"cpu", "cuda", "hip", "mps", "xpu", "npu", "hpu", "tpu", "gpu", "ipu", "xla", "mtia",
+                          "maia", "meta", "lazy", "privateuseone", "jax"})
+
+
+def _names_a_kind(node: ast.expr, bound: frozenset[str] = frozenset()) -> bool:
+    """A device-kind str, a literal tuple/list/set (or frozenset()/set()/tuple() of one) holding one, or a name in
+    ``bound`` (the module's names bound to one)."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and node.value.split(":")[0] in DEVICE_KINDS
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_names_a_kind(item) for item in node.elts)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) == 1:
+        return node.func.id in ("frozenset", "set", "tuple") and _names_a_kind(node.args[0])
+    return isinstance(node, ast.Name) and node.id in bound
+
+
+def _kind_names(tree: ast.Module) -> frozenset[str]:
+    """The module-level names bound to a device kind or a collection of them (``_PINNED = ("cuda", "xpu")``)."""
+    names = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AnnAssign) and node.value is not None else []
+        value = getattr(node, "value", None)
+        if value is not None and _names_a_kind(value):
+            names.update(target.id for target in targets if isinstance(target, ast.Name))
+    return frozenset(names)
+
+
+def kind_comparisons(root: Path = PACKAGE) -> list[str]:
+    """``file:line`` of each comparison outside ``<root>/backends/`` (``==``, ``!=``, ``in``, ``not in``, ``is``, a
+    ``match`` case) one of whose operands names a device kind (:func:`_names_a_kind`)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).parts[0] == "backends":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        bound = _kind_names(tree)
+        lines = []
+        for node in ast.walk(tree):
+            operands = [node.left, *node.comparators] if isinstance(node, ast.Compare) else [
+                node.value] if isinstance(node, ast.MatchValue) else []
+            if any(_names_a_kind(operand, bound) for operand in operands):
+                lines.append(node.lineno)
+        found += [f"{path.relative_to(root.parent)}:{line}" for line in sorted(lines)]
+    return found
+
+
+def test_nothing_outside_the_backends_compares_a_device_kind_string() -> None:
+    """A device is resolved once into a Backend, which the throttle, the parts and the integrations ask: a new
+    device changes ``backends/`` alone."""
+    assert kind_comparisons() == []
+
+
+def test_the_kind_check_sees_each_way_to_compare_a_kind(tmp_path: Path) -> None:
+    root = tmp_path / "pkg"
+    (root / "backends").mkdir(parents=True)
+    (root / "backends" / "torch.py").write_text("def f(kind):\n    return kind == 'cuda'\n")  # the backends' own
+    (root / "parts.py").write_text(
+        "_PINNED = ('cuda', 'xpu')\nON: frozenset[str] = frozenset({'hpu'})\nOTHER = ('no', 'off')\n"
+        "def f(kind, device, mode):\n"
+        "    a = kind == 'cuda'\n"  # 5
+        "    b = 'cuda:1' != str(device)\n"
+        "    c = kind not in _PINNED\n"
+        "    d = kind in ON or mode in OTHER or mode == 'auto'\n"  # 8 (the rest compares no kind)
+        "    e = kind in ['tpu', 'gpu']\n"
+        "    match kind:\n"
+        "        case 'mps' | 'meta':\n"  # 11 (the two patterns, each a MatchValue)
+        "            pass\n"
+        "        case 'other':\n"
+        "            pass\n"
+        "    return {'cuda': 1}[kind], dict(device='cpu')\n")  # a lookup and an argument compare nothing
+    assert kind_comparisons(root) == ["pkg/parts.py:5", "pkg/parts.py:6", "pkg/parts.py:7", "pkg/parts.py:8",
+                                      "pkg/parts.py:9", "pkg/parts.py:11", "pkg/parts.py:11"]
