@@ -114,9 +114,7 @@ class SyncAudit:
             return
         previous = self._previous or original
         if self._open and threading.get_ident() == self._thread and _is_sync(message, category):
-            site = site_of(sys._getframe(1))
-            self.syncs += 1
-            self.sites[site] += 1
+            site = self._count(sys._getframe(1))
             if site in self._shown:
                 return
             self._shown.add(site)
@@ -126,6 +124,13 @@ class SyncAudit:
             previous(message, category, filename, lineno, file, line)
         finally:
             self._showing = False
+
+    def _count(self, frame: FrameType | None) -> str:
+        """Counts one sync of the loop's thread made at ``frame``; returns its site."""
+        site = site_of(frame)
+        self.syncs += 1
+        self.sites[site] += 1
+        return site
 
 
 def _is_sync(message: Any, category: type[Warning]) -> bool:

@@ -1,0 +1,313 @@
+"""The script's host reads of device values by line: CUDA's sync warnings, or (elsewhere) the reads
+that would sync on an accelerator."""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from types import FrameType
+from typing import Any, cast
+
+from ..backends import torch as torch_backend
+from ..parts.syncaudit import SyncAudit, _short
+
+__all__ = ["CUDA_SYNC", "SyncSites"]
+
+# the call name of a sync CUDA reports outside every patched read (an op this audit does not name)
+CUDA_SYNC = "CUDA sync"
+# (owner, attribute): torch.Tensor's read methods and the torch functions that read
+_TENSOR_READS = (
+    "item", "__bool__", "__float__", "__int__", "__index__", "tolist", "numpy", "__array__", "cpu",
+    "to", "__repr__", "__str__", "__format__", "nonzero", "argwhere", "masked_select", "unique",
+    "unique_consecutive", "__getitem__",
+)
+_TORCH_READS = ("nonzero", "argwhere", "masked_select", "unique", "unique_consecutive")
+_COPIES = ("Tensor.cpu", "Tensor.to")
+# what a frame's file is: the standard library's, torch's, this library's (else the script's path)
+_STDLIB, _TORCH, _OURS = 0, 1, 2
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_STDLIB_DIR = os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep
+_SITE_DIRS = ("site-packages", "dist-packages")
+
+Where = tuple[str, int]
+
+
+class SyncSites:
+    """Counts each host read of a tensor by the script's code, by line, in steps and outside them.
+
+    ``start()`` patches the read methods of ``torch.Tensor`` (``item``, ``__bool__``/``__float__``/
+    ``__int__``/``__index__``, ``tolist``, ``numpy``/``__array__``, ``cpu``, ``to`` a host
+    device, ``__repr__``/``__str__``/``__format__``, ``nonzero``, ``argwhere``, ``masked_select``,
+    ``unique``, ``unique_consecutive``, indexing by a boolean mask) and the torch functions of the
+    same names; no other op is touched, so ops that are not reads pay nothing. A read is counted
+    at the script's frame: the innermost frame outside the standard library and torch, as
+    ``file.py:LINE`` (relative to the longest of ``roots`` that holds it, else to its
+    ``sys.path`` entry). A read made by this library's code (its deferred values, the runner's
+    hooks) is the library's and is not counted; neither is a read made inside a counted one
+    (``repr`` calling ``item``), nor a read of the tensor a counted ``cpu()``/``to()`` returned
+    (``x.cpu().numpy()`` reads once).
+
+    Once CUDA is initialised, CUDA says what syncs: its sync debug mode warns (``"warn"``, set
+    as CUDA starts, so ``start()`` initialises nothing) and a read counts when it synced, a sync
+    outside every patched read as :data:`CUDA_SYNC`; a read inside torch's own code counts there
+    too, at the script's line that called torch. Elsewhere (the CPU, MPS, CUDA never started)
+    every read counts, as it would sync on an accelerator, except those torch's own code makes
+    (an optimizer's step counter, a sampler's permutation live on the host on any device), and
+    ``to()`` counts only from a device tensor: on the CPU, ``x.to(device)`` is the script's
+    host-to-device copy.
+
+    Only the thread that called ``start()`` (the script's) is counted: a read on another thread
+    (a prefetch thread's ``cpu()``) blocks that thread, not the loop, and is neither in a step
+    nor outside one; the input wait tells of a slow producer.
+
+    Attributes:
+        in_step: set by the caller: True while the script is inside a step.
+    """
+
+    def __init__(self, roots: Sequence[str]) -> None:
+        if isinstance(roots, (str, bytes)) or not all(isinstance(r, str) for r in roots):
+            raise TypeError(f"roots must be a list of folder paths (str), got {roots!r}: pass "
+                            f"[{roots!r}] for one folder")
+        self._roots = sorted((os.path.abspath(r).rstrip(os.sep) + os.sep for r in roots),
+                             key=len, reverse=True)
+        self.in_step = False
+        self._counts: dict[tuple[str, int, str, bool], int] = {}
+        self._kinds: dict[str, int | str] = {}
+        self._patched: list[tuple[Any, str, Any]] = []
+        self._thread: int | None = None
+        self._busy = self._cuda_on = self._synced = False
+        self._copy: tuple[Callable[[], Any], Where] | None = None
+        self._cuda: Any = None
+        self._warnings: _CudaWarnings | None = None
+        self._previous_mode: Any = 0
+
+    # -- the report ----------------------------------------------------------------------------
+
+    def rows(self, steps: int) -> list[dict[str, Any]]:
+        """One row per site, call and in/out of steps, the most frequent first; ``per_step`` is
+        ``count / steps`` (0.0 for 0 steps)."""
+        ordered = sorted(self._counts.items(), key=lambda item: (
+            -item[1], self._relative(item[0][0]), item[0][1], item[0][2], not item[0][3]))
+        return [{"site": f"{self._relative(path)}:{line}", "call": call, "count": count,
+                 "per_step": count / steps if steps > 0 else 0.0, "in_step": in_step}
+                for (path, line, call, in_step), count in ordered]
+
+    def _relative(self, path: str) -> str:
+        if path.startswith("<"):
+            return path
+        for root in self._roots:
+            if path.startswith(root):
+                return path[len(root):]
+        return _short(path)
+
+    # -- install and undo ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Patch the reads and watch CUDA's syncs; a second call does nothing."""
+        if self._thread is not None:
+            return
+        import torch
+
+        self._thread = threading.get_ident()
+        self._torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+        try:
+            for name in _TENSOR_READS:
+                self._patch(torch.Tensor, name, f"Tensor.{name}")
+            for name in _TORCH_READS:
+                self._patch(torch, name, f"torch.{name}")
+            self._cuda = torch_backend.cuda_module()
+            if self._cuda is not None:
+                self._warnings = _CudaWarnings(self)
+                self._warnings.start(new_step=False)
+                lazy = getattr(self._cuda, "_lazy_call", None)
+                self._cuda_started() if lazy is None else lazy(self._cuda_started)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Undo everything ``start()`` did (the methods, the warning hook, the sync debug mode);
+        the counts stay. A second call does nothing."""
+        while self._patched:
+            owner, name, original = self._patched.pop()
+            if original is None:
+                delattr(owner, name)  # the inherited method (torch._C.TensorBase's) shows again
+            else:
+                setattr(owner, name, original)
+        if self._warnings is not None:
+            self._warnings.uninstall()
+            self._warnings = None
+        queued = getattr(self._cuda, "_queued_calls", None)
+        if isinstance(queued, list):
+            queued[:] = [call for call in queued if call[0] != self._cuda_started]
+        if self._cuda_on:
+            self._cuda.set_sync_debug_mode(self._previous_mode)
+        self._cuda = None
+        self._cuda_on = self._busy = False
+        self._thread = self._copy = None
+
+    def _cuda_started(self) -> None:
+        """CUDA initialises (torch's lazy init calls this): its sync warnings now decide."""
+        if self._thread is None or self._cuda is None:
+            return
+        self._previous_mode = self._cuda.get_sync_debug_mode()
+        self._cuda.set_sync_debug_mode("warn")
+        self._cuda_on = True
+
+    def _patch(self, owner: Any, name: str, call: str) -> None:
+        original = getattr(owner, name)
+        own = owner.__dict__.get(name)
+        wrapper = _mask_read(self, original) if name == "__getitem__" else _read(
+            self, call, original, _from_device if name == "to" else None)
+        wrapper.__name__ = wrapper.__qualname__ = name
+        wrapper.__doc__ = original.__doc__
+        setattr(owner, name, wrapper)
+        self._patched.append((owner, name, own))
+
+    # -- counting ------------------------------------------------------------------------------
+
+    def _read(self, call: str, original: Any, tensor: Any, args: Any, kwargs: Any) -> Any:
+        """Run one read of the script's thread and count it at the script's line."""
+        cuda = self._cuda_on
+        where = self._where(sys._getframe(2), through_torch=cuda)
+        if cuda and self._warnings is not None:
+            self._warnings.install()
+        elif self._copy is not None and self._copy[1] == where and self._copy[0]() is tensor and (
+                call not in _COPIES):
+            where = None  # x.cpu().numpy(): one read
+        self._busy, self._synced = True, False
+        try:
+            out = original(tensor, *args, **kwargs)
+        finally:
+            self._busy = False
+        if where is not None and (self._synced if cuda else call != "Tensor.to" or out.is_cpu):
+            key = (where[0], where[1], call, self.in_step)
+            self._counts[key] = self._counts.get(key, 0) + 1
+            if call in _COPIES:
+                self._copy = (weakref.ref(out), where)
+        return out
+
+    def _synced_at(self, frame: FrameType | None) -> None:
+        """CUDA warned of a sync on the script's thread: the read running made it, else count it
+        at its own line."""
+        if self._busy:
+            self._synced = True
+            return
+        where = self._where(frame, through_torch=True)
+        if where is not None:
+            key = (where[0], where[1], CUDA_SYNC, self.in_step)
+            self._counts[key] = self._counts.get(key, 0) + 1
+
+    def _where(self, frame: FrameType | None, *, through_torch: bool) -> Where | None:
+        """The script's frame and line from ``frame`` outwards, or None for a read of torch's own
+        code (unless ``through_torch``) or of this library's."""
+        kinds = self._kinds
+        while frame is not None:
+            name = frame.f_code.co_filename
+            kind = kinds.get(name)
+            if kind is None:
+                kind = kinds[name] = self._kind(name)
+            if kind == _STDLIB or (kind == _TORCH and through_torch):
+                frame = frame.f_back
+            elif isinstance(kind, str):
+                return kind, frame.f_lineno
+            else:
+                return None
+        return None
+
+    def _kind(self, name: str) -> int | str:
+        if name.startswith("<frozen "):
+            return _STDLIB
+        if name.startswith("<"):
+            return name
+        path = os.path.abspath(name)
+        if path.startswith(self._torch_dir):
+            return _TORCH
+        if path.startswith(_PACKAGE):
+            return _OURS
+        if path.startswith(_STDLIB_DIR):
+            below = path[len(_STDLIB_DIR):].split(os.sep, 1)[0]
+            return path if below in _SITE_DIRS else _STDLIB
+        return path
+
+
+def _read(sites: SyncSites, call: str, original: Any,
+          test: Callable[[Any, Any, Any], bool] | None) -> Any:
+    """A read method: the original for reads that are not counted (another thread's, one inside a
+    counted read, one ``test`` says is no read), else counted."""
+    get_ident = threading.get_ident
+
+    def read(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+        if sites._busy or get_ident() != sites._thread or (
+                test is not None and not sites._cuda_on and not test(tensor, args, kwargs)):
+            return original(tensor, *args, **kwargs)
+        return sites._read(call, original, tensor, args, kwargs)
+
+    return read
+
+
+def _mask_read(sites: SyncSites, original: Any) -> Any:
+    """``Tensor.__getitem__``: a read when the key is a boolean mask; any other key costs one type
+    test."""
+    import torch
+
+    tensor_type, bool_type, get_ident = torch.Tensor, torch.bool, threading.get_ident
+
+    def getitem(tensor: Any, key: Any) -> Any:
+        if key.__class__ is tensor_type and key.dtype is bool_type and not sites._busy and (
+                get_ident() == sites._thread):
+            return sites._read("Tensor.__getitem__", original, tensor, (key,), {})
+        return original(tensor, key)
+
+    return getitem
+
+
+def _from_device(tensor: Any, args: Any, kwargs: Any) -> bool:
+    """``tensor.to(...)`` may copy a device tensor to the host and wait (it counts if its result is
+    on the host)."""
+    return not (tensor.is_cpu or kwargs.get("non_blocking") or any(arg is True for arg in args))
+
+
+class _CudaWarnings(SyncAudit):
+    """CUDA's sync warnings on the script's thread (the sync audit's hook and filter), counted by
+    the sites' rule and never shown: the report lists them."""
+
+    def __init__(self, sites: SyncSites) -> None:
+        import warnings
+
+        super().__init__()
+        self._sites = sites
+        self._before = warnings.showwarning  # what uninstall() puts back
+
+    def _count(self, frame: FrameType | None) -> str:
+        self._sites._synced_at(frame)
+        self._shown.add("")
+        return ""
+
+    def install(self) -> None:
+        """The hook and filter again if the script's ``catch_warnings`` or ``filterwarnings``
+        moved them."""
+        import warnings
+
+        filters = cast(list[Any], warnings.filters)
+        if filters[:1] != [self._filter]:
+            if self._filter in filters:
+                filters.remove(self._filter)
+            self._filter = None
+        self._install()
+
+    def uninstall(self) -> None:
+        import warnings
+
+        self.stop()
+        if warnings.showwarning == self._hook:
+            warnings.showwarning = self._before
+        filters = cast(list[Any], warnings.filters)
+        if self._filter in filters:
+            filters.remove(self._filter)
+            warnings._filters_mutated()  # type: ignore[attr-defined]
+        self._filter = None

@@ -1,0 +1,354 @@
+"""The sync sites by line: each host read of a tensor counted at the script's line, with its call
+name, in steps and outside them; CUDA's sync warnings on CUDA; nothing left patched."""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+np = pytest.importorskip("numpy")
+
+import asyncthrottle as at  # noqa: E402
+from asyncthrottle.backends import torch as torch_backend  # noqa: E402
+from asyncthrottle.parts.syncaudit import SYNC_MESSAGE  # noqa: E402
+from asyncthrottle.run.syncsites import CUDA_SYNC, SyncSites  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+NAME = Path(__file__).name
+TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+PACKAGE_DIR = os.path.dirname(os.path.abspath(at.__file__))
+
+
+@pytest.fixture
+def sites() -> Iterator[SyncSites]:
+    audit = SyncSites([str(HERE)])
+    audit.start()
+    try:
+        yield audit
+    finally:
+        audit.stop()
+
+
+def site(func: Callable[..., Any]) -> str:
+    """The site of a one-line lambda: this file and its line."""
+    return f"{NAME}:{func.__code__.co_firstlineno}"
+
+
+def counted(audit: SyncSites, steps: int = 1) -> list[tuple[str, str, int, bool]]:
+    return [(r["site"], r["call"], r["count"], r["in_step"]) for r in audit.rows(steps)]
+
+
+X = torch.arange(6.0)
+MASK = X > 2
+
+READS: list[tuple[Callable[[], Any], str]] = [
+    (lambda: X.sum().item(), "Tensor.item"),
+    (lambda: bool(X.sum()), "Tensor.__bool__"),
+    (lambda: 1 if X.sum() else 0, "Tensor.__bool__"),
+    (lambda: float(X.sum()), "Tensor.__float__"),
+    (lambda: int(X.sum()), "Tensor.__int__"),
+    (lambda: [0, 1, 2][X.long()[1]], "Tensor.__index__"),
+    (lambda: X.tolist(), "Tensor.tolist"),
+    (lambda: X.numpy(), "Tensor.numpy"),
+    (lambda: np.asarray(X), "Tensor.__array__"),
+    (lambda: X.cpu(), "Tensor.cpu"),
+    (lambda: X.cpu().numpy(), "Tensor.cpu"),  # one read, not two
+    (lambda: repr(X), "Tensor.__repr__"),
+    (lambda: str(X), "Tensor.__str__"),
+    (lambda: print(X, file=io.StringIO()), "Tensor.__str__"),
+    (lambda: f"{X.sum():.2f}", "Tensor.__format__"),
+    (lambda: X.nonzero(), "Tensor.nonzero"),
+    (lambda: torch.nonzero(X), "torch.nonzero"),
+    (lambda: X.argwhere(), "Tensor.argwhere"),
+    (lambda: X.masked_select(MASK), "Tensor.masked_select"),
+    (lambda: torch.masked_select(X, MASK), "torch.masked_select"),
+    (lambda: X.unique(), "Tensor.unique"),
+    (lambda: torch.unique(X), "torch.unique"),
+    (lambda: X[MASK], "Tensor.__getitem__"),
+]
+
+
+@pytest.mark.parametrize(("read", "call"), READS, ids=[f"{call}@{i}" for i, (_, call) in enumerate(READS)])
+def test_each_read_is_counted_once_at_its_line_with_its_call(
+    sites: SyncSites, read: Callable[[], Any], call: str
+) -> None:
+    sites.in_step = True
+    read()
+    read()
+    assert counted(sites) == [(site(read), call, 2, True)]
+
+
+NOT_READS: list[Callable[[], Any]] = [
+    lambda: (X + 1) * 2,
+    lambda: torch.relu(X).sum(),
+    lambda: X[0],
+    lambda: X[1:3],
+    lambda: X[:, None][0],
+    lambda: X.to(torch.float64),
+    lambda: X.to("cpu"),  # a CPU run's x.to(device): the host-to-device copy, no read
+    lambda: X.long(),
+]
+
+
+@pytest.mark.parametrize("op", NOT_READS, ids=[str(i) for i in range(len(NOT_READS))])
+def test_ops_that_are_not_reads_are_not_counted(sites: SyncSites, op: Callable[[], Any]) -> None:
+    op()
+    assert counted(sites) == []
+
+
+class OnDevice(torch.Tensor):
+    """A tensor that says it is on a device (it is on the CPU): its ``to("cpu")`` is a read."""
+
+    @property
+    def is_cpu(self) -> bool:  # type: ignore[override]
+        return False
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        with torch._C.DisableTorchFunctionSubclass():  # results are plain (host) tensors
+            return func(*args, **(kwargs or {}))
+
+
+def test_to_the_host_from_a_device_tensor_is_a_read_unless_non_blocking(sites: SyncSites) -> None:
+    device = torch.Tensor._make_subclass(OnDevice, torch.ones(3))
+    # copy=True: a real device tensor's to("cpu") is never the no-op that returns it
+    copy = lambda: device.to("cpu", copy=True)  # noqa: E731
+    copy_as = lambda: device.to(torch.device("cpu"), torch.float64)  # noqa: E731
+    like = lambda: device.to(torch.ones(1, dtype=torch.int64))  # noqa: E731
+    copy(), copy_as(), like()
+    device.to("cpu", non_blocking=True, copy=True)
+    device.to("cpu", torch.float64, True)  # non_blocking, positional
+    assert sorted(counted(sites)) == sorted(
+        [(site(copy), "Tensor.to", 1, False), (site(copy_as), "Tensor.to", 1, False),
+         (site(like), "Tensor.to", 1, False)])
+
+
+def test_reads_in_steps_and_outside_are_two_rows_and_per_step_divides_by_steps(sites: SyncSites) -> None:
+    read = lambda: X.sum().item()  # noqa: E731
+    other = lambda: X.tolist()  # noqa: E731
+    for _ in range(4):
+        sites.in_step = True
+        read()
+        read()
+        other()
+        sites.in_step = False
+    read()  # an evaluation, a checkpoint
+    rows = sites.rows(4)
+    assert [(r["site"], r["call"], r["count"], r["per_step"], r["in_step"]) for r in rows] == [
+        (site(read), "Tensor.item", 8, 2.0, True),
+        (site(other), "Tensor.tolist", 4, 1.0, True),
+        (site(read), "Tensor.item", 1, 0.25, False),
+    ]
+    assert [r["per_step"] for r in sites.rows(0)] == [0.0, 0.0, 0.0]  # no steps: no division
+
+
+def test_a_read_inside_repr_or_format_is_counted_once(sites: SyncSites) -> None:
+    scalar = X.sum()
+    show = lambda: (repr(scalar), f"{scalar:.3f}", repr(X.reshape(2, 3)))  # noqa: E731
+    show()  # torch's repr and format call item() and tolist() inside
+    assert sorted(counted(sites)) == [(site(show), "Tensor.__format__", 1, False),
+                                      (site(show), "Tensor.__repr__", 2, False)]
+
+
+def _code_in(folder: str, source: str) -> dict[str, Any]:
+    """Functions whose frames are files of ``folder`` (torch's, this library's)."""
+    scope: dict[str, Any] = {}
+    exec(compile(source, os.path.join(folder, "_syncsites_test_fake.py"), "exec"), scope)
+    return scope
+
+
+def test_reads_made_by_torch_or_this_library_are_theirs_not_the_scripts(sites: SyncSites) -> None:
+    inside_torch = _code_in(TORCH_DIR, "def step(x):\n    return x.sum().item()\n")["step"]
+    inside_ours = _code_in(PACKAGE_DIR, "def deliver(x):\n    return x.tolist()\n")["deliver"]
+    call_torch = lambda: inside_torch(X)  # noqa: E731
+    call_ours = lambda: inside_ours(X)  # noqa: E731
+    call_torch(), call_ours()
+    # on the CPU, torch's own reads live on the host on any device (an optimizer's step counter)
+    opt = torch.optim.Adam([torch.nn.Parameter(torch.ones(3))])
+    opt.param_groups[0]["params"][0].grad = torch.ones(3)
+    opt.step()
+    assert counted(sites) == []
+
+
+def test_a_script_callback_called_by_torch_is_the_scripts(sites: SyncSites) -> None:
+    inside_torch = _code_in(TORCH_DIR, "def run(hook, x):\n    return hook(x)\n")["run"]
+    hook = lambda x: x.sum().item()  # noqa: E731
+    inside_torch(hook, X)
+    assert counted(sites) == [(site(hook), "Tensor.item", 1, False)]
+
+
+def test_a_throttles_deferred_values_are_not_the_scripts_reads(sites: SyncSites) -> None:
+    thr = at.Throttle(2)
+    seen: list[float] = []
+    thr.on_complete(lambda step, values: seen.append(values["loss"]))
+    for _ in thr.wrap(range(3)):
+        sites.in_step = True
+        thr.defer(X.sum(), "loss")
+        sites.in_step = False
+    assert counted(sites) == []  # the library read them, after their step: no site is its own
+    assert len(seen) == 3
+
+
+def test_a_read_on_another_thread_is_not_counted(sites: SyncSites) -> None:
+    worker = threading.Thread(target=lambda: X.cpu().tolist())
+    worker.start()
+    worker.join()
+    assert counted(sites) == []
+
+
+def test_sites_outside_the_roots_are_named_from_their_sys_path_entry(tmp_path: Path) -> None:
+    audit = SyncSites([str(tmp_path)])
+    audit.start()
+    try:
+        read = lambda: X.sum().item()  # noqa: E731
+        read()
+    finally:
+        audit.stop()
+    assert counted(audit)[0][0] in (f"run/{NAME}:{read.__code__.co_firstlineno}", site(read))
+
+
+def test_roots_must_be_a_list_of_paths() -> None:
+    with pytest.raises(TypeError, match=r"roots must be a list of folder paths \(str\), got 'train'"):
+        SyncSites("train")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="roots must be a list"):
+        SyncSites([3])  # type: ignore[list-item]
+
+
+def _patched_state() -> tuple[dict[str, Any], dict[str, Any], Any, list[Any]]:
+    tensor = dict(vars(torch.Tensor))
+    module = {name: getattr(torch, name) for name in ("nonzero", "argwhere", "masked_select", "unique")}
+    return tensor, module, warnings.showwarning, list(warnings.filters)
+
+
+PRISTINE = _patched_state()  # at import, before any test started an audit
+
+
+def test_stop_restores_every_method_and_start_twice_counts_once() -> None:
+    before = (*PRISTINE[:2], warnings.showwarning, list(warnings.filters))
+    item = torch.Tensor.item
+    audit = SyncSites([str(HERE)])
+    audit.start()
+    audit.start()  # idempotent: one wrapper, one count
+    assert torch.Tensor.item is not item
+    read = lambda: X.sum().item()  # noqa: E731
+    with pytest.raises(ZeroDivisionError):
+        try:
+            read()
+            1 / 0  # noqa: B018
+        finally:
+            audit.stop()
+    audit.stop()
+    assert counted(audit) == [(site(read), "Tensor.item", 1, False)]
+    after = _patched_state()
+    assert after[0].keys() == before[0].keys() and all(after[0][k] is v for k, v in before[0].items())
+    assert after[1] == before[1] and after[2] is before[2] and after[3] == before[3]
+    assert torch.Tensor.item is item
+    X.sum().item()
+    assert len(audit.rows(1)) == 1  # nothing counts once stopped
+
+
+def test_a_start_that_fails_leaves_nothing_patched(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = PRISTINE
+
+    def broken() -> Any:
+        raise RuntimeError("no driver")
+
+    monkeypatch.setattr(torch_backend, "cuda_module", broken)
+    with pytest.raises(RuntimeError, match="no driver"):
+        SyncSites([str(HERE)]).start()
+    after = _patched_state()
+    assert all(after[0][k] is v for k, v in before[0].items()) and after[0].keys() == before[0].keys()
+    assert after[1] == before[1]
+
+
+# -- CUDA: its sync debug mode's warnings decide --------------------------------------------------
+
+
+class FakeCuda:
+    """torch.cuda's lazy init and sync debug mode: CUDA 'initialises' when the test says."""
+
+    def __init__(self) -> None:
+        self.mode: Any = 0
+        self._queued_calls: list[tuple[Callable[[], None], list[str]]] = []
+
+    def get_sync_debug_mode(self) -> Any:
+        return self.mode
+
+    def set_sync_debug_mode(self, mode: Any) -> None:
+        self.mode = mode
+
+    def _lazy_call(self, call: Callable[[], None]) -> None:
+        self._queued_calls.append((call, []))
+
+    def initialise(self) -> None:
+        for call, _ in self._queued_calls:
+            call()
+
+
+class Syncing(torch.Tensor):
+    """A tensor whose every op warns as torch's sync debug mode does on a synchronizing op."""
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if getattr(func, "__name__", "") in ("item", "tolist"):
+            warnings.warn(SYNC_MESSAGE, UserWarning, stacklevel=2)
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+@pytest.fixture
+def cuda(monkeypatch: pytest.MonkeyPatch) -> FakeCuda:
+    fake = FakeCuda()
+    monkeypatch.setattr(torch_backend, "cuda_module", lambda: fake)
+    return fake
+
+
+def test_on_cuda_a_read_counts_when_it_synced_and_a_sync_outside_reads_is_named_cuda_sync(
+    cuda: FakeCuda,
+) -> None:
+    hook, filters = warnings.showwarning, list(warnings.filters)
+    audit = SyncSites([str(HERE)])
+    audit.start()
+    audit.start()  # one hook, one queued call
+    try:
+        before_init = lambda: X.sum().item()  # noqa: E731
+        before_init()  # CUDA not started yet: a read counts as it would sync
+        assert cuda.mode == 0
+        cuda.initialise()
+        assert cuda.mode == "warn"
+        synced = torch.Tensor._make_subclass(Syncing, torch.ones(2))
+        audit.in_step = True
+        read = lambda: synced.sum().item()  # noqa: E731
+        host_only = lambda: X.sum().item()  # noqa: E731
+        bare = lambda: warnings.warn(SYNC_MESSAGE, UserWarning, stacklevel=1)  # noqa: E731
+        in_torch = _code_in(TORCH_DIR, "def norm(x):\n    return x.tolist()\n")["norm"]
+        through_torch = lambda: in_torch(synced)  # noqa: E731
+        with warnings.catch_warnings(record=True) as shown:
+            warnings.simplefilter("ignore")  # the script's own filter hides no sync from the audit
+            for _ in range(2):
+                read(), host_only(), bare(), through_torch()
+        assert shown == []  # counted, never shown: the report lists them
+    finally:
+        audit.stop()
+    assert sorted(counted(audit, 2)) == sorted([
+        (site(before_init), "Tensor.item", 1, False),
+        (site(read), "Tensor.item", 2, True),  # one read that synced: counted once, named
+        (site(bare), CUDA_SYNC, 2, True),
+        (site(through_torch), "Tensor.tolist", 2, True),  # torch's own read, at the script's line
+    ])
+    assert cuda.mode == 0 and warnings.showwarning is hook and warnings.filters == filters
+
+
+def test_on_cuda_never_started_stop_leaves_no_queued_call(cuda: FakeCuda) -> None:
+    audit = SyncSites([str(HERE)])
+    audit.start()
+    assert len(cuda._queued_calls) == 1
+    audit.stop()
+    assert cuda._queued_calls == [] and cuda.mode == 0
