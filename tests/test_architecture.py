@@ -200,9 +200,22 @@ def _kind_names(tree: ast.Module) -> frozenset[str]:
     return frozenset(names)
 
 
+def _operands(node: ast.AST) -> list[ast.expr]:
+    """What ``node`` compares, if it is a comparison: a ``Compare``'s operands, a ``match`` case's value, the
+    argument of ``str.startswith``/``endswith`` (``str(device).startswith("cpu")`` compares a kind as well)."""
+    if isinstance(node, ast.Compare):
+        return [node.left, *node.comparators]
+    if isinstance(node, ast.MatchValue):
+        return [node.value]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+            "startswith", "endswith"):
+        return node.args[:1]
+    return []
+
+
 def kind_comparisons(root: Path = PACKAGE) -> list[str]:
     """``file:line`` of each comparison outside ``<root>/backends/`` (``==``, ``!=``, ``in``, ``not in``, ``is``, a
-    ``match`` case) one of whose operands names a device kind (:func:`_names_a_kind`)."""
+    ``match`` case, ``startswith``) one of whose operands names a device kind (:func:`_names_a_kind`)."""
     found = []
     for path in sorted(root.rglob("*.py")):
         if path.relative_to(root).parts[0] == "backends":
@@ -211,9 +224,7 @@ def kind_comparisons(root: Path = PACKAGE) -> list[str]:
         bound = _kind_names(tree)
         lines = []
         for node in ast.walk(tree):
-            operands = [node.left, *node.comparators] if isinstance(node, ast.Compare) else [
-                node.value] if isinstance(node, ast.MatchValue) else []
-            if any(_names_a_kind(operand, bound) for operand in operands):
+            if any(_names_a_kind(operand, bound) for operand in _operands(node)):
                 lines.append(node.lineno)
         found += [f"{path.relative_to(root.parent)}:{line}" for line in sorted(lines)]
     return found
@@ -242,6 +253,8 @@ def test_the_kind_check_sees_each_way_to_compare_a_kind(tmp_path: Path) -> None:
         "            pass\n"
         "        case 'other':\n"
         "            pass\n"
+        "    f = str(device).startswith('cpu') or mode.endswith(('xla', 'x')) or mode.startswith('cu')\n"  # 15
         "    return {'cuda': 1}[kind], dict(device='cpu')\n")  # a lookup and an argument compare nothing
     assert kind_comparisons(root) == ["pkg/parts.py:5", "pkg/parts.py:6", "pkg/parts.py:7", "pkg/parts.py:8",
-                                      "pkg/parts.py:9", "pkg/parts.py:11", "pkg/parts.py:11"]
+                                      "pkg/parts.py:9", "pkg/parts.py:11", "pkg/parts.py:11", "pkg/parts.py:15",
+                                      "pkg/parts.py:15"]

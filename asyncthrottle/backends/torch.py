@@ -83,6 +83,14 @@ def copies_need_pinned_memory(device: Any) -> bool:
     return getattr(device, "type", "cpu") in _PINNED_COPIES
 
 
+def names_the_host(device: Any) -> bool:
+    """Whether ``device``, as ``Tensor.to()`` takes it (a str, a ``torch.device``; a dtype or a
+    tensor is no device), names the CPU: a copy there lands in the host's memory."""
+    if isinstance(device, str):
+        return device.split(":")[0] == "cpu"
+    return isinstance(device, _torch().device) and device.type == "cpu"
+
+
 class TorchEvent:
     """A torch event recorded on a stream chosen at record time; one object is re-recorded step
     after step.
