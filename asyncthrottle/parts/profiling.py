@@ -7,6 +7,7 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from .._callers import warn_at_user
 from .._options import check_bool
 from ._build import Part
 
@@ -134,7 +135,18 @@ class NvtxRanges(Part):
 
     @classmethod
     def build(cls, at: Build) -> NvtxRanges | None:
-        return cls(at.core, nvtx_module()) if at.options["nvtx"] else None
+        """The part, or None when off or without CUDA (said once, as a ``RuntimeWarning``)."""
+        if not at.options["nvtx"]:
+            return None
+        try:
+            nvtx = nvtx_module()
+        except (ImportError, RuntimeError):
+            # a script written for a GPU runs on a laptop, as detect_sync= does
+            warn_at_user(f"nvtx=True needs CUDA (NVTX ranges for Nsight Systems); the device here "
+                         f"is {at.backend.describe()} without CUDA, so nvtx is off (torch.profiler "
+                         "still sees the waits)", RuntimeWarning)
+            return None
+        return cls(at.core, nvtx)
 
     def __init__(self, core: Core, nvtx: Any) -> None:
         self._core, self._nvtx = core, nvtx

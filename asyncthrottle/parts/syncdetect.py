@@ -3,10 +3,10 @@ next wait."""
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from .._callers import warn_at_user
 from .._options import check_choice
 from ._build import Part
 from .syncaudit import SyncAudit
@@ -50,12 +50,9 @@ class SyncDetect(Part):
             return None
         cuda = at.backend.sync_debug()
         if cuda is None:
-            warnings.warn(
-                f"detect_sync={mode!r} needs CUDA (torch.cuda.set_sync_debug_mode); the device "
-                f"here is {at.backend.describe()} without CUDA, so hidden syncs are not detected",
-                RuntimeWarning,
-                stacklevel=4,
-            )
+            warn_at_user(f"detect_sync={mode!r} needs CUDA (torch.cuda.set_sync_debug_mode); the "
+                         f"device here is {at.backend.describe()} without CUDA, so detect_sync is "
+                         "off (hidden syncs are not detected)", RuntimeWarning)
             return None
         part = cls(mode, cuda)
         at.core.subscribe(part)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from typing import Any
 
 import pytest
@@ -195,10 +196,18 @@ def test_throttle_nvtx_option_uses_torch_cuda_nvtx(monkeypatch: pytest.MonkeyPat
     assert fake.depth == 0 and not fake.open
 
 
-def test_nvtx_without_cuda_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nvtx_without_cuda_warns_once_at_the_users_line_and_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As detect_sync= does: a script written for a GPU runs on a laptop."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(RuntimeError, match=r"nvtx=True .*CUDA.*pass nvtx=False"):
-        FakeDevice().throttle(2, nvtx=True)
+    with pytest.warns(RuntimeWarning, match=r"nvtx=True needs CUDA .*custom events= backend without CUDA, so nvtx "
+                                            r"is off") as caught:
+        thr = FakeDevice().throttle(2, nvtx=True)
+    assert len(caught) == 1 and caught[0].filename == __file__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert list(thr.wrap(range(3))) == [0, 1, 2]  # no warning per step
+    with pytest.warns(RuntimeWarning, match="the device here is cpu without CUDA"):
+        at.Throttle(2, device="cpu", nvtx=True)
 
 
 @pytest.mark.parametrize("bad", [1, "yes", None])

@@ -173,8 +173,9 @@ def test_no_syncs_and_error_mode_and_elsewhere(cuda: FakeCuda) -> None:
 
 def test_without_cuda_it_warns_once_and_audits_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch_backend, "cuda_module", lambda: None)
-    with pytest.warns(RuntimeWarning, match="custom events= backend without CUDA"):
+    with pytest.warns(RuntimeWarning, match="custom events= backend without CUDA, so detect_sync is off") as caught:
         thr = at.Throttle(1, events=FakeDevice().event, detect_sync="warn")
+    assert len(caught) == 1 and caught[0].filename == __file__  # at the user's line, as nvtx=True's
     assert thr.sync_audit is None and "syncs" not in thr.summary()
 
 
