@@ -1,10 +1,12 @@
 """asyncthrottle: bound how far the host runs ahead of an asynchronous device."""
 
 from ._aliases import install as _install_aliases
+from ._options import AutoDepth
 from .core import Subscriber
 from .core.errors import ThrottleTimeout
 from .core.events import Event, EventFactory
 from .core.waits import Block, Hybrid, Poll, Spin, SpinBlock, WaitStrategy
+from .parts.memory import MemoryBudget
 from .parts.nonfinite import NonFiniteError, NonFiniteWarning
 from .parts.syncaudit import SyncAdvice
 from .stats import Stats
@@ -13,12 +15,14 @@ from .values import Deferred, DonatedValueError
 from .view import Throttled
 
 __all__ = [
+    "AutoDepth",
     "Block",
     "Deferred",
     "DonatedValueError",
     "Event",
     "EventFactory",
     "Hybrid",
+    "MemoryBudget",
     "NonFiniteError",
     "NonFiniteWarning",
     "Poll",

@@ -5,14 +5,13 @@ from __future__ import annotations
 import math
 import os
 import time
-import traceback
-import weakref
 from collections.abc import Callable, Iterable
 from threading import get_ident
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _compile
-from ._options import check_bool, check_core, check_real
+from ._options import AutoDepth, check_bool, check_core, check_real
+from ._passes import Passes
 from .backends import resolve_backend
 from .core.errors import ThrottleTimeout, not_ended
 from .core.events import EventFactory
@@ -23,6 +22,7 @@ from .core.waits import Poll, WaitStrategy, auto_wait, resolve_wait
 from .parts import PARTS
 from .parts._build import Build
 from .parts.autodepth import DepthController
+from .parts.memory import MemoryBudget
 from .parts.prefetch import Prefetch
 from .parts.sections import Section, Sections
 from .parts.syncaudit import SyncAudit
@@ -74,9 +74,11 @@ class Throttle:
     wrong value ``ValueError``, on every backend.
 
     Args:
-        depth: steps allowed in flight: an int >= 1, None (track only), or ``"auto"`` (start at 2,
+        depth: steps allowed in flight: an int >= 1, None (track only), ``"auto"`` (start at 2,
             go one deeper whenever the device keeps running dry in the loop body while the host
-            also waits; never shallower; docs/auto-depth.md).
+            also waits; never shallower; docs/auto-depth.md) or
+            :class:`~asyncthrottle.AutoDepth` (``"auto"`` with its cap: ``AutoDepth(max=16)``;
+            ``"auto"`` is ``AutoDepth()``, at most 8).
         device: None auto-detects (an available accelerator, else the CPU); ``"cuda"``,
             ``"cuda:1"``, a ``torch.device``, ``"mps"``, ``"xpu"``, ``"jax"``, ``"cpu"``, or any
             device ``torch.Event`` supports. An explicit device that is not available raises
@@ -106,20 +108,21 @@ class Throttle:
             the process group's timeout (default 300; gloo's own is 30 minutes).
         detect_sync: ``"warn"`` or ``"error"``: CUDA's sync debug mode from each hand-out until
             the throttle next waits, so hidden syncs are reported (``"warn"`` also counts them
-            per site: :attr:`sync_audit`). Elsewhere it warns once that it cannot.
+            per site: :attr:`sync_audit`). Off CUDA it warns once, here, and is off.
         trace: keep a timeline of the last ``trace`` steps for :meth:`export_trace` (0: none).
-        nvtx: NVTX ranges for each wait and step (Nsight Systems; CUDA only). Under a
-            ``torch.profiler`` session each wait is a ``record_function`` range anyway.
+        nvtx: NVTX ranges for each wait and step (Nsight Systems; CUDA only: elsewhere it warns
+            once, here, and is off). Under a ``torch.profiler`` session each wait is a
+            ``record_function`` range anyway.
         clock: the clock that times the host (tests inject a fake one).
-        max_depth: with ``depth="auto"`` only: the deepest it may go (default 8).
-        max_memory: bytes: before a hand-out, wait for the oldest steps while the memory probe
-            reports more (or until nothing is in flight).
-        memory: the probe, a zero-argument callable returning the bytes held; None: the
-            backend's (CUDA: pinned host memory in use plus reserved device memory; JAX:
-            ``memory_stats()``; the CPU and ``events=`` have none).
-        to: the throttle's device: the wrapper moves each batch's tensors there as it fetches
-            it, so the copy overlaps the step before (on CUDA through a copy stream and a ring of
-            at most ``depth + 2`` reused pinned buffers; no syncs; docs/prefetch.md).
+        max_depth: deprecated (it goes in 0.5): ``depth=AutoDepth(max=...)``.
+        max_memory: a memory budget: before a hand-out, wait for the oldest steps while the
+            memory probe reports more (or until nothing is in flight). Bytes (the backend's
+            probe: CUDA's pinned host memory in use plus reserved device memory, JAX's
+            ``memory_stats()``; the CPU and ``events=`` have none) or a
+            :class:`~asyncthrottle.MemoryBudget` (the bytes and your probe).
+        memory: deprecated (it goes in 0.5): ``max_memory=MemoryBudget(bytes, probe=...)``.
+        to: deprecated (it goes in 0.5): ``wrap(iterable, to=...)``; here, the default of every
+            :meth:`wrap`.
         nonfinite: ``"warn"`` (default), ``"raise"`` or None: look for NaN/Inf in every
             deferred value's host copy as its step completes; warn once
             (:class:`~asyncthrottle.NonFiniteWarning`) or raise
@@ -142,7 +145,7 @@ class Throttle:
 
     def __init__(
         self,
-        depth: int | str | None = 2,
+        depth: int | str | AutoDepth | None = 2,
         *,
         device: Any = None,
         events: EventFactory | None = None,
@@ -159,7 +162,7 @@ class Throttle:
         nvtx: bool = False,
         clock: Callable[[], float] = time.perf_counter,
         max_depth: int | None = None,
-        max_memory: int | None = None,
+        max_memory: int | MemoryBudget | None = None,
         memory: Callable[[], int] | None = None,
         to: Any = None,
         nonfinite: str | None = "warn",
@@ -197,13 +200,12 @@ class Throttle:
             if built is not None:
                 at.built[part] = built
         self._parts = at.built
-        self._prefetch = at.part(Prefetch)
+        # to=: the wrapped loops' movers, one per device
+        self._movers: Prefetch = at.built[Prefetch]
         self._timing = at.part(DeviceTiming)
         self._ownership = Ownership()
-        # an error a pass's finalizer could not raise, for the next call that changes the throttle
-        self._kept: Exception | None = None
-        # the wrapped pass running now (a break drops it)
-        self._pass: weakref.ref[Pass[Any]] | None = None
+        # the wrapped pass running now, and an error a pass's finalizer left for the next call
+        self._passes = Passes()
         # begin_step() was called and end_step() not yet
         self._in_step = False
         # the time from end_step() to the next begin_step() is taking the next batch: set by a
@@ -280,9 +282,10 @@ class Throttle:
 
     # -- the loop's entry points --------------------------------------------
 
-    def wrap(self, iterable: Iterable[T], *, progress: Any = False) -> Throttled[T]:
+    def wrap(self, iterable: Iterable[T], *, progress: Any = False, to: Any = None
+             ) -> Throttled[T]:
         """An iterable view of ``iterable`` throttled by this object (see :func:`throttle`)."""
-        return Throttled(self, iterable, progress=progress)
+        return Throttled(self, iterable, progress=progress, to=to)
 
     def step(self) -> _StepContext:
         """A context manager for one step: enter waits for room, a clean exit records the event.
@@ -306,9 +309,9 @@ class Throttle:
         ownership = self._ownership
         ownership.claim("begin_step()")
         try:
-            if self._kept is not None:
-                self._raise_kept()
-            self._refuse_in_pass("begin_step()")
+            if self._passes.kept is not None:
+                self._passes.raise_kept()
+            self._passes.refuse("begin_step()")
             if self._in_step:
                 raise RuntimeError("begin_step() was called twice without end_step(); step() is "
                                    "not reentrant")
@@ -407,11 +410,7 @@ class Throttle:
     def _step_open(self) -> bool:
         """A step is being run: between ``begin_step()`` and ``end_step()``, or in a wrapped loop's
         body."""
-        if self._in_step:
-            return True
-        ref = self._pass
-        running = ref() if ref is not None else None
-        return running is not None and running._open
+        return self._in_step or self._passes.body_open()
 
     def mark(self) -> None:
         """End the current step: record its event, then wait until the next step may start.
@@ -423,9 +422,9 @@ class Throttle:
         ownership = self._ownership
         ownership.claim("mark()")
         try:
-            if self._kept is not None:
-                self._raise_kept()
-            self._refuse_in_pass("mark()")
+            if self._passes.kept is not None:
+                self._passes.raise_kept()
+            self._passes.refuse("mark()")
             now = self._clock()
             self._host.begin(now)
             if not ownership.held:
@@ -444,11 +443,11 @@ class Throttle:
         """
         self._ownership.claim("drain()")
         try:
-            if self._kept is not None:
-                self._raise_kept()
+            if self._passes.kept is not None:
+                self._passes.raise_kept()
             self._core.drain()
             self._flush_timing()
-            if self._running_pass() is None and not self._in_step:
+            if self._passes.running() is None and not self._in_step:
                 self._host.end(self._clock())
                 self._ownership.let_go()
         finally:
@@ -478,9 +477,9 @@ class Throttle:
                            "now")
         self._ownership.claim("pause()")
         try:
-            if self._kept is not None:
-                self._raise_kept()
-            self._refuse_in_pass("pause()")
+            if self._passes.kept is not None:
+                self._passes.raise_kept()
+            self._passes.refuse("pause()")
             if self._in_step:
                 raise RuntimeError("pause() was called with a step open; call end_step() first "
                                    "(failed=True drops it)")
@@ -586,26 +585,14 @@ class Throttle:
     def _start_pass(self, new: Pass[Any], now: float) -> None:
         self._ownership.claim("a wrapped loop")
         try:
-            if self._kept is not None:
-                self._raise_kept()
-            earlier = self._running_pass()
-            if self._in_step:
-                raise RuntimeError("cannot start a wrapped loop inside `with throttle.step():` "
-                                   "(or begin_step())")
-            # An earlier pass in this thread was left without close(): end it (if it is asked for
-            # more, nested or interleaved loops, it raises). An error of its step's delivery is
-            # raised here, and this pass does not start.
-            if earlier is not None:
-                earlier._supersede()
+            self._passes.start(new, self._in_step)
         except BaseException:
             self._ownership.release()
             raise
-        self._pass = weakref.ref(new)
         self._host.begin(now)
 
     def _end_pass(self, finished: Pass[Any]) -> None:
-        if self._pass is not None and self._pass() in (finished, None):
-            self._pass = None
+        if self._passes.ends(finished):
             try:
                 self._host.end(self._clock())
                 self._flush_timing()
@@ -614,43 +601,15 @@ class Throttle:
                 # a step loop's pass before this one has ended with it
                 self._ownership.let_go()
 
-    def _keep(self, error: Exception) -> None:
-        """An error of a pass's end that no caller could be given (its finalizer ended it, after a
-        ``break`` or in the GC): the next call that changes the throttle raises it, once.
-
-        The traceback keeps its lines, not its frames' variables (the pass, its batches), which
-        would stay alive with it.
-        """
-        traceback.clear_frames(error.__traceback__)
-        if self._kept is None:
-            self._kept = error
-
-    def _raise_kept(self) -> None:
-        kept, self._kept = self._kept, None
-        try:
-            raise kept  # type: ignore[misc]
-        finally:
-            # (no cycle through this frame)
-            del kept
-
     def _flush_timing(self) -> None:
         """Read the device timing of the steps seen complete (the loop's thread; queries only)."""
         if self._timing is not None and self._timing.enabled:
             self._timing.flush()
 
-    def _running_pass(self) -> Pass[Any] | None:
-        return self._pass() if self._pass is not None else None
-
-    def _refuse_in_pass(self, what: str) -> None:
-        if self._running_pass() is not None:
-            raise RuntimeError(
-                f"{what} was called inside a wrapped loop over this Throttle; the wrapper already "
-                "records and waits for each step -- use one or the other"
-            )
-
 
 def throttle(
-    iterable: Iterable[T], depth: int | str | None = 2, *, progress: Any = False, **options: Any
+    iterable: Iterable[T], depth: int | str | AutoDepth | None = 2, *, progress: Any = False,
+    to: Any = None, **options: Any
 ) -> Throttled[T]:
     """Iterate ``iterable`` with at most ``depth`` minibatches unfinished on the device.
 
@@ -663,14 +622,20 @@ def throttle(
 
     Args:
         iterable: the data source, e.g. a ``DataLoader``.
-        depth: steps allowed in flight (an int >= 1, None to only track, or ``"auto"``).
+        depth: steps allowed in flight (an int >= 1, None to only track, ``"auto"`` or an
+            :class:`~asyncthrottle.AutoDepth`).
         progress: False, True (a tqdm bar), a dict of tqdm options (may hold
             ``tqdm_class``), or a tqdm class. The postfix shows steps done on
             the device, in flight, host wait %, device idle % and the latest
             deferred values, refreshed at tqdm's cadence; it never blocks.
+        to: the throttle's device (``"cuda"``, ``"cuda:1"``, a ``torch.device``): each batch's
+            tensors are moved there as it is fetched, so the copy overlaps the step before (on
+            CUDA through a copy stream and a ring of at most ``depth + 2`` reused pinned buffers;
+            no syncs; docs/prefetch.md). Another device than the throttle's raises
+            ``ValueError``, one that is not available ``RuntimeError``.
         **options: keyword options of :class:`~asyncthrottle.Throttle`.
     """
-    return Throttle(depth, **options).wrap(iterable, progress=progress)
+    return Throttle(depth, **options).wrap(iterable, progress=progress, to=to)
 
 
 # waits of other threads: no state shared with the loop's wait strategy

@@ -13,7 +13,7 @@ T = TypeVar("T")
 # no batch kept
 _EMPTY: Any = object()
 # the view's own attributes; every other one is the source's
-_OWN = ("throttle", "source", "progress")
+_OWN = ("throttle", "source", "progress", "_to", "_copy")
 
 # The throttle's public API, forwarded by name; everything else comes from the source.
 _FORWARDED = (
@@ -34,10 +34,13 @@ class Throttled(Generic[T]):
     ``view.batch_size`` work as on a ``DataLoader``. Setting or deleting an
     attribute does so on the source too (timm's ``loader.mixup_enabled =
     False`` reaches the loader); the throttle's API is read-only here.
-    ``progress`` adds a tqdm bar.
+    ``progress`` adds a tqdm bar; ``to`` moves each batch to the device as it
+    is fetched (docs/prefetch.md): a device that is not the throttle's, or not
+    available, raises here.
     """
 
-    def __init__(self, throttle: Throttle, source: Iterable[T], *, progress: Any = False) -> None:
+    def __init__(self, throttle: Throttle, source: Iterable[T], *, progress: Any = False,
+                 to: Any = None) -> None:
         if not isinstance(source, Iterable):
             raise TypeError("throttle() needs an iterable such as a DataLoader, got "
                             f"{type(source).__name__}")
@@ -45,9 +48,14 @@ class Throttled(Generic[T]):
                 or callable(progress)):
             raise TypeError("progress must be True, False, a dict of tqdm options or a tqdm class, "
                             f"got {progress!r}")
+        copy = throttle._movers.mover(to)
         object.__setattr__(self, "throttle", throttle)
         object.__setattr__(self, "source", source)
         object.__setattr__(self, "progress", progress)
+        # (not `to`: a source's own .to() stays reachable)
+        object.__setattr__(self, "_to", to)
+        # to= (or Throttle(to=)'s default): moves each batch as it is fetched
+        object.__setattr__(self, "_copy", copy)
 
     def __iter__(self) -> Iterator[T]:
         bar = None
@@ -55,7 +63,7 @@ class Throttled(Generic[T]):
             from ._progress import Bar
 
             bar = Bar.open(self.throttle, self.progress, _length(self.source))
-        return Pass(self.throttle, self.source, bar)
+        return Pass(self.throttle, self.source, bar, self._copy)
 
     def __len__(self) -> int:
         try:
@@ -107,7 +115,8 @@ class Throttled(Generic[T]):
             delattr(self.source, name)
 
     def __repr__(self) -> str:
-        return f"throttle({type(self.source).__name__}, depth={self.throttle.depth})"
+        to = "" if self._to is None else f", to={self._to!r}"
+        return f"throttle({type(self.source).__name__}, depth={self.throttle.depth}{to})"
 
 
 def _forward(name: str) -> property:
@@ -159,11 +168,12 @@ class Pass(Iterator[T], Generic[T]):
     """
 
     __slots__ = (
-        "__weakref__", "_bar", "_core", "_held", "_items", "_open", "_prefetch", "_source",
-        "_state", "_thr",
+        "__weakref__", "_bar", "_copy", "_core", "_held", "_items", "_open", "_source", "_state",
+        "_thr",
     )
 
-    def __init__(self, throttle: Throttle, source: Iterable[T], bar: Bar | None = None) -> None:
+    def __init__(self, throttle: Throttle, source: Iterable[T], bar: Bar | None = None,
+                 copy: Callable[[Any], Any] | None = None) -> None:
         self._thr, self._source, self._bar = throttle, source, bar
         # the source's iterator (to=: its batches copied as they are fetched)
         self._items: Iterator[T] | None = None
@@ -175,7 +185,7 @@ class Pass(Iterator[T], Generic[T]):
         self._state = "new"
         self._core = throttle._core
         # to=: moves each batch to the device as it is fetched
-        self._prefetch = throttle._prefetch
+        self._copy = copy
 
     def __iter__(self) -> Pass[T]:
         return self
@@ -233,7 +243,7 @@ class Pass(Iterator[T], Generic[T]):
                 # a finalizer cannot raise (Python would only print it): the throttle's next call
                 # raises it; its traceback keeps this frame, which must not keep the pass
                 del self
-                thr._keep(exc)
+                thr._passes.keep(exc)
 
     def _supersede(self) -> None:
         """A new pass over the throttle starts in this thread: end this one (its step's error is
@@ -256,7 +266,7 @@ class Pass(Iterator[T], Generic[T]):
         self._thr._start_pass(self, self._thr._clock())
         self._state = "running"
         items = iter(self._source)
-        self._items = items if self._prefetch is None else _Copies(items, self._prefetch)
+        self._items = items if self._copy is None else _Copies(items, self._copy)
 
     def _finish(self) -> None:
         """The source is exhausted: drain (unless told not to) and end the pass."""

@@ -112,13 +112,12 @@ def measure(mode: str, args: argparse.Namespace, data: _Batches,
     source: Any = ApexPrefetcher(loader, device) if mode == "apex" else loader
     depth = None if mode == "non_blocking_depth_none" else args.depth
     audit = "warn" if device.type == "cuda" else None
-    thr = Throttle(depth, device=device, to=device if mode == "to" else None, detect_sync=audit,
-                   sample_every=None)
+    thr = Throttle(depth, device=device, detect_sync=audit, sample_every=None)
     ring, host = [], []
     trusted = bytes_trusted(torch.__version__)
     acc = torch.zeros((), device=device)
     start = time.perf_counter()
-    for step, (x, y) in enumerate(thr.wrap(source)):
+    for step, (x, y) in enumerate(thr.wrap(source, to=device if mode == "to" else None)):
         if mode.startswith("non_blocking"):
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         # the step reads its whole batch

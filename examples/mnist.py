@@ -79,8 +79,8 @@ def train(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     data = load_data(args.data, args.data_dir, args.seed, log=log, train_size=enough)
     loader_options = make_loader_options(args, device)
     workers = loader_options["num_workers"]
-    # to=device below copies each training batch one step ahead through the throttle's own ring of
-    # pinned buffers (a plain .to() on the CPU), so this loader need not pin
+    # wrap(..., to=device) below copies each training batch one step ahead through the throttle's
+    # own ring of pinned buffers (a plain .to() on the CPU), so this loader need not pin
     train_loader = DataLoader(data.train, shuffle=True, drop_last=True,
                               **{**loader_options, "pin_memory": False})
     test_loader = DataLoader(data.test, **{**loader_options, "batch_size": 1000})
@@ -89,7 +89,7 @@ def train(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
 
     model = Net(args.width).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    thr = at.Throttle(args.depth, device=device, trace=TRACE_STEPS if args.trace else 0, to=device)
+    thr = at.Throttle(args.depth, device=device, trace=TRACE_STEPS if args.trace else 0)
     losses: list[tuple[int, float]] = []
 
     @thr.on_complete
@@ -108,7 +108,7 @@ def train(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
             else {"total": steps, "desc": f"epoch {epoch}", "leave": False}
         )
         # waits when more than --depth steps are unfinished
-        for x, y in thr.wrap(batches, progress=progress):
+        for x, y in thr.wrap(batches, progress=progress, to=device):
             loss = nn.functional.cross_entropy(model(x), y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

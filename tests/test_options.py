@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import re
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,12 +34,28 @@ WRONG_TYPE = [
     {"depth": 2.5}, {"depth": "auto", "max_depth": 2.5}, {"clock": 3},
     {"streams": 5}, {"streams": "side"}, {"streams": [1, 2]}, {"streams": (_Stream(), "side")},
     {"nonfinite": 1}, {"nonfinite": True}, {"ranks_timeout": "60"}, {"ranks_timeout": None},
+    {"depth": at.AutoDepth}, {"max_memory": at.MemoryBudget},  # the class, not one made
 ]
 WRONG_VALUE = [
     {"stall": -5.0}, {"stall": "often"}, {"depth": "deep"}, {"depth": 0}, {"sample_every": 0}, {"ranks_every": 0},
     {"trace": -1}, {"timeout": 0}, {"detect_sync": "loud"}, {"max_memory": -1}, {"depth": 2, "max_depth": 4},
     {"wait": "sometimes"}, {"streams": []}, {"nonfinite": "loud"}, {"ranks_timeout": 0},
-    {"ranks_timeout": float("inf")},
+    {"ranks_timeout": float("inf")}, {"memory": lambda: 0}, {"depth": at.AutoDepth(max=4), "max_depth": 4},
+    {"max_memory": at.MemoryBudget(1 << 20, probe=lambda: 0), "memory": lambda: 0},
+]
+# The device's own options, each alone (the backends of the cases above pass device= or events=).
+DEVICE = [({"device": 5}, TypeError), ({"device": "cdua"}, ValueError), ({"events": 5}, TypeError),
+          ({"events": FakeDevice().event, "device": "cpu"}, ValueError)]
+# The wrapper's options: wrap() and throttle().
+WRAP = [({"to": 3}, TypeError), ({"to": "cdua"}, ValueError), ({"progress": 5}, TypeError),
+        ({"progress": "yes"}, TypeError)]
+# The options' values that are objects: their arguments are checked where they are made.
+MADE = [
+    (lambda: at.AutoDepth(max=0), ValueError, "AutoDepth max"),
+    (lambda: at.AutoDepth(max=2.5), TypeError, "AutoDepth max"),
+    (lambda: at.MemoryBudget(0), ValueError, "MemoryBudget bytes"),
+    (lambda: at.MemoryBudget("1GB"), TypeError, "MemoryBudget bytes"),
+    (lambda: at.MemoryBudget(1 << 20, probe=5), TypeError, "MemoryBudget probe"),
 ]
 
 
@@ -66,6 +86,57 @@ def test_a_close_miss_says_how_to_write_it() -> None:
         at.Throttle(device="cpu", detect_sync="Warn")
     with pytest.raises(ValueError, match="write it depth='auto'"):
         at.Throttle("Auto", device="cpu")
+
+
+@pytest.mark.parametrize(("options", "error"), DEVICE, ids=[_name(o) for o, _ in DEVICE])
+def test_the_device_options_are_refused_naming_them(options: dict[str, Any], error: type) -> None:
+    with pytest.raises(error, match=next(iter(options))):
+        at.Throttle(2, **options)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "fake"])
+@pytest.mark.parametrize(("options", "error"), WRAP, ids=[_name(o) for o, _ in WRAP])
+def test_the_wrappers_options_are_refused_naming_them(options: dict[str, Any], error: type, backend: str) -> None:
+    with pytest.raises(error, match=next(iter(options))):
+        _make(backend, 2, {}).wrap([0], **options)  # at the wrap, before any batch
+    if backend == "cpu":
+        with pytest.raises(error, match=next(iter(options))):
+            at.throttle([0], device="cpu", **options)
+
+
+@pytest.mark.parametrize(("make", "error", "names"), MADE, ids=[names + str(i) for i, (_, _, names) in enumerate(MADE)])
+def test_an_options_object_is_refused_where_it_is_made_naming_the_argument(make: Any, error: type, names: str) -> None:
+    with pytest.raises(error, match=names):
+        make()
+
+
+def _table() -> str:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "depth-rule.md").read_text()
+    table = text[text.index("The options, all keyword-only"):]
+    return "\n".join(line for line in table.splitlines()[:40] if line.startswith("| `"))
+
+
+@pytest.mark.parametrize("call", [at.Throttle, at.Throttle.wrap, at.throttle], ids=["Throttle", "wrap", "throttle"])
+def test_every_keyword_is_in_the_options_table_and_in_the_bad_value_cases(call: Any) -> None:
+    """The table of docs/depth-rule.md and the cases above list every keyword: a new one must join both."""
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    keywords = [name for name, p in inspect.signature(call).parameters.items()
+                if p.kind in kinds and name not in ("self", "iterable")]
+    cases = {name for options in WRONG_TYPE + WRONG_VALUE for name in options}
+    cases |= {name for options, _ in DEVICE + WRAP for name in options}
+    listed = set(re.findall(r"`(\w+)=`", _table()))
+    for name in keywords:
+        assert name in cases, f"{call.__qualname__}'s keyword {name}= has no bad-value case in tests/test_options.py"
+        # depth, the first argument, has its own paragraph
+        assert name == "depth" or name in listed, f"{call.__qualname__}'s {name}= is not in depth-rule.md's table"
+
+
+@pytest.mark.parametrize("kind", [at.AutoDepth, at.MemoryBudget], ids=lambda kind: kind.__name__)
+def test_every_argument_of_an_options_object_has_a_bad_value_case_and_the_table_names_it(kind: Any) -> None:
+    for field in dataclasses.fields(kind):
+        assert [names for _, _, names in MADE if names == f"{kind.__name__} {field.name}"], (
+            f"{kind.__name__}({field.name}=) has no bad-value case in MADE")
+    assert f"at.{kind.__name__}(" in _table(), f"depth-rule.md's table does not show {kind.__name__}"
 
 
 def _make(backend: str, depth: Any, options: dict[str, Any]) -> at.Throttle:

@@ -21,8 +21,8 @@ from asyncthrottle._aliases import MOVED
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC = {
     "asyncthrottle": [
-        "Block", "Deferred", "DonatedValueError", "Event", "EventFactory", "Hybrid", "NonFiniteError",
-        "NonFiniteWarning", "Poll", "Spin", "Stats", "Subscriber", "SyncAdvice",
+        "AutoDepth", "Block", "Deferred", "DonatedValueError", "Event", "EventFactory", "Hybrid", "MemoryBudget",
+        "NonFiniteError", "NonFiniteWarning", "Poll", "Spin", "Stats", "Subscriber", "SyncAdvice",
         "Throttle", "ThrottleTimeout", "Throttled", "WaitStrategy", "throttle",
     ],
     "asyncthrottle.lightning": ["ThrottleCallback", "ThrottleProgressBar"],

@@ -343,14 +343,15 @@ def test_the_view_writes_no_field_of_the_core() -> None:
 
 
 def test_to_copies_are_the_views_call_and_leave_the_core_lean() -> None:
-    """Prefetch is called by the view at each fetch and subscribes to nothing: its ring frees the
-    slots of the steps retired when it takes one, so a to= loop keeps the lean road."""
+    """The movers of to= are called by the view at each fetch and subscribe to nothing: a ring frees
+    the slots of the steps retired when it takes one, so a to= loop keeps the lean road."""
     from helpers import inside
 
-    from asyncthrottle.parts.prefetch import Prefetch
+    from asyncthrottle.parts.prefetch import Prefetch, RingCopy
     from asyncthrottle.testing import FakeDevice
 
-    core = inside(FakeDevice().throttle(2)).core
-    assert core.lean
-    Prefetch(core, SimpleNamespace())
+    thr = FakeDevice().throttle(2)
+    core = inside(thr).core
+    assert core.lean and inside(thr).part(Prefetch).movers == {}  # no wrap with to= yet
+    RingCopy(core, SimpleNamespace())
     assert core.lean and not core.on_retire

@@ -64,9 +64,10 @@ class Backend:
         if self.kind == "jax":
             return memory.jax_probe(self.device)
         raise ValueError(
-            f"max_memory needs memory= on this backend ({self.kind}): there is no default memory "
-            "probe for it; pass memory=<a zero-argument callable returning the bytes held>, e.g. "
-            "asyncthrottle.memory.rss_bytes"
+            f"max_memory needs a probe on this backend ({self.kind}): there is no default memory "
+            "probe for it; pass max_memory=asyncthrottle.MemoryBudget(<bytes>, probe=<a "
+            "zero-argument callable returning the bytes held>), e.g. probe=asyncthrottle.memory."
+            "rss_bytes"
         )
 
     def mover(self, to: Any) -> tuple[Any, Any, bool]:

@@ -8,7 +8,7 @@ Default probes, read once per hand-out and after each wait:
   device's reserved memory (``memory_reserved``, which the caching allocator keeps
   once grown: a budget must leave room for it).
 * JAX: the device's ``memory_stats()["bytes_in_use"]``; backends that report
-  nothing (the CPU) need ``memory=``, e.g. :func:`rss_bytes`.
+  nothing (the CPU) need a probe (``MemoryBudget(bytes, probe=...)``), e.g. :func:`rss_bytes`.
 * The CPU (synchronous): none; nothing is ever in flight there.
 """
 
@@ -59,8 +59,9 @@ def cuda_probe(device: Any) -> MemoryProbe:
     trusted = bytes_trusted(torch.__version__)
     if host_stats is None:
         _log.warning("asyncthrottle: torch %s has no torch.cuda.host_memory_stats() (torch >= 2.7 "
-                     "has): max_memory's CUDA probe sees device memory only; pass memory= to count "
-                     "pinned host memory", torch.__version__)
+                     "has): max_memory's CUDA probe sees device memory only; pass "
+                     "max_memory=MemoryBudget(<bytes>, probe=...) to count pinned host memory",
+                     torch.__version__)
     elif not trusted:
         log_untrusted(torch.__version__)
 
@@ -84,8 +85,8 @@ def jax_probe(device: Any) -> MemoryProbe:
     if not stats or "bytes_in_use" not in stats:
         raise ValueError(
             f"max_memory: the JAX device {target} reports no memory_stats() (got {stats!r}), so "
-            "there is no default probe; pass memory=, e.g. memory=asyncthrottle.memory.rss_bytes "
-            "for this process's resident memory"
+            "there is no default probe; pass max_memory=MemoryBudget(<bytes>, probe=...), e.g. "
+            "probe=asyncthrottle.memory.rss_bytes for this process's resident memory"
         )
 
     def probe() -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from .autodepth import AutoDepthStats, DepthController
-from .memory import MemoryBudget, MemoryStats
+from .memory import MemoryGate, MemoryStats
 from .nonfinite import NonFiniteStats, NonFiniteWatch
 from .prefetch import Prefetch, PrefetchStats
 from .profiling import NvtxRanges, ProfilerRanges
@@ -24,7 +24,7 @@ from .trace import Trace
 # Built in this order (a part may use the parts before it: ``Build.part``), told of each
 # notification in this order, and shown in this order by ``Stats.summary()``.
 PARTS = (
-    DeviceTiming, Sections, MemoryBudget, DepthController, StallWatch, RankScores, Prefetch,
+    DeviceTiming, Sections, MemoryGate, DepthController, StallWatch, RankScores, Prefetch,
     ProfilerRanges, NvtxRanges, Trace, SyncDetect, NonFiniteWatch,
 )
 

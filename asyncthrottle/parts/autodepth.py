@@ -1,5 +1,5 @@
-"""``depth="auto"``: watch for the device running dry inside the loop body, and raise the depth when
-it does.
+"""``depth="auto"`` (``AutoDepth``): watch for the device running dry inside the loop body, and
+raise the depth when it does.
 
 The core notes, as each step is recorded, whether the step before it -- still
 unfinished when this step was handed out -- has already completed: the device
@@ -18,9 +18,10 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._options import check_int
+from .._callers import warn_at_user
+from .._options import DEFAULT_MAX_DEPTH, AutoDepth, check_int
 from ._build import Part
-from .memory import MemoryBudget
+from .memory import MemoryGate
 
 if TYPE_CHECKING:
     from ..core.rule import Core
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("asyncthrottle")
 
-# depth="auto" never goes deeper unless told
-DEFAULT_MAX_DEPTH = 8
 # the depth auto starts at (FSDP's and MaxText's fixed choice)
 AUTO_START = 2
 # dry bodies, each after a wait, that it takes to raise the depth by one
@@ -67,7 +66,7 @@ class DepthController(Part):
     ``max_depth``, never while the memory budget has held the host back
     since the last change (then memory, not depth, is the bound), and never
     when the budget's readings at hand-outs, extrapolated by one more step,
-    say the deeper queue would not fit (:meth:`MemoryBudget.room_for`). The depth
+    say the deeper queue would not fit (:meth:`MemoryGate.room_for`). The depth
     never shrinks. Waits in ``drain()`` are not counted. Deterministic: it
     reads only the core's counters and event queries.
 
@@ -86,25 +85,33 @@ class DepthController(Part):
 
     @staticmethod
     def check(options: Mapping[str, Any]) -> None:
+        """``max_depth=`` (before 0.4; goes in 0.5): ``depth="auto"``'s cap, now
+        ``depth=AutoDepth(max=...)``."""
         depth, max_depth = options["depth"], options["max_depth"]
-        if depth == "auto":
-            check_int("max_depth", max_depth, minimum=1, rule="an int >= 1 (the deepest "
-                                                              "depth='auto' may go) or None",
-                      fix=f"e.g. max_depth=16; None means {DEFAULT_MAX_DEPTH}")
-        elif max_depth is not None:
+        if max_depth is None:
+            return
+        if isinstance(depth, AutoDepth):
+            raise ValueError(f"max_depth={max_depth!r} and depth={depth!r} both set the cap; drop "
+                             "max_depth")
+        if depth != "auto":
             raise ValueError(
                 f"max_depth={max_depth!r} applies to depth='auto' only, but depth={depth!r}; "
-                "drop max_depth, or pass depth='auto'"
+                "drop max_depth, or pass depth=asyncthrottle.AutoDepth(max=...)"
             )
+        check_int("max_depth", max_depth, minimum=1, rule="an int >= 1 (the deepest "
+                                                          "depth='auto' may go) or None",
+                  fix=f"e.g. depth=AutoDepth(max=16); None means {DEFAULT_MAX_DEPTH}")
+        warn_at_user(f"max_depth={max_depth!r} is deprecated (it goes in 0.5): pass "
+                     f"depth=asyncthrottle.AutoDepth(max={max_depth!r})", DeprecationWarning)
 
     @classmethod
     def build(cls, at: Build) -> DepthController | None:
-        if at.options["depth"] != "auto":
+        depth, max_depth = at.options["depth"], at.options["max_depth"]
+        if depth == "auto":
+            depth = AutoDepth() if max_depth is None else AutoDepth(max=max_depth)
+        if not isinstance(depth, AutoDepth):
             return None
-        max_depth = at.options["max_depth"]
-        return cls(
-            at.core, DEFAULT_MAX_DEPTH if max_depth is None else max_depth, at.part(MemoryBudget)
-        )
+        return cls(at.core, depth.max, at.part(MemoryGate))
 
     def fields(self) -> dict[str, Any]:
         return {"depth_changes": tuple(self.changes)}
@@ -116,7 +123,7 @@ class DepthController(Part):
         path = " -> ".join(f"{depth} (step {step})" for step, depth in stats.depth_changes)
         return [f"  depth: auto, {path}; device ran dry in {stats.dry_fraction:.0%} of loop bodies"]
 
-    def __init__(self, core: Core, max_depth: int, budget: MemoryBudget | None = None) -> None:
+    def __init__(self, core: Core, max_depth: int, budget: MemoryGate | None = None) -> None:
         self.core, self.max_depth, self.budget = core, max_depth, budget
         start = min(AUTO_START, max_depth)
         core.set_depth(start)

@@ -3,22 +3,24 @@
 Depth bounds memory only indirectly: what a queued step holds is the pinned
 host memory of its batch (PyTorch's caching host allocator keeps a block until
 the events recorded after its copies complete), buffers on side streams, and
-under XLA the outputs of queued programs. :class:`MemoryBudget` is a part of
-the throttle that uses the core's ``holds()`` hook: before a hand-out, while
-the probe reports more than ``max_memory`` bytes and steps are in flight, the
-host waits for the oldest one. With nothing in flight a step always goes (the
-budget cannot be met by waiting).
+under XLA the outputs of queued programs. ``max_memory=`` takes the bytes, or
+a :class:`MemoryBudget` (the bytes and the probe that reads them);
+:class:`MemoryGate` is the part of the throttle that enforces it through the
+core's ``holds()`` hook: before a hand-out, while the probe reports more than
+the budget and steps are in flight, the host waits for the oldest one. With
+nothing in flight a step always goes (the budget cannot be met by waiting).
 
-The default probes (``memory=None``) are the backend's: see
+The default probes (``probe=None``) are the backend's: see
 :mod:`asyncthrottle.backends.memory`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from .._callers import warn_at_user
 from .._options import check_callable, check_positive
 from ..backends.memory import MemoryProbe
 from ._build import Part
@@ -26,6 +28,47 @@ from ._build import Part
 if TYPE_CHECKING:
     from ..stats import Stats
     from ._build import Build
+
+
+_BYTES = "a number of bytes > 0"
+_PROBE = "a zero-argument callable returning the bytes held, or None (the backend's)"
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryBudget:
+    """``max_memory=MemoryBudget(bytes, probe=...)``: a memory budget and the probe that reads it.
+
+    Before each hand-out, while ``probe()`` reports more than ``bytes`` and steps are in flight,
+    the host waits for the oldest step (docs/auto-depth.md). ``max_memory=<bytes>`` is
+    ``MemoryBudget(bytes)``: the backend's probe.
+
+    Example:
+        >>> import asyncthrottle as at
+        >>> from asyncthrottle.memory import rss_bytes
+        >>> budget = at.MemoryBudget(rss_bytes() + 2**30, probe=rss_bytes)
+        >>> at.Throttle(2, device="cpu", max_memory=budget).stats.max_memory == budget.bytes
+        True
+
+    Args:
+        bytes: the budget, a number of bytes > 0.
+        probe: a zero-argument callable returning the bytes held now; None: the backend's
+            (CUDA: pinned host memory in use plus reserved device memory; JAX:
+            ``memory_stats()``; the CPU and ``events=`` have none: pass one, e.g.
+            ``asyncthrottle.memory.rss_bytes``). A wrong type raises ``TypeError``, a wrong
+            value ``ValueError``.
+    """
+
+    bytes: int | float
+    probe: Callable[[], int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.bytes is None:
+            raise TypeError(f"MemoryBudget bytes must be {_BYTES}, got None; e.g. "
+                            "MemoryBudget(2 * 2**30), or max_memory=None for no budget")
+        check_positive("MemoryBudget bytes", self.bytes, rule=_BYTES,
+                       fix="e.g. MemoryBudget(2 * 2**30)")
+        check_callable("MemoryBudget probe", self.probe, rule=_PROBE,
+                       fix="e.g. probe=asyncthrottle.memory.rss_bytes")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +81,7 @@ class MemoryStats:
     memory_over: int = 0
 
 
-class MemoryBudget(Part):
+class MemoryGate(Part):
     """A part that holds back a hand-out while ``probe()`` reports more than ``max_memory`` bytes.
 
     Args:
@@ -61,25 +104,40 @@ class MemoryBudget(Part):
 
     @staticmethod
     def check(options: Mapping[str, Any]) -> None:
+        """``max_memory=``: bytes, a :class:`MemoryBudget` or None; ``memory=`` (before 0.4; goes in
+        0.5): the probe, now ``MemoryBudget(bytes, probe=...)``."""
         max_memory, memory = options["max_memory"], options["memory"]
-        check_positive("max_memory", max_memory, rule="a number of bytes > 0 or None",
-                       fix="e.g. max_memory=2 * 2**30")
+        if not isinstance(max_memory, MemoryBudget):
+            check_positive("max_memory", max_memory, rule=f"{_BYTES}, a MemoryBudget or None",
+                           fix="e.g. max_memory=2 * 2**30")
         check_callable("memory", memory, rule="a zero-argument callable returning the bytes held",
-                       fix="e.g. memory=asyncthrottle.memory.rss_bytes")
-        if max_memory is None and memory is not None:
+                       fix="e.g. max_memory=MemoryBudget(2 * 2**30, probe=rss_bytes)")
+        if memory is None:
+            return
+        if max_memory is None:
             raise ValueError(
-                f"memory={memory!r} was given without max_memory=; pass max_memory=<bytes> to set "
-                "a budget (the probe alone does nothing)"
+                f"memory={memory!r} was given without max_memory=; pass "
+                "max_memory=asyncthrottle.MemoryBudget(<bytes>, probe=...) to set a budget (the "
+                "probe alone does nothing)"
             )
+        if isinstance(max_memory, MemoryBudget):
+            raise ValueError(f"memory={memory!r} and max_memory={max_memory!r} both give the "
+                             "budget's probe; drop memory=")
+        warn_at_user(f"memory= is deprecated (it goes in 0.5): pass "
+                     f"max_memory=asyncthrottle.MemoryBudget({max_memory!r}, probe={memory!r})",
+                     DeprecationWarning)
 
     @classmethod
-    def build(cls, at: Build) -> MemoryBudget | None:
-        max_memory, memory = at.options["max_memory"], at.options["memory"]
-        if max_memory is None:
+    def build(cls, at: Build) -> MemoryGate | None:
+        budget = at.options["max_memory"]
+        if budget is None:
             return None
-        budget = cls(int(max_memory), memory if memory is not None else at.backend.memory_probe())
-        at.core.subscribe(budget)
-        return budget
+        if not isinstance(budget, MemoryBudget):
+            budget = MemoryBudget(budget, probe=at.options["memory"])
+        probe = budget.probe if budget.probe is not None else at.backend.memory_probe()
+        gate = cls(int(budget.bytes), probe)
+        at.core.subscribe(gate)
+        return gate
 
     def fields(self) -> dict[str, Any]:
         return {"max_memory": self.max_memory, "memory_peak": self.peak, "memory_waits": self.waits,

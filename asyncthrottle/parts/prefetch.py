@@ -8,11 +8,13 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from .._callers import warn_at_user
 from .._tree import map_leaves
 from ..backends.copies import CopyModel, PinnedRing, Slot
 from ._build import Part
 
 if TYPE_CHECKING:
+    from ..backends import Backend
     from ..core.rule import Core
     from ..stats import Stats
     from ._build import Build
@@ -31,12 +33,91 @@ class PrefetchStats:
 
 
 class Prefetch(Part):
+    """``to=``: the movers of the throttle's wrapped loops, one per target device.
+
+    ``wrap(iterable, to=device)`` asks :meth:`mover` for its device's mover
+    (made at the first such wrap and kept, so a loop that wraps again every
+    epoch reuses its ring); the view calls it with each batch as it is
+    fetched. It subscribes to nothing, so it costs a loop without ``to=``
+    nothing, and supplies ``stats.pinned_bytes``: what the rings hold.
+    ``Throttle(to=)`` (before 0.4; it goes in 0.5) is the default of every
+    ``wrap()`` of that throttle.
+
+    Args:
+        core: the throttle's core (step numbers, retirements, depth).
+        backend: the resolved device (``Backend.mover``: where a ``to=`` goes, and how).
+    """
+
+    OPTIONS = ("to",)
+    STATS = PrefetchStats
+
+    @staticmethod
+    def check(options: Mapping[str, Any]) -> None:
+        to = check_to(options["to"])
+        if to is not None:
+            warn_at_user(f"Throttle(to={to!r}) is deprecated (it goes in 0.5): to= is the "
+                         f"wrapper's, pass thr.wrap(loader, to={to!r}) or "
+                         f"asyncthrottle.throttle(loader, to={to!r})", DeprecationWarning)
+
+    @classmethod
+    def build(cls, at: Build) -> Prefetch:
+        """The movers, with ``Throttle(to=)``'s made now (a device error raises here)."""
+        movers = cls(at.core, at.backend)
+        movers.default = movers.mover(at.options["to"])
+        return movers
+
+    def __init__(self, core: Core, backend: Backend) -> None:
+        self._core, self._backend = core, backend
+        # the target torch.device -> its mover
+        self.movers: dict[Any, RingCopy | PlainTo] = {}
+        # Throttle(to=)'s mover: a wrap without to= uses it
+        self.default: RingCopy | PlainTo | None = None
+
+    def mover(self, to: Any) -> RingCopy | PlainTo | None:
+        """The mover of ``to`` (None: the default); a :class:`RingCopy` where the backend has a
+        copy model (CUDA), else a :class:`PlainTo`.
+
+        Raises:
+            TypeError, ValueError: ``to`` is not a device, or not this throttle's.
+            RuntimeError: ``to``'s device is not available here.
+        """
+        if to is None:
+            return self.default
+        target, model, non_blocking = self._backend.mover(check_to(to))
+        made = self.movers.get(target)
+        if made is None:
+            made = PlainTo(target, non_blocking) if model is None else RingCopy(self._core, model)
+            self.movers[target] = made
+        return made
+
+    def fields(self) -> dict[str, Any]:
+        rings = [m.ring.nbytes for m in self.movers.values() if isinstance(m, RingCopy)]
+        return {"pinned_bytes": sum(rings)}
+
+    @staticmethod
+    def summary_lines(stats: Stats) -> list[str]:
+        if not stats.pinned_bytes:
+            return []
+        return [f"  to=: {stats.pinned_bytes / 2**20:,.1f} MiB pinned by the staging ring"]
+
+
+def check_to(to: Any) -> Any:
+    """``to``: None, a str such as ``"cuda"`` or a ``torch.device`` (a wrong type: ``TypeError``;
+    the device itself is the backend's to check)."""
+    if to is not None and not isinstance(to, str) and type(to).__name__ != "device":
+        raise TypeError(
+            f"to must be None, a str such as 'cuda' or 'cuda:1', or a torch.device, got {to!r} "
+            f"({type(to).__name__}); pass the throttle's device, e.g. to='cuda'"
+        )
+    return to
+
+
+class RingCopy:
     """Copies each fetched batch to the device on a copy stream; the step that uses it waits on its
     event only.
 
-    The wrapper calls it (its one way in: it subscribes to nothing) with
-    batch ``n + 1`` right after recording step ``n``, so the copy overlaps
-    step ``n``. Host tensors are staged through
+    The wrapper calls it with batch ``n + 1`` right after recording step
+    ``n``, so the copy overlaps step ``n``. Host tensors are staged through
     the ring (pinned ones are copied directly); the compute stream waits on
     the batch's copy event, not on the whole copy stream. A slot is written
     again only after the step that used it retired (asked of the core as a
@@ -49,38 +130,6 @@ class Prefetch(Part):
         core: the throttle's core (step numbers, retirements, depth).
         model: the copy model (:class:`CudaCopy`).
     """
-
-    OPTIONS = ("to",)
-    STATS = PrefetchStats
-
-    @staticmethod
-    def check(options: Mapping[str, Any]) -> None:
-        to = options["to"]
-        if to is not None and not isinstance(to, str) and type(to).__name__ != "device":
-            raise TypeError(
-                f"to must be None, a str such as 'cuda' or 'cuda:1', or a torch.device, got {to!r} "
-                f"({type(to).__name__}); pass the throttle's device, e.g. to='cuda'"
-            )
-
-    @classmethod
-    def build(cls, at: Build) -> Prefetch | PlainTo | None:
-        """A :class:`Prefetch` where the backend has a copy model (CUDA), else a
-        :class:`PlainTo`."""
-        if at.options["to"] is None:
-            return None
-        target, model, non_blocking = at.backend.mover(at.options["to"])
-        if model is None:
-            return PlainTo(target, non_blocking=non_blocking)
-        return cls(at.core, model)
-
-    def fields(self) -> dict[str, Any]:
-        return {"pinned_bytes": self.ring.nbytes}
-
-    @staticmethod
-    def summary_lines(stats: Stats) -> list[str]:
-        if not stats.pinned_bytes:
-            return []
-        return [f"  to=: {stats.pinned_bytes / 2**20:,.1f} MiB pinned by the staging ring"]
 
     def __init__(self, core: Core, model: CopyModel) -> None:
         self._core, self._model = core, model
@@ -156,7 +205,7 @@ def _padded(tensor: Any) -> int:
     return -(-nbytes // _ALIGN) * _ALIGN
 
 
-class PlainTo(Part):
+class PlainTo:
     """``.to(device)`` on every tensor of a batch: ``to=`` where there is no copy model (the CPU,
     MPS, XPU)."""
 
@@ -173,7 +222,3 @@ class PlainTo(Part):
             return value
 
         return map_leaves(batch, leaf)
-
-    @classmethod
-    def build(cls, at: Build) -> PlainTo:
-        raise NotImplementedError("PlainTo is built by Prefetch.build")

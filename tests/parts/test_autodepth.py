@@ -93,13 +93,13 @@ def test_depth_reports_the_current_choice_and_summary_the_history() -> None:
 
 @pytest.mark.parametrize("max_depth", [1, 2, 3])
 def test_max_depth_bounds_auto(max_depth: int) -> None:
-    stats = _run("auto", "hiccup", max_depth=max_depth).stats
+    stats = _run(at.AutoDepth(max=max_depth), "hiccup").stats
     assert stats.depth == max_depth and stats.max_in_flight <= max_depth
     assert stats.depth_changes[0] == (0, min(2, max_depth))
 
 
 def test_max_depth_above_need_is_not_reached() -> None:
-    assert _run("auto", "hiccup", max_depth=64).stats.depth == 4
+    assert _run(at.AutoDepth(max=64), "hiccup").stats.depth == 4
 
 
 def test_a_rare_hiccup_does_not_raise_the_depth() -> None:
@@ -219,7 +219,9 @@ def test_fixed_depth_has_no_history() -> None:
     ("options", "error", "match"),
     [
         ({"depth": "Auto"}, ValueError, r"depth='Auto': write it depth='auto'"),
-        ({"depth": "fast"}, ValueError, r"int >= 1, 'auto' or None, got 'fast' \(str\)"),
+        ({"depth": "fast"}, ValueError, r"int >= 1, 'auto', an AutoDepth or None, got 'fast' \(str\)"),
+        ({"depth": at.AutoDepth(max=4), "max_depth": 8}, ValueError,
+         r"max_depth=8 and depth=AutoDepth\(max=4\) both set the cap; drop max_depth"),
         ({"depth": "auto", "max_depth": 0}, ValueError, r"max_depth must be an int >= 1.*got 0"),
         ({"depth": "auto", "max_depth": 2.5}, TypeError, r"max_depth must be an int >= 1.*got 2.5"),
         ({"depth": "auto", "max_depth": True}, TypeError, r"max_depth must be an int >= 1.*got True"),
@@ -232,6 +234,37 @@ def test_bad_auto_options_name_the_argument_and_the_fix(options: dict[str, Any],
     depth = options.pop("depth")
     with pytest.raises(error, match=match):
         dev.throttle(depth, **options)
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "match"),
+    [
+        (lambda: at.AutoDepth(max=0), ValueError, r"AutoDepth max must be an int >= 1 .*got 0"),
+        (lambda: at.AutoDepth(max=2.5), TypeError, r"AutoDepth max must be an int >= 1 .*got 2.5"),
+        (lambda: at.AutoDepth(max=True), TypeError, r"got True"),
+        (lambda: at.AutoDepth(max=None), TypeError, r"AutoDepth max must be an int >= 1 .*got None"),
+        (lambda: at.AutoDepth(4), TypeError, r"positional"),  # keyword-only, as every option
+    ],
+)
+def test_a_bad_auto_depth_is_refused_where_it_is_made(make: Any, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_auto_is_auto_depth_with_its_defaults() -> None:
+    assert at.AutoDepth() == at.AutoDepth(max=8) and repr(at.AutoDepth(max=3)) == "AutoDepth(max=3)"
+    auto, default = _run("auto", "hiccup").stats, _run(at.AutoDepth(), "hiccup").stats
+    assert auto.depth_changes == default.depth_changes and auto.depth == default.depth == 4
+    assert "Throttle(depth=auto: 2" in repr(FakeDevice().throttle(at.AutoDepth(max=3)))
+
+
+def test_max_depth_still_works_and_warns_at_the_users_line() -> None:
+    deprecated = r"max_depth=3 is deprecated .*depth=asyncthrottle\.AutoDepth\(max=3\)"
+    with pytest.warns(DeprecationWarning, match=deprecated) as caught:
+        thr = (dev := FakeDevice()).throttle("auto", max_depth=3)
+    assert caught[0].filename == __file__
+    drive(thr, "hiccup", STEPS, host=dev.host, launch=dev.launch)
+    assert thr.stats.depth == 3 and thr.stats.depth_changes[-1][1] == 3  # the cap it gave, as AutoDepth(max=3)
 
 
 @pytest.mark.slow

@@ -40,7 +40,7 @@ class _PerStep:
 def _budgeted(depth: int | str | None, loop: str, steps: int = 200, **options: Any) -> tuple[at.Throttle, _PerStep]:
     dev = FakeDevice()
     box: list[_PerStep] = []
-    thr = dev.throttle(depth, max_memory=250 * MiB, memory=lambda: box[0](), **options)
+    thr = dev.throttle(depth, max_memory=at.MemoryBudget(250 * MiB, probe=lambda: box[0]()), **options)
     box.append(_PerStep(thr, 250 * MiB))
     drive(thr, loop, steps, host=dev.host, launch=dev.launch)
     return thr, box[0]
@@ -81,7 +81,7 @@ def test_auto_does_not_go_deeper_once_memory_has_held_the_host() -> None:
     def probe() -> int:  # 100 MiB per unfinished step, and a 2 GiB spike at the hand-out of every 10th step
         return 100 * MiB * thr.in_flight + (2048 * MiB if thr.stats.steps % 10 == 7 else 0)
 
-    thr = dev.throttle("auto", max_memory=1000 * MiB, memory=probe)
+    thr = dev.throttle("auto", max_memory=at.MemoryBudget(1000 * MiB, probe=probe))
     drive(thr, "hiccup", 300, host=dev.host, launch=dev.launch)
     # Strikes at steps 4 and 9 would raise the depth (as without the spikes), but the budget held the host
     # at step 7's hand-out since: memory, not depth, was the bound. And so on every 10 steps.
@@ -90,14 +90,15 @@ def test_auto_does_not_go_deeper_once_memory_has_held_the_host() -> None:
 
 def test_auto_goes_deeper_when_the_budget_has_room() -> None:
     dev = FakeDevice()
-    thr = dev.throttle("auto", max_memory=1000 * MiB, memory=lambda: 100 * MiB * thr.in_flight)
+    thr = dev.throttle("auto", max_memory=at.MemoryBudget(1000 * MiB, probe=lambda: 100 * MiB * thr.in_flight))
     drive(thr, "hiccup", 300, host=dev.host, launch=dev.launch)
     assert thr.depth == 4 and thr.stats.memory_waits == 0
 
 
 def test_a_step_goes_when_nothing_is_in_flight_even_over_budget() -> None:
     dev = FakeDevice()
-    thr = dev.throttle(4, max_memory=MiB, memory=lambda: 10 * MiB)  # always over: no deadlock, depth 1 in effect
+    # always over: no deadlock, depth 1 in effect
+    thr = dev.throttle(4, max_memory=at.MemoryBudget(MiB, probe=lambda: 10 * MiB))
     drive(thr, "device-bound", 20, host=dev.host, launch=dev.launch)
     stats = thr.stats
     assert stats.steps == 20 and stats.memory_peak == 10 * MiB and stats.memory_over == 20
@@ -108,7 +109,8 @@ def test_a_step_goes_when_nothing_is_in_flight_even_over_budget() -> None:
 def test_break_exception_second_pass_and_timeout_under_a_budget() -> None:
     dev = FakeDevice()
     # wait="spin": each fake-clock read moves it on (a poll's last nap can round to nothing on a fake clock)
-    thr = dev.throttle(8, wait="spin", max_memory=150 * MiB, memory=lambda: 100 * MiB * thr.in_flight, timeout=0.05)
+    budget = at.MemoryBudget(150 * MiB, probe=lambda: 100 * MiB * thr.in_flight)
+    thr = dev.throttle(8, wait="spin", max_memory=budget, timeout=0.05)
     for step in thr.wrap(range(50)):
         dev.host(host_seconds("device-bound", step))
         dev.launch(0.010)
@@ -135,7 +137,7 @@ def test_break_exception_second_pass_and_timeout_under_a_budget() -> None:
 def test_a_failing_probe_stops_the_hand_out_and_a_bad_reading_is_named() -> None:
     dev = FakeDevice()
     readings: list[Any] = [0, 0, None]
-    thr = dev.throttle(8, max_memory=MiB, memory=lambda: readings.pop(0))
+    thr = dev.throttle(8, max_memory=at.MemoryBudget(MiB, probe=lambda: readings.pop(0)))
     it = iter(thr.wrap(range(5)))
     next(it)
     dev.launch(0.010)
@@ -148,15 +150,19 @@ def test_a_failing_probe_stops_the_hand_out_and_a_bad_reading_is_named() -> None
 @pytest.mark.parametrize(
     ("options", "error", "match"),
     [
-        ({"max_memory": -1}, ValueError, r"max_memory must be a number of bytes > 0 or None, got -1"),
+        ({"max_memory": -1}, ValueError, r"max_memory must be a number of bytes > 0, a MemoryBudget or None, got -1"),
         ({"max_memory": 0}, ValueError, r"max_memory must be .* got 0"),
         ({"max_memory": math.nan}, ValueError, r"max_memory must be .* got nan"),
         ({"max_memory": math.inf}, ValueError, r"max_memory must be .* got inf"),
-        ({"max_memory": "1GB"}, TypeError, r"max_memory must be a number of bytes > 0 or None, got '1GB'"),
+        ({"max_memory": "1GB"}, TypeError,
+         r"max_memory must be a number of bytes > 0, a MemoryBudget or None, got '1GB'"),
         ({"max_memory": True}, TypeError, r"got True"),
         ({"max_memory": MiB, "memory": 5}, TypeError, r"memory must be a zero-argument callable .* got 5"),
-        ({"memory": lambda: 0}, ValueError, r"memory=.* was given without max_memory="),
-        ({"max_memory": MiB}, ValueError, r"max_memory needs memory= on this backend \(events\)"),
+        ({"memory": lambda: 0}, ValueError, r"memory=.* was given without max_memory=.*MemoryBudget"),
+        ({"max_memory": at.MemoryBudget(MiB, probe=lambda: 0), "memory": lambda: 0}, ValueError,
+         r"memory=.* and max_memory=MemoryBudget\(.*\) both give the budget's probe; drop memory="),
+        ({"max_memory": MiB}, ValueError,
+         r"max_memory needs a probe on this backend \(events\).*MemoryBudget\(<bytes>, probe="),
     ],
 )
 def test_bad_memory_options_name_the_argument_and_the_fix(options: dict[str, Any], error: type, match: str) -> None:
@@ -165,10 +171,46 @@ def test_bad_memory_options_name_the_argument_and_the_fix(options: dict[str, Any
 
 
 def test_the_cpu_has_no_default_probe() -> None:
-    with pytest.raises(ValueError, match=r"max_memory needs memory= on this backend \(cpu\).*rss_bytes"):
+    with pytest.raises(ValueError, match=r"max_memory needs a probe on this backend \(cpu\).*rss_bytes"):
         at.Throttle(2, device="cpu", max_memory=MiB)
-    thr = at.Throttle(2, device="cpu", max_memory=10 * 2**40, memory=mem.rss_bytes)  # with a probe it works
+    # with a probe it works
+    thr = at.Throttle(2, device="cpu", max_memory=at.MemoryBudget(10 * 2**40, probe=mem.rss_bytes))
     assert list(thr.wrap(range(3))) == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "match"),
+    [
+        (lambda: at.MemoryBudget(-1), ValueError, r"MemoryBudget bytes must be a number of bytes > 0, got -1"),
+        (lambda: at.MemoryBudget(math.inf), ValueError, r"MemoryBudget bytes must be .* got inf"),
+        (lambda: at.MemoryBudget("1GB"), TypeError, r"MemoryBudget bytes must be a number of bytes > 0, got '1GB'"),
+        (lambda: at.MemoryBudget(None), TypeError, r"MemoryBudget bytes must be .* got None.*max_memory=None"),
+        (lambda: at.MemoryBudget(MiB, probe=5), TypeError, r"MemoryBudget probe must be a zero-argument callable"),
+    ],
+)
+def test_a_bad_memory_budget_is_refused_where_it_is_made(make: Any, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_a_budget_is_a_value_and_bytes_alone_use_the_backends_probe() -> None:
+    budget = at.MemoryBudget(MiB, probe=mem.rss_bytes)
+    assert budget == at.MemoryBudget(MiB, probe=mem.rss_bytes) and budget != at.MemoryBudget(MiB)
+    assert repr(budget) == f"MemoryBudget(bytes={MiB}, probe={mem.rss_bytes!r})"
+    thr = at.Throttle(2, device="cpu", max_memory=at.MemoryBudget(10 * 2**40, probe=mem.rss_bytes))
+    assert thr.stats.max_memory == 10 * 2**40
+    with pytest.raises(ValueError, match=r"max_memory needs a probe on this backend \(cpu\)"):
+        at.Throttle(2, device="cpu", max_memory=at.MemoryBudget(MiB))  # probe=None: the backend's, which has none
+
+
+def test_memory_still_works_and_warns_at_the_users_line() -> None:
+    readings = [100 * MiB]
+    deprecated = r"memory= is deprecated .*max_memory=asyncthrottle\.MemoryBudget\("
+    with pytest.warns(DeprecationWarning, match=deprecated) as caught:
+        thr = FakeDevice().throttle(2, max_memory=MiB, memory=lambda: readings[0])
+    assert caught[0].filename == __file__
+    list(thr.wrap(range(3)))
+    assert thr.stats.max_memory == MiB and thr.stats.memory_peak == 100 * MiB  # the probe given is the one read
 
 
 def test_rss_bytes_is_this_process_resident_memory() -> None:
@@ -186,7 +228,7 @@ def test_memory_waits_counts_only_real_waits_and_auto_still_goes_deeper() -> Non
         pending = inside(thr).core.pending
         return 300 * MiB if pending and pending[0].query() else 0
 
-    thr = dev.throttle("auto", max_memory=250 * MiB, memory=stale)
+    thr = dev.throttle("auto", max_memory=at.MemoryBudget(250 * MiB, probe=stale))
     drive(thr, "hiccup", 300, host=dev.host, launch=dev.launch)
     assert thr.stats.memory_waits == 0  # was one per such hand-out
     assert thr.depth == 4  # as with room in the budget; it stayed at 2
@@ -194,7 +236,7 @@ def test_memory_waits_counts_only_real_waits_and_auto_still_goes_deeper() -> Non
 
 def test_memory_waits_counts_a_wait_the_budget_asked_for() -> None:
     dev = FakeDevice()
-    thr = dev.throttle(8, max_memory=150 * MiB, memory=lambda: 100 * MiB * thr.in_flight)
+    thr = dev.throttle(8, max_memory=at.MemoryBudget(150 * MiB, probe=lambda: 100 * MiB * thr.in_flight))
     waits = []
     thr.subscribe(types.SimpleNamespace(on_wait=lambda step, start, seconds: waits.append(step)))
     drive(thr, "device-bound", 50, host=dev.host, launch=dev.launch)
@@ -280,7 +322,7 @@ def test_cuda_probe_adds_pinned_host_memory_and_reserved_device_memory(
     caplog.clear()
     with caplog.at_level("WARNING", logger="asyncthrottle"):
         assert mem.cuda_probe(None)() == 1000
-    assert "has no torch.cuda.host_memory_stats()" in caplog.text and "pass memory=" in caplog.text
+    assert "has no torch.cuda.host_memory_stats()" in caplog.text and "MemoryBudget(<bytes>, probe=...)" in caplog.text
 
 
 def test_jax_probe_reads_memory_stats_and_refuses_a_backend_without_them(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -292,7 +334,8 @@ def test_jax_probe_reads_memory_stats_and_refuses_a_backend_without_them(monkeyp
     assert mem.jax_probe("jax")() == 123
     none = types.SimpleNamespace(memory_stats=lambda: None)
     monkeypatch.setattr(atjax, "parse_jax_device", lambda jax, device: none)
-    with pytest.raises(ValueError, match=r"reports no memory_stats\(\).*pass memory=.*rss_bytes"):
+    refused = r"reports no memory_stats\(\).*pass max_memory=MemoryBudget\(<bytes>, probe=...\).*rss_bytes"
+    with pytest.raises(ValueError, match=refused):
         mem.jax_probe("jax")
 
 
@@ -301,9 +344,10 @@ def test_jax_on_the_cpu_needs_a_probe_and_runs_with_one() -> None:
     jax = pytest.importorskip("jax")
     if jax.devices()[0].memory_stats():
         pytest.skip("this JAX backend reports memory_stats(): it has a default probe")
-    with pytest.raises(ValueError, match="pass memory="):
+    with pytest.raises(ValueError, match=r"pass max_memory=MemoryBudget\(<bytes>, probe=...\)"):
         at.Throttle(2, device="jax", max_memory=MiB)
-    thr = at.Throttle(2, device="jax", max_memory=1, memory=mem.rss_bytes)  # always over: one step at a time
+    # always over: one step at a time
+    thr = at.Throttle(2, device="jax", max_memory=at.MemoryBudget(1, probe=mem.rss_bytes))
     x = jax.numpy.ones(4)
     for _ in thr.wrap(range(5)):
         x = x + 1

@@ -94,6 +94,12 @@ def model(fake_cuda: SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> FakeCo
     return fake
 
 
+def _ring(thr: at.Throttle) -> Any:
+    """The staging ring of the throttle's one mover."""
+    (mover,) = inside(thr).part(Prefetch).movers.values()
+    return mover.ring
+
+
 def batches(n: int, size: int = 256) -> list[Any]:
     return [(torch.full((size,), float(i)), torch.tensor([i])) for i in range(n)]
 
@@ -120,16 +126,16 @@ class Checker:
 
 
 def checked(depth: int | str | None) -> tuple[FakeDevice, at.Throttle, Checker]:
-    """A fake device, a throttle on it with ``to="cuda"``, and a :class:`Checker` subscribed to it."""
+    """A fake device, a throttle on it (its loops to wrap with ``to="cuda"``), and a :class:`Checker` subscribed."""
     dev = FakeDevice()
-    thr = dev.throttle(depth, to="cuda")
+    thr = dev.throttle(depth)
     checker = Checker()
     thr.subscribe(checker)
     return dev, thr, checker
 
 
 def run(thr: at.Throttle, dev: FakeDevice, source: list[Any], checker: Checker, *, device_s: float = 0.010) -> None:
-    for step, batch in enumerate(thr.wrap(source)):
+    for step, batch in enumerate(thr.wrap(source, to="cuda")):
         checker.hand(step, batch)
         dev.host(0.001)
         dev.launch(device_s)
@@ -146,7 +152,7 @@ def test_batches_come_out_in_order_with_their_structure(model: FakeCopy) -> None
         Pair(t[5], 7),
         Batch(t[6], t[7]),
     ]
-    out = [_snapshot(batch) for batch in dev.throttle(2, to="cuda").wrap(source)]  # the slots are reused after
+    out = [_snapshot(batch) for batch in dev.throttle(2).wrap(source, to="cuda")]  # the slots are reused after
     assert torch.equal(out[0][0], t[0]) and torch.equal(out[0][1], t[1]) and type(out[0]) is tuple
     assert type(out[1]) is list and torch.equal(out[1][0], t[2]) and out[1][1:] == ["text", 3, None]
     assert torch.equal(out[2]["a"], t[3]) and torch.equal(out[2]["nested"]["b"][0], t[4])
@@ -168,9 +174,9 @@ def test_a_ring_slot_is_written_again_only_after_its_step_retired(model: FakeCop
 def test_pinned_memory_is_bounded_and_flat_over_1000_steps(model: FakeCopy) -> None:
     dev = FakeDevice()
     depth = 3
-    thr = dev.throttle(depth, to="cuda")
+    thr = dev.throttle(depth)
     seen = []
-    for _batch in thr.wrap(batches(1000, size=1024)):
+    for _batch in thr.wrap(batches(1000, size=1024), to="cuda"):
         dev.launch(0.010)
         seen.append(thr.stats.pinned_bytes)
     one = 1024 * 4 + 8  # one batch's bytes
@@ -182,7 +188,7 @@ def test_pinned_memory_is_bounded_and_flat_over_1000_steps(model: FakeCopy) -> N
 def test_slots_grow_only_when_a_batch_is_larger(model: FakeCopy) -> None:
     dev = FakeDevice()
     source = [(torch.zeros(n),) for n in (64, 64, 16, 256, 64, 64, 64, 64)]
-    for _ in dev.throttle(1, to="cuda").wrap(source):
+    for _ in dev.throttle(1).wrap(source, to="cuda"):
         dev.launch(0.010)
     assert model.pins == [256, 256, 1024]  # two slots (depth + 1); the one the 1 KiB batch took was regrown
 
@@ -192,7 +198,7 @@ def test_pinned_host_tensors_are_copied_directly(model: FakeCopy) -> None:
     source = batches(3)
     for x, _ in source:
         model.pinned.add(id(x))
-    out = list(dev.throttle(2, to="cuda").wrap(source))
+    out = list(dev.throttle(2).wrap(source, to="cuda"))
     assert [c is x for c, (x, _) in zip(model.copies[::2], source, strict=True)] == [True] * 3  # not staged
     assert model.pins == [64] * 2 and torch.equal(out[2][0], source[2][0])  # only the labels were staged
 
@@ -250,7 +256,7 @@ def test_the_step_waits_on_its_batchs_copy_event_only(fake_cuda: SimpleNamespace
     monkeypatch.setattr(torch.Tensor, "to", lambda self, *a, **k: DeviceTensor(self) if k["non_blocking"] else 1 / 0)
     monkeypatch.setattr(copies, "CudaCopy", lambda device, streams=None: copy)
     dev = FakeDevice()
-    out = list(dev.throttle(2, to="cuda").wrap(batches(3)))
+    out = list(dev.throttle(2).wrap(batches(3), to="cuda"))
     assert len(made) == 1  # the copy stream is made once
     assert all(isinstance(leaf, DeviceTensor) for batch in out for leaf in batch)
     per_batch = [c[0] for c in calls[:6]]
@@ -264,7 +270,7 @@ def test_the_step_waits_on_its_batchs_copy_event_only(fake_cuda: SimpleNamespace
 
 def test_nothing_is_lost_on_break_or_an_exception(model: FakeCopy) -> None:
     dev, thr, checker = checked(2)
-    view = thr.wrap(batches(20))
+    view = thr.wrap(batches(20), to="cuda")
     for step, batch in enumerate(view):
         checker.hand(step, batch)
         dev.launch(0.010)
@@ -278,15 +284,15 @@ def test_nothing_is_lost_on_break_or_an_exception(model: FakeCopy) -> None:
                 raise ZeroDivisionError
     thr.drain()
     assert thr.stats.steps == 8 and checker.checked == 8  # each exit recorded its step
-    ring = inside(thr).part(Prefetch).ring  # type: ignore[union-attr]
+    ring = _ring(thr)
     ring.retire(thr.stats.completed - 1)  # what the next batch's copy does first
     assert not ring.busy and len(ring.free) == len(model.pins) <= 4  # every slot free again, none leaked
 
 
 def test_a_timeout_keeps_the_copied_batch_for_the_next_next(model: FakeCopy) -> None:
     dev = FakeDevice()
-    thr = dev.throttle(1, timeout=0.005, to="cuda")
-    it = iter(thr.wrap(batches(3)))
+    thr = dev.throttle(1, timeout=0.005)
+    it = iter(thr.wrap(batches(3), to="cuda"))
     first = next(it)
     dev.launch(0.010)
     with pytest.raises(at.ThrottleTimeout):
@@ -299,7 +305,7 @@ def test_a_timeout_keeps_the_copied_batch_for_the_next_next(model: FakeCopy) -> 
 
 def test_an_interrupted_copy_is_made_again_by_the_next_next(model: FakeCopy) -> None:
     dev = FakeDevice()
-    it = iter(dev.throttle(2, to="cuda").wrap(batches(3)))
+    it = iter(dev.throttle(2).wrap(batches(3), to="cuda"))
     assert int(next(it)[1]) == 0
     model.fail_next = KeyboardInterrupt()
     with pytest.raises(KeyboardInterrupt):
@@ -309,7 +315,7 @@ def test_an_interrupted_copy_is_made_again_by_the_next_next(model: FakeCopy) -> 
 
 def test_a_second_pass_reuses_the_slots(model: FakeCopy) -> None:
     dev, thr, checker = checked(2)
-    view = thr.wrap(batches(10))
+    view = thr.wrap(batches(10), to="cuda")
     for _ in range(2):
         for batch in view:
             checker.hand(thr.stats.steps, batch)
@@ -326,7 +332,7 @@ def test_depth_none_keeps_four_slots_and_stages_the_rest_through_torch(model: Fa
 
 def test_depth_auto_lets_the_ring_follow_the_depth(model: FakeCopy) -> None:
     dev = FakeDevice()
-    thr = dev.throttle("auto", to="cuda")
+    thr = dev.throttle("auto")
     inside(thr).core.set_depth(5)
     run(thr, dev, batches(30), Checker())
     assert len(model.pins) == 6 and model.pin_copies == 0
@@ -367,8 +373,8 @@ def test_with_streams_the_copy_is_ordered_before_every_stream_the_throttle_recor
     monkeypatch.setattr(torch.Tensor, "is_pinned", lambda self: True)  # copied directly: no staging ring
     monkeypatch.setattr(torch.Tensor, "to", lambda self, *a, **k: DeviceTensor())
     side, other = Stream("side"), Stream("other")
-    thr = at.Throttle(2, device="cuda", streams=[side, other], to="cuda", sample_every=None, stall=None)
-    for batch in thr.wrap([torch.zeros(2), torch.zeros(2)]):
+    thr = at.Throttle(2, device="cuda", streams=[side, other], sample_every=None, stall=None)
+    for batch in thr.wrap([torch.zeros(2), torch.zeros(2)], to="cuda"):
         assert isinstance(batch, DeviceTensor)
         with on(side):  # the step runs on the streams the throttle records on
             pass
@@ -387,33 +393,65 @@ def test_to_cpu_hands_out_equal_batches() -> None:
 
 def test_stats_and_summary_report_the_pinned_bytes(model: FakeCopy) -> None:
     dev = FakeDevice()
-    thr = dev.throttle(1, to="cuda")
-    for _ in thr.wrap(batches(4, size=2**18)):
+    thr = dev.throttle(1)
+    for _ in thr.wrap(batches(4, size=2**18), to="cuda"):
         dev.launch(0.010)
     assert thr.stats.pinned_bytes == 2 * (2**20 + 64)
     assert thr.stats.as_dict()["pinned_bytes"] == thr.stats.pinned_bytes
     assert "2.0 MiB pinned by the staging ring" in thr.summary()
 
 
-def test_bad_to_says_what_to_pass(fake_cuda: SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_to_says_what_to_pass_at_the_wrap(fake_cuda: SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu = at.Throttle(2, device="cpu")
     with pytest.raises(TypeError, match="to must be None, a str such as 'cuda'"):
-        at.Throttle(2, device="cpu", to=3)
+        cpu.wrap([], to=3)
     with pytest.raises(ValueError, match="to='cdua' is not a device torch knows"):
-        at.Throttle(2, device="cpu", to="cdua")
+        cpu.wrap([], to="cdua")
     with pytest.raises(ValueError, match=r"to='cuda' moves batches to cuda, but the throttle runs on cpu"):
-        at.Throttle(2, device="cpu", to="cuda")
+        at.throttle([], device="cpu", to="cuda")
     with pytest.raises(ValueError, match=r"to='cuda:1' is cuda:1 but the throttle records on device='cuda'"):
-        at.Throttle(2, device="cuda", to="cuda:1", sample_every=None)
+        at.Throttle(2, device="cuda", sample_every=None).wrap([], to="cuda:1")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     unavailable = r"to='cuda' was requested but cuda is not available here \(torch.cuda.is_available\(\) is False\)"
     with pytest.raises(RuntimeError, match=unavailable):
-        FakeDevice().throttle(2, to="cuda")
+        FakeDevice().throttle(2).wrap([], to="cuda")
 
 
 def test_to_a_device_type_with_no_backend_says_so_even_with_custom_events() -> None:
     for to in ("meta", "lazy"):
         with pytest.raises(RuntimeError, match=rf"to='{to}' was requested but {to} is not available here"):
-            FakeDevice().throttle(2, to=to)  # events=: any device type passes the same-device check
+            FakeDevice().throttle(2).wrap([], to=to)  # events=: any device type passes the same-device check
+
+
+def test_wraps_of_one_throttle_to_one_device_share_one_ring(model: FakeCopy) -> None:
+    """A loop that wraps its loader again each epoch pins no more: the mover is the throttle's, per device."""
+    dev, thr, checker = checked(2)
+    for _ in range(3):
+        for batch in thr.wrap(batches(10), to="cuda"):
+            checker.hand(thr.stats.steps, batch)
+            dev.launch(0.010)
+    assert checker.checked == 30 and len(model.pins) == 3 and thr.stats.pinned_bytes == 3 * (256 * 4 + 64)
+    thr.unsubscribe(checker)
+    assert len(list(thr.wrap(batches(2)))) == 2 and len(model.copies) == 60  # a wrap without to= copies nothing
+
+
+def test_throttle_to_still_works_for_every_wrap_and_warns_at_the_users_line(model: FakeCopy) -> None:
+    dev = FakeDevice()
+    deprecated = r"Throttle\(to='cuda'\) is deprecated.*thr\.wrap\(loader, to='cuda'\)"
+    with pytest.warns(DeprecationWarning, match=deprecated) as caught:
+        thr = dev.throttle(2, to="cuda")
+    assert caught[0].filename == __file__
+    checker = Checker()
+    thr.subscribe(checker)
+    for view in (thr.wrap(batches(5)), thr.wrap(batches(5))):
+        for batch in view:
+            checker.hand(thr.stats.steps, batch)
+            dev.launch(0.010)
+    assert checker.checked == 10 and len(model.joins) == 10 and len(model.pins) == 3  # one ring for both
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="the throttle runs on cpu"):
+        at.Throttle(2, device="cpu", to="cuda")  # still checked at construction
+    with pytest.raises(TypeError, match="to must be None"):
+        at.Throttle(2, device="cpu", to=3)
 
 
 # -- on a real GPU (skipped elsewhere; the GPU script runs them) --------------------------------------
@@ -422,9 +460,9 @@ def test_to_a_device_type_with_no_backend_says_so_even_with_custom_events() -> N
 @pytest.mark.cuda
 def test_on_a_gpu_batches_arrive_equal_with_no_sync_and_the_ring_stays_bounded() -> None:
     source = [(torch.full((1024, 1024), float(i)), torch.tensor([i])) for i in range(4)]  # 4 MiB each
-    thr = at.Throttle(2, device="cuda", to="cuda", detect_sync="warn", sample_every=None)
+    thr = at.Throttle(2, device="cuda", detect_sync="warn", sample_every=None)
     sums, pinned = [], []
-    for x, y in thr.wrap(source * 50):
+    for x, y in thr.wrap(source * 50, to="cuda"):
         assert x.is_cuda and y.is_cuda
         torch.cuda._sleep(1_000_000)  # type: ignore[no-untyped-call]  # the device is behind the host
         sums.append(x.sum() + y.sum())
@@ -440,9 +478,9 @@ def test_on_a_gpu_batches_arrive_equal_with_no_sync_and_the_ring_stays_bounded()
 def test_on_a_gpu_with_streams_the_batches_a_side_stream_reads_are_the_sources() -> None:
     side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
     source = [(torch.full((2**22,), float(i)), torch.tensor([i])) for i in range(4)]  # 16 MiB each: slow copies
-    thr = at.Throttle(2, device="cuda", streams=[side], to="cuda", sample_every=None)
+    thr = at.Throttle(2, device="cuda", streams=[side], sample_every=None)
     sums = []
-    for x, y in thr.wrap(source * 10):
+    for x, y in thr.wrap(source * 10, to="cuda"):
         with torch.cuda.stream(side):  # type: ignore[no-untyped-call]
             sums.append(x.sum() + y.sum())  # at once: only the copy's event keeps it from reading too early
     torch.cuda.current_stream().wait_stream(side)  # type: ignore[no-untyped-call]
