@@ -46,9 +46,11 @@ def test_values_host_cost_runs_and_counts_the_calls_of_each_loop(metrics: bool) 
     rows = {line.split("  ")[1].strip(): line.split() for line in done.stdout.splitlines() if line.startswith("  ")}
     assert set(rows) == {"maxtext", "defer", "defer, nonfinite=None", "defer, sample_every=None"}
     python = float(rows["defer"][-4])  # "... <py> py <C> C"
-    # exact counts (the stand-ins call no JAX): a bound that a slower walk or watch would break (one
-    # call more since the rule has one road: the core's Core.step frame under the pass's __next__)
-    assert python <= (49.0 if metrics else 27.1), done.stdout
+    # the stand-ins call no JAX, so the counts are the library's own: a bound that one call more a
+    # step (a slower walk or watch) breaks. Half a call of slack: on a loaded machine a few steps
+    # take another wait path (49.1 seen beside two busy loops, 49.0 on a quiet one); Core.step, the
+    # rule's one road, is one call more a step than before #38
+    assert python <= (49.5 if metrics else 27.6), done.stdout
 
 
 def test_jax_metrics_runs_every_loop_and_every_metric_arrives() -> None:

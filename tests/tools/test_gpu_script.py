@@ -98,10 +98,11 @@ def test_the_wide_setting_runs_side_by_side_by_depth() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # two child processes that import torch: minutes on a loaded machine
 def test_the_mnist_section_shows_memory_and_the_verdict_per_run() -> None:
     gpu = _gpu()
     tiny = ("--device", "cpu", "--width", "2", "--batch-size", "8")
-    body = gpu.mnist(120, runs=[("none", ("--depth", "none", *tiny)), ("2", ("--depth", "2", *tiny))], max_steps=3)
+    body = gpu.mnist(540, runs=[("none", ("--depth", "none", *tiny)), ("2", ("--depth", "2", *tiny))], max_steps=3)
     assert "| none |" in body and "| 2 |" in body and "failed" not in body, body
     assert "peak device MiB" in body and "verdict" in body
     assert body.count("| n/a | n/a |") == 2  # no CUDA here: no memory figures, said as n/a
