@@ -1,4 +1,4 @@
-"""The ``asyncthrottle`` command line: ``python -m asyncthrottle bench|plot [...]``."""
+"""The ``asyncthrottle`` command line: ``python -m asyncthrottle bench|plot|run [...]``."""
 
 from __future__ import annotations
 
@@ -23,14 +23,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="asyncthrottle: bound how far the host runs ahead of an asynchronous device.",
     )
     parser.add_argument("--version", action="version", version=f"asyncthrottle {__version__}")
-    parser.add_argument("command", choices=["bench", "plot"],
+    parser.add_argument("command", choices=["bench", "plot", "run"],
                         help="bench: measure the throttle on this machine (bench --help); plot: "
-                             "draw an exported trace (plot --help)")
+                             "draw an exported trace (plot --help); run: diagnose a training "
+                             "script, unchanged (run --help)")
     if not args or args[0].startswith("-"):
         # --help, --version, or a usage error: exits
         parser.parse_args(args)
     # an unknown command: exits with the choices
     parser.parse_args(args[:1])
+    if args[0] == "run":
+        from .run import main as run_main
+
+        return run_main(args[1:])
     if args[0] == "plot":
         from .plot import main as plot_main
 

@@ -1,0 +1,81 @@
+"""Running a test script under ``python -m asyncthrottle run`` and as plain ``python``, in
+subprocesses, and reading what its lines say it reads."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+ROOT = Path(__file__).resolve().parents[2]
+# a line's own statement of its host read: "# host-device sync: Tensor.item 1.0" (per step, in
+# steps) or "# host-device sync: Tensor.tolist outside 1" (a count, outside steps)
+_SAID = re.compile(r"# host-device sync: (\S+) (?:(outside) (\d+)|([\d.]+))")
+
+
+def env() -> dict[str, str]:
+    # the scripts import this checkout's package, whatever is installed
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
+
+
+def python(*args: str, cwd: Path = SCRIPTS, timeout: float = 300) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env(), capture_output=True,
+                          timeout=timeout, check=False)
+
+
+def start(*args: str, cwd: Path = SCRIPTS) -> Done:
+    """``python ARGS`` started; ``wait()`` gives its :class:`subprocess.CompletedProcess`."""
+    return Done(subprocess.Popen([sys.executable, *args], cwd=cwd, env=env(),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+
+
+class Done:
+    """A started process; ``wait()`` collects it (returncode, stdout, stderr)."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self.process = process
+
+    def wait(self, timeout: float = 300) -> subprocess.CompletedProcess[bytes]:
+        out, err = self.process.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(self.process.args, self.process.returncode, out, err)
+
+
+def under_run(script: str, tmp: Path, *args: str) -> tuple[subprocess.CompletedProcess[bytes],
+                                                          dict[str, Any]]:
+    """``python -m asyncthrottle run --json`` on the script; the process and its JSON report."""
+    report = tmp / "report.json"
+    done = python("-m", "asyncthrottle", "run", "--json", str(report), script, *args)
+    return done, json.loads(report.read_text()) if report.exists() else {}
+
+
+def said_syncs(script: str) -> list[dict[str, Any]]:
+    """The reads the script's lines say they make: site, call, in_step and per_step (in steps) or
+    count (outside)."""
+    said = []
+    for number, line in enumerate((SCRIPTS / script).read_text().splitlines(), 1):
+        found = _SAID.search(line)
+        if found is None:
+            continue
+        call, outside, count, per_step = found.groups()
+        row: dict[str, Any] = {"site": f"{script}:{number}", "call": call,
+                               "in_step": outside is None}
+        row.update({"count": int(count)} if outside else {"per_step": float(per_step)})
+        said.append(row)
+    return sorted(said, key=lambda row: (row["site"], row["call"], row["in_step"]))
+
+
+def found_syncs(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The report's sync rows in :func:`said_syncs`' form."""
+    rows = []
+    for row in report["syncs"]:
+        kept = {"site": row["site"], "call": row["call"], "in_step": row["in_step"]}
+        kept.update({"per_step": round(row["per_step"], 3)} if row["in_step"]
+                    else {"count": row["count"]})
+        rows.append(kept)
+    return sorted(rows, key=lambda row: (row["site"], row["call"], row["in_step"]))
