@@ -35,7 +35,15 @@ def warn_at_user(message: str, category: type[Warning]) -> None:
     if frame is None:
         warnings.warn(message, category, stacklevel=2)
         return
-    # a fresh registry: shown whatever this line warned before
-    warnings.warn_explicit(message, category, frame.f_code.co_filename, frame.f_lineno,
-                           module=frame.f_globals.get("__name__"), registry={},
-                           module_globals=frame.f_globals)
+    where = (message, category, frame.f_code.co_filename, frame.f_lineno)
+    module = frame.f_globals.get("__name__")
+    try:
+        # a fresh registry: shown whatever this line warned before
+        warnings.warn_explicit(*where, module=module, registry={}, module_globals=frame.f_globals)
+        return
+    except ImportError:
+        # asking the loader for the line's source failed before anything was shown: ``__main__``
+        # of ``python -c`` or the REPL (its loader, BuiltinImporter, has no source)
+        pass
+    # outside the except block: a warning turned error does not chain the ImportError
+    warnings.warn_explicit(*where, module=module, registry={})
