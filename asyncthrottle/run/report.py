@@ -32,7 +32,7 @@ _READS = {
 _KINDS = {"__bool__": "branch", "nonzero": "shape", "masked_select": "shape", "unique": "shape",
           "__getitem__": "shape", "cpu": "copy", "numpy": "copy", "to": "copy",
           "__repr__": "print", "__str__": "print", "__format__": "print", "print": "print"}
-_SPELLING = {"__float__": "float({name})", "__int__": "int({name})", "__bool__": "bool({name})",
+_SPELLING = {"__float__": "float({name})", "__int__": "int({name})", "__bool__": "`if {name}:`",
              "__index__": "int({name})", "__format__": "f'{{{name}}}'", "__repr__": "repr({name})",
              "__str__": "str({name})", "__getitem__": "{name}[mask]"}
 
@@ -132,7 +132,8 @@ def _read(row: dict[str, Any]) -> str:
     if row["per_step"] > 1.0:
         often = f"{row['per_step']:.3g} times a step"
     advice = _READS[_KINDS.get(call, "value")].format(name=name)
-    return f"{row['site']} calls {spelled} {often}: {advice}"
+    verb = "branches on" if call == "__bool__" else "calls"
+    return f"{row['site']} {verb} {spelled} {often}: {advice}"
 
 
 def _receiver(site: str, call: str) -> str:
@@ -140,6 +141,8 @@ def _receiver(site: str, call: str) -> str:
     path, _, line = site.rpartition(":")
     source = linecache.getline(path, int(line)) if line.isdigit() else ""
     found = re.search(r"([A-Za-z_][\w.]*)\." + re.escape(call) + r"\(", source)
+    if found is None and call == "__bool__":
+        found = re.search(r"\b(?:if|while|elif)\s+(.+?)\s*:", source)
     if found is None and call.startswith("__"):
         found = re.search(r"(?:float|int|bool|print|str|repr)\(\s*([A-Za-z_][\w.]*)", source)
     return found.group(1) if found else "the value"

@@ -64,7 +64,7 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
     def make() -> ThrottleHooks:
         return ThrottleHooks(options.depth, **thr_options)
 
-    steps = Steps(make, sites)
+    steps = Steps(make, sites, collective=_rank() is not None)
     patches = Patches()
     try:
         _install(steps, patches, options, thr_options)
@@ -105,7 +105,10 @@ def _report(steps: Steps, sites: Any, options: Options, file: str, ending: Endin
     rank = _rank()
     main = max(steps.sources, key=lambda s: s.hooks.throttle.stats.steps, default=None)
     if main is not None and (rank is None or rank[0] == 0):
-        slowest = main.hooks.throttle.stats.slowest_rank
+        gathered = main.hooks.throttle.stats
+        if gathered.slowest_rank is not None:
+            scores = ", ".join(f"{score:.2f}" for score in gathered.rank_scores or ())
+            slowest = f"{gathered.slowest_rank} (each rank's speed against the fastest: {scores})"
     if options.trace and main is not None:
         main.hooks.throttle.export_trace(_per_rank(options.trace, rank))
     if options.json:

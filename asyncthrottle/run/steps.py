@@ -43,11 +43,15 @@ class Steps:
         make: builds the runner's :class:`ThrottleHooks` at the first step (after the script has
             set up its device and process group).
         sites: the sync audit (``in_step`` is set here), or None.
+        collective: the backward holds a collective (DDP's all-reduce): its section is left out
+            of the rank's own work, so the straggler is named by its own phases.
     """
 
-    def __init__(self, make: Callable[[], ThrottleHooks], sites: Any = None) -> None:
+    def __init__(self, make: Callable[[], ThrottleHooks], sites: Any = None, *,
+                 collective: bool = False) -> None:
         self._make = make
         self.sites = sites
+        self.collective = collective
         self.sources: list[Source] = []
         self.runner: Source | None = None
         self.thread = threading.main_thread().ident
@@ -105,7 +109,7 @@ class Steps:
             return
         self._enter()
         assert self.runner is not None
-        self.runner.hooks.phase("backward")
+        self.runner.hooks.phase("backward", collective=self.collective)
         value = self._unscaled(tensors)
         if value is None:
             self.lossless = True
