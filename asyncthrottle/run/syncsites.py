@@ -27,9 +27,11 @@ _TENSOR_READS = (
 )
 _TORCH_READS = ("nonzero", "argwhere", "masked_select", "unique", "unique_consecutive")
 _COPIES = ("Tensor.cpu", "Tensor.to")
-# what a frame's file is: the standard library's, torch's, this library's (else the script's path)
-_STDLIB, _TORCH, _OURS = 0, 1, 2
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+# what a frame's file is: the standard library's, torch's, this library's, the runner's (which runs
+# the script and calls none of its code back), else the script's path
+_STDLIB, _TORCH, _OURS, _RUNS = 0, 1, 2, 3
+_RUNNER = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_PACKAGE = os.path.dirname(_RUNNER.rstrip(os.sep)) + os.sep
 _STDLIB_DIR = os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep
 _SITE_DIRS = ("site-packages", "dist-packages")
 
@@ -47,7 +49,8 @@ class SyncSites:
     at the script's frame: the innermost frame outside the standard library and torch, as
     ``file.py:LINE`` (relative to the longest of ``roots`` that holds it, else to its
     ``sys.path`` entry). A read made by this library's code (its deferred values, the runner's
-    hooks) is the library's and is not counted; neither is a read made inside a counted one
+    hooks) is the library's and is not counted, nor (off CUDA) one made by a callback the library
+    calls (``on_complete``: its values are host copies); neither is a read inside a counted one
     (``repr`` calling ``item``), nor a read of the tensor a counted ``cpu()``/``to()`` returned
     (``x.cpu().numpy()`` reads once).
 
@@ -213,11 +216,23 @@ class SyncSites:
                 kind = kinds[name] = self._kind(name)
             if kind == _STDLIB or (kind == _TORCH and through_torch):
                 frame = frame.f_back
-            elif isinstance(kind, str):
-                return kind, frame.f_lineno
-            else:
+            elif not isinstance(kind, str):
                 return None
+            elif not through_torch and self._called_by_us(frame):
+                return None  # a callback of the library's (on_complete): its values are host copies
+            else:
+                return kind, frame.f_lineno
         return None
+
+    def _called_by_us(self, frame: FrameType) -> bool:
+        back = frame.f_back
+        if back is None:
+            return False
+        name = back.f_code.co_filename
+        kind = self._kinds.get(name)
+        if kind is None:
+            kind = self._kinds[name] = self._kind(name)
+        return kind == _OURS
 
     def _kind(self, name: str) -> int | str:
         if name.startswith("<frozen "):
@@ -227,6 +242,8 @@ class SyncSites:
         path = os.path.abspath(name)
         if path.startswith(self._torch_dir):
             return _TORCH
+        if path.startswith(_RUNNER):
+            return _RUNS
         if path.startswith(_PACKAGE):
             return _OURS
         if path.startswith(_STDLIB_DIR):

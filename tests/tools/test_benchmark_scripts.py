@@ -196,3 +196,43 @@ def test_the_apex_style_prefetcher_copies_one_batch_ahead_on_a_side_stream(monke
     assert [int(batch[0].host[0]) for batch in out] == [0, 1, 2]
     assert calls[:6] == [("enter", "side"), ("copy", 0), ("wait_stream", "side"), ("record_stream", "compute"),
                          ("enter", "side"), ("copy", 1)]  # batch 1's copy is issued as batch 0 is handed out
+
+
+# -- benchmarks/syncsites_cost.py and run_cost.py: what run's audit and run itself cost (#39) ------
+
+
+def test_syncsites_cost_times_each_loop_and_the_audit_counts_only_the_reads(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    pytest.importorskip("torch")
+    import syncsites_cost
+
+    # its own check: the audit counted every read of the read loops and nothing in the others
+    assert syncsites_cost.main(["--calls", "20", "--rounds", "1", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [(row["loop"], row["reads"]) for row in rows] == [
+        ("ops", False), ("x[int], x[slice]", False), ("to(dtype)", False), ("x[0].item()", True),
+        ("x[mask]", True)]
+    assert all(row["off_us"] > 0 and row["on_us"] > 0 for row in rows)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # four processes that import torch on a busy 2-core machine
+def test_run_cost_runs_each_script_plain_and_under_run() -> None:
+    pytest.importorskip("torch")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "run_cost.py"), "--steps", "3", "--rounds", "1", "--json"],
+        capture_output=True, text=True, timeout=900, check=False,
+    )
+    assert done.returncode == 0, done.stderr  # its own check: every process exited 0
+    rows = json.loads(done.stdout)["rows"]
+    assert [row["script"] for row in rows] == ["mnist", "plain"]
+    assert all(row["plain_s"] > 0 and row["run_s"] > 0 and row["ratio"] > 0 for row in rows)
+
+
+def test_run_cost_refuses_an_unknown_script(capsys: pytest.CaptureFixture[str]) -> None:
+    import run_cost
+
+    with pytest.raises(SystemExit):
+        run_cost.main(["--scripts", "mnist,resnet"])
+    assert "--scripts must be a comma-separated subset of mnist,plain, got 'mnist,resnet'" in capsys.readouterr().err
