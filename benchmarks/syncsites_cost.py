@@ -70,6 +70,27 @@ def _time(loop: Callable[[int], None], calls: int, audit: bool, reads: bool) -> 
     return seconds
 
 
+def _python_calls(loop: Callable[[int], None], audit: bool) -> float:
+    """Python function calls per loop iteration (``sys.setprofile``: the deterministic figure)."""
+    sites = SyncSites([str(Path(__file__).parent)])
+    seen = [0]
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            seen[0] += 1
+
+    if audit:
+        sites.start()
+    try:
+        loop(1)  # the audit learns each file's kind once
+        sys.setprofile(profile)
+        loop(100)
+    finally:
+        sys.setprofile(None)
+        sites.stop()
+    return (seen[0] - 1) / 100  # the loop's own frame aside
+
+
 def measure(calls: int, rounds: int) -> list[dict[str, Any]]:
     """Per loop: the median off/on time per call over interleaved rounds, and the cost's spread."""
     rows = []
@@ -85,6 +106,7 @@ def measure(calls: int, rounds: int) -> list[dict[str, Any]]:
             "on_us": statistics.median(on) * 1e6,
             "cost_us": statistics.median(costs) * 1e6,
             "cost_spread_us": [costs[0] * 1e6, costs[-1] * 1e6],
+            "python_calls": [_python_calls(loop, False), _python_calls(loop, True)],
         })
     return rows
 
@@ -108,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         low, high = row["cost_spread_us"]
         print(f"  {row['loop']:<18} off {row['off_us']:7.3f} us  on {row['on_us']:7.3f} us  "
-              f"cost {row['cost_us']:+7.3f} us per call ({low:+.3f} .. {high:+.3f})"
+              f"cost {row['cost_us']:+7.3f} us per call ({low:+.3f} .. {high:+.3f})  "
+              f"Python calls {row['python_calls'][0]:g} -> {row['python_calls'][1]:g}"
               f"{'  [a counted read]' if row['reads'] else ''}")
     return 0
 

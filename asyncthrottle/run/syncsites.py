@@ -165,7 +165,7 @@ class SyncSites:
         original = getattr(owner, name)
         own = owner.__dict__.get(name)
         wrapper = _mask_read(self, original) if name == "__getitem__" else _read(
-            self, call, original, _from_device if name == "to" else None)
+            self, call, original, from_device=name == "to")
         wrapper.__name__ = wrapper.__qualname__ = name
         wrapper.__doc__ = original.__doc__
         setattr(owner, name, wrapper)
@@ -252,15 +252,15 @@ class SyncSites:
         return path
 
 
-def _read(sites: SyncSites, call: str, original: Any,
-          test: Callable[[Any, Any, Any], bool] | None) -> Any:
+def _read(sites: SyncSites, call: str, original: Any, from_device: bool) -> Any:
     """A read method: the original for reads that are not counted (another thread's, one inside a
-    counted read, one ``test`` says is no read), else counted."""
+    counted read; with ``from_device``, off CUDA, a host tensor's or a ``non_blocking`` one's),
+    else counted."""
     get_ident = threading.get_ident
 
     def read(tensor: Any, *args: Any, **kwargs: Any) -> Any:
-        if sites._busy or get_ident() != sites._thread or (
-                test is not None and not sites._cuda_on and not test(tensor, args, kwargs)):
+        if sites._busy or get_ident() != sites._thread or (from_device and not sites._cuda_on and (
+                tensor.is_cpu or kwargs.get("non_blocking") or any(a is True for a in args))):
             return original(tensor, *args, **kwargs)
         return sites._read(call, original, tensor, args, kwargs)
 
@@ -281,12 +281,6 @@ def _mask_read(sites: SyncSites, original: Any) -> Any:
         return original(tensor, key)
 
     return getitem
-
-
-def _from_device(tensor: Any, args: Any, kwargs: Any) -> bool:
-    """``tensor.to(...)`` may copy a device tensor to the host and wait (it counts if its result is
-    on the host)."""
-    return not (tensor.is_cpu or kwargs.get("non_blocking") or any(arg is True for arg in args))
 
 
 class _CudaWarnings(SyncAudit):
