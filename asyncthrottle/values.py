@@ -18,7 +18,7 @@ from ._tree import map_leaves
 from .backends import snapshots
 from .backends.ringcopies import RingCopies
 from .backends.snapshots import JAX_ARRAYS, Snapshot
-from .core.rule import tell_rest
+from .core.notify import tell_rest
 
 if TYPE_CHECKING:
     from .core.events import Event

@@ -5,6 +5,7 @@ Nothing here imports anything outside ``asyncthrottle.core`` (no torch, no numpy
 """
 
 from .events import Event, EventFactory, MultiEvent
-from .rule import Core, EventSupplier, Subscriber
+from .notify import EventSupplier, Subscriber
+from .rule import Core
 
 __all__ = ["Core", "Event", "EventFactory", "EventSupplier", "MultiEvent", "Subscriber"]

@@ -2,164 +2,21 @@
 
 from __future__ import annotations
 
-import sys
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol, TypeVar
+from typing import TypeVar
 
 from .errors import ThrottleTimeout, not_ended
 from .events import Event, EventFactory
+from .notify import STEP_HOOKS, Hooks, tell, tell_all, tell_rest
 from .waits import WaitStrategy
 
 T = TypeVar("T")
 # in-flight histogram size at most (the last bucket counts "that many or more")
 _HISTOGRAM_BUCKETS = 64
-_HOOKS = (
-    "before_record", "on_record", "on_drop", "on_dry", "on_fetch", "holds", "on_handout", "on_idle",
-    "on_retire", "on_wait_begin", "on_wait", "on_pause",
-)
-# the hooks a step that waits for nothing may have to tell (its fetch included): with none of them,
-# it is lean
-_STEP_HOOKS = (
-    "before_record", "on_record", "on_dry", "on_fetch", "holds", "on_handout", "on_idle",
-    "on_retire",
-)
 
 
-def tell_rest(hooks: list[Callable[..., Any]], raised: Callable[..., Any], *args: Any) -> None:
-    """Tell the hooks after ``raised``, the one of ``hooks`` whose error is being handled.
-
-    The slow path of every notification loop, which costs nothing while no hook raises::
-
-        try:
-            for hook in hooks:
-                hook(*args)
-        except BaseException:
-            tell_rest(hooks, hook, *args)
-            raise
-
-    So a hook that raised (Ctrl-C included) hides the notification from no hook after it, and
-    the first error is raised once all were told (see :func:`tell_all`).
-    """
-    tell_all(hooks[next(i for i, hook in enumerate(hooks) if hook is raised) + 1:], *args)
-
-
-def tell_all(hooks: list[Callable[..., Any]], *args: Any) -> None:
-    """While an error is being handled, tell every hook of ``hooks`` all the same.
-
-    A hook's ``Exception`` is dropped (the first error is the one raised); its interrupt (a
-    ``BaseException``: Ctrl-C) is raised in place of an ``Exception``, once all were told. The
-    error is never held here: a reference to it from a frame of its traceback would be a cycle
-    that keeps the loop's pass alive.
-    """
-    interrupted = not isinstance(sys.exc_info()[1], Exception)
-    for i, hook in enumerate(hooks):
-        try:
-            hook(*args)
-        except Exception:
-            pass
-        except BaseException:
-            if not interrupted:
-                tell_all(hooks[i + 1:], *args)
-                raise
-
-
-class Subscriber:
-    """What a part of the throttle may hear from the core; every method is optional.
-
-    Parts (device timing, deferred values, a trace, a depth controller, a
-    framework callback) subscribe with :meth:`Core.subscribe`. The core calls
-    them on the loop's thread; none of them may block or sync, and none of
-    them changes the rule. One that raises hides the notification from no
-    other part, and the throttle call that told it raises the error. Define
-    only the methods you need (this class is documentation; subscribers do
-    not have to inherit from it).
-    """
-
-    def before_record(self, step: int, event: Event) -> None:
-        """Just before ``step``'s event is recorded: enqueue work the event must cover."""
-
-    def on_record(self, step: int, event: Event | None, now: float) -> None:
-        """``step``'s event was recorded at host time ``now`` (None on a synchronous backend)."""
-
-    def on_drop(self, step: int) -> None:
-        """``step`` ends without an event (its body raised, or its event could not be recorded):
-        drop its data.
-
-        The next step reuses the number ``step``.
-        """
-
-    def on_dry(self, step: int) -> None:
-        """The device ran dry during ``step``'s loop body (see ``Core.dry``)."""
-
-    def on_fetch(self, step: int, start: float, seconds: float) -> None:
-        """The host took ``step``'s batch from the source (the wrapper), or waited between steps
-        (``begin_step``)."""
-
-    def holds(self) -> bool:
-        """Before a hand-out, with steps in flight: True makes the host wait for the oldest one
-        first.
-
-        For budgets other than the depth (memory); asked again after each wait.
-        """
-        return False
-
-    def on_handout(self, step: int, in_flight: int, now: float) -> None:
-        """``step`` may start: it is handed to the host with ``in_flight`` earlier steps
-        unfinished."""
-
-    def on_idle(self, step: int) -> None:
-        """``step`` is handed out while nothing is queued on the device (it starves)."""
-
-    def on_retire(self, step: int) -> None:
-        """``step`` (and every step before it) is seen complete; called in step order."""
-
-    def on_wait_begin(self, step: int) -> None:
-        """The host is about to block on ``step``'s event (``core.draining`` says whether in
-        ``drain()``)."""
-
-    def on_wait(self, step: int, start: float, seconds: float) -> None:
-        """The host blocked ``seconds`` from ``start`` waiting for ``step``'s event (also after an
-        interrupt)."""
-
-    def on_pause(self, now: float) -> None:
-        """The loop left its pass at host time ``now``: until the next step, the time is not the
-        loop's."""
-
-
-def tell(hooks: list[Callable[..., Any]], *args: Any) -> None:
-    """Call every hook of ``hooks`` with ``args``, by the rule of :func:`tell_rest` (a
-    notification that is not told every step: one call more)."""
-    try:
-        for hook in hooks:
-            hook(*args)
-    except BaseException:
-        tell_rest(hooks, hook, *args)
-        raise
-
-
-class EventSupplier(Protocol):
-    """A part that supplies the event of chosen steps (device timing: timing events on sampled steps
-    only).
-
-    The core asks it only at the step it named (:meth:`Core.supply_from`, then
-    :meth:`Core.supply_next` for each next one), so every other step costs one
-    comparison. It may let go while asked (:meth:`Core.stop_supply`, or
-    ``unsubscribe``): its later ``supply_next`` calls are then ignored.
-    """
-
-    def supply_event(self, step: int) -> Event:
-        """The event to record for ``step`` (the step the supplier named last)."""
-
-    def supplied_idle(self, step: int, before: Event | None) -> None:
-        """``step``, a supplied one, is handed out with nothing queued on the device.
-
-        ``before``: the event of the step before it, retired at this hand-out (None if it was
-        retired earlier).
-        """
-
-
-class Core:
+class Core(Hooks):
     """Steps in flight and the rule that bounds them; knows devices only as events.
 
     Besides the rule, the core counts what it sees on the way: waits, hand-outs
@@ -177,10 +34,12 @@ class Core:
     ``lean`` says that a step which waits for nothing has no part to tell and
     no budget but the depth (the backend is asynchronous, the depth is set, and
     no part listens to records, fetches, retirements, hand-outs or holds);
-    :meth:`step` then runs :meth:`record` and :meth:`admit` inlined, the whole
-    per-step cost of a plain loop (a random-script test holds the two roads to
-    the same decisions). Hooks are added and removed only through
-    :meth:`subscribe`/:meth:`listen` and their inverses, which keep it true.
+    :meth:`step` then runs :meth:`admit` inlined, the whole per-step cost of a
+    plain loop (a random-script test holds the two roads to the same
+    decisions). The record is written once, in :meth:`step` (:meth:`record` is
+    its first half), its hooks truth tests. Hooks are added and removed only
+    through :meth:`subscribe`/:meth:`listen` and their inverses
+    (:class:`~asyncthrottle.core.notify.Hooks`), which keep ``lean`` true.
 
     Only the loop's thread calls the mutating methods (the Throttle enforces
     it). Counters are written by that thread alone; other threads may read
@@ -209,12 +68,9 @@ class Core:
     """
 
     __slots__ = (
-        "_telling", "_untold", "before_record", "clock", "depth", "draining", "dry", "fetch_s",
-        "heard", "histogram", "holds", "last_dry", "lean", "limit", "max_in_flight",
-        "new_event", "on_drop", "on_dry", "on_fetch", "on_handout", "on_idle", "on_pause",
-        "on_record", "on_retire", "on_wait", "on_wait_begin", "pending", "steps", "supplied_step",
-        "supplier",
-        "timeout", "top", "wait_s", "wait_strategy", "waits",
+        "_telling", "_untold", "clock", "depth", "draining", "dry", "fetch_s", "histogram",
+        "last_dry", "lean", "limit", "max_in_flight", "new_event", "pending", "steps", "timeout",
+        "top", "wait_s", "wait_strategy", "waits",
     )
 
     def __init__(
@@ -225,6 +81,7 @@ class Core:
         timeout: float | None,
         clock: Callable[[], float],
     ) -> None:
+        super().__init__()
         self.new_event, self.wait_strategy = new_event, wait
         self.timeout, self.clock = timeout, clock
         self.pending: deque[Event] = deque()
@@ -239,30 +96,11 @@ class Core:
         self.histogram = [0]
         self.depth: int | None = None
         self.limit: int | None = None
-        # One part (an EventSupplier: device timing) may supply the event of one upcoming step, and
-        # be told when that step is handed out with nothing queued: a comparison per step on every
-        # other step.
-        self.supplied_step = -1
-        self.supplier: Any = None
         # retirements are being told (they never nest)
         self._telling = False
         # steps retired while telling, told in order after
         self._untold: deque[int] = deque()
-        self.before_record: list[Callable[..., Any]] = []
-        self.on_record: list[Callable[..., Any]] = []
-        self.on_drop: list[Callable[..., Any]] = []
-        self.on_dry: list[Callable[..., Any]] = []
-        self.on_fetch: list[Callable[..., Any]] = []
-        self.holds: list[Callable[[], bool]] = []
-        self.on_handout: list[Callable[..., Any]] = []
-        self.on_idle: list[Callable[..., Any]] = []
-        self.on_retire: list[Callable[..., Any]] = []
-        self.on_wait_begin: list[Callable[..., Any]] = []
-        self.on_wait: list[Callable[..., Any]] = []
-        self.on_pause: list[Callable[..., Any]] = []
         self.lean = False
-        # a part hears records or retirements: a record costs its work
-        self.heard = False
         self.set_depth(depth)
 
     @property
@@ -288,181 +126,107 @@ class Core:
 
     def _relean(self) -> None:
         self.lean = (self.new_event is not None and self.limit is not None and self.limit < self.top
-                     and not any(getattr(self, name) for name in _STEP_HOOKS))
-        self.heard = bool(self.before_record or self.on_record or self.on_retire)
-
-    def subscribe(self, part: object) -> None:
-        """Call ``part``'s hooks (the methods of :class:`Subscriber` it defines) from now on."""
-        for name in _HOOKS:
-            hook = getattr(part, name, None)
-            if hook is not None:
-                self.listen(name, hook)
-
-    def unsubscribe(self, part: object) -> None:
-        """Stop calling ``part``'s hooks (safe while it is being told: see the rules for parts)."""
-        for name in _HOOKS:
-            hook = getattr(part, name, None)
-            if hook is not None:
-                self.unlisten(name, hook)
-        self.stop_supply(part)
-
-    def listen(self, name: str, hook: Callable[..., Any]) -> None:
-        """Call ``hook`` for the notification ``name`` (one of :class:`Subscriber`'s methods) from
-        now on.
-
-        For a part that listens only for a while (a sample waiting to be read);
-        ``subscribe`` adds all of a part's hooks at once.
-        """
-        hooks = getattr(self, name)
-        if hook not in hooks:
-            # a new list: a notification being told goes on over the old one (copy on write, so
-            # that telling copies nothing)
-            setattr(self, name, [*hooks, hook])
-            self._relean()
-
-    def unlisten(self, name: str, hook: Callable[..., Any]) -> None:
-        """Stop calling ``hook`` for ``name`` (safe while it is being told)."""
-        hooks = getattr(self, name)
-        if hook in hooks:
-            setattr(self, name, [other for other in hooks if other != hook])
-            self._relean()
-
-    def supply_from(self, part: EventSupplier, step: int) -> None:
-        """``part`` supplies the event of ``step`` (``part.supply_event(step)``); it replaces any
-        other supplier."""
-        self.supplier, self.supplied_step = part, step
-
-    def supply_next(self, part: EventSupplier, step: int) -> None:
-        """``part`` supplies the event of ``step`` next; ignored once ``part`` let go (it may do so
-        while asked)."""
-        if self.supplier is part:
-            self.supplied_step = step
-
-    def stop_supply(self, part: object) -> None:
-        """``part`` supplies no more events; every later step gets the backend's."""
-        if self.supplier is part:
-            self.supplier, self.supplied_step = None, -1
+                     and not any(getattr(self, name) for name in STEP_HOOKS))
 
     # -- the rule ----------------------------------------------------------
 
     def record(self, now: float) -> int:
         """End of a step: one event, recorded after the step's work was enqueued. Returns the
-        step."""
-        step = self.steps
-        new_event = self.new_event
-        # synchronous: the step is complete as it ends
-        if new_event is None:
-            self.steps = step + 1
-            hooks = self.on_record
-            if hooks:
-                try:
-                    for hook in hooks:
-                        hook(step, None, now)
-                except BaseException:
-                    tell_rest(hooks, hook, step, None, now)
-                    if self.on_retire:
-                        # complete all the same
-                        tell_all([self._tell_retired], step)
-                    raise
-            if self.on_retire:
-                self._tell_retired(step)
-            return step
-        event = self.supplier.supply_event(step) if step == self.supplied_step else new_event()
-        try:
-            hooks = self.before_record
-            if hooks:
-                try:
-                    for hook in hooks:
-                        hook(step, event)
-                except BaseException:
-                    tell_rest(hooks, hook, step, event)
-                    raise
-            # may raise (CUDA graph capture): then the step is not counted
-            event.record()
-        except BaseException:
-            self.drop()
-            raise
-        pending = self.pending
-        pending.append(event)
-        self.steps = step + 1
-        queued = len(pending)
-        if queued > self.max_in_flight:
-            self.max_in_flight = queued
-        # the device ran dry in this body (a query, never a sync)
-        if queued > 1 and pending[-2].query():
-            self.dry += 1
-            self.last_dry = step
-            hooks = self.on_dry
-            if hooks:
-                try:
-                    for hook in hooks:
-                        hook(step)
-                except BaseException:
-                    tell_rest(hooks, hook, step)
-                    # recorded all the same
-                    tell_all(self.on_record, step, event, now)
-                    raise
-            if queued == 2 and not self.on_retire:
-                # the step before, seen complete: retired now (the hand-out would ask it again)
-                pending.popleft()
-        hooks = self.on_record
-        if hooks:
-            try:
-                for hook in hooks:
-                    hook(step, event, now)
-            except BaseException:
-                tell_rest(hooks, hook, step, event, now)
-                raise
-        return step
+        step.
 
-    def step(self, items: Iterator[T], held: list[T], ran: bool = True) -> T:
+        The first half of :meth:`step` (the rule's one road), without a fetch and an admit.
+        """
+        self.step(None, None, True, now)  # type: ignore[arg-type]
+        return self.steps - 1
+
+    def step(self, items: Iterator[T], held: list[T], ran: bool = True,
+             now: float | None = None) -> T:
         """A wrapped loop's next step: record the step that ran (unless not ``ran``: the pass's
         first), take the next batch from ``items`` and admit it; returns the batch.
 
-        :meth:`record`, the fetch and :meth:`admit`, with their paths for a core no part hears
-        inlined (see ``lean``): the per-step path of most loops, where a call costs as much as the
-        rule. The fetch is timed from after the record (the parts' work there is not the
-        source's) and told (:meth:`fetched`), also when it raises (``StopIteration``: the source
-        is exhausted). An error of the admit (a timeout or Ctrl-C in the wait, a device error in a
-        query) appends the batch to ``held`` first.
+        The record, the fetch and :meth:`admit`: the per-step path of most loops, where a call
+        costs as much as the rule, so the record is written here alone (:meth:`record` is this
+        without ``items``; the parts' hooks are truth tests) and the admit of a core no part
+        hears is inlined (see ``lean``). The parts hear the record at host time ``now`` (None:
+        the clock, read only for them). The fetch is timed from after the record (the parts' work
+        there is not the source's) and told (:meth:`fetched`), also when it raises
+        (``StopIteration``: the source is exhausted). An error of the admit (a timeout or Ctrl-C
+        in the wait, a device error in a query) appends the batch to ``held`` first.
         """
         clock = self.clock
         pending = self.pending
-        if not ran:
-            start = clock()
-        elif self.lean:
-            # record(), inlined: no part to tell
+        if ran:
             step = self.steps
-            event = (self.supplier.supply_event(step) if step == self.supplied_step
-                     else self.new_event())  # type: ignore[misc]
-            try:
-                # may raise (CUDA graph capture): then the step is not counted
-                event.record()
-            except BaseException:
-                self.drop()
-                raise
-            pending.append(event)
-            self.steps = step + 1
-            queued = len(pending)
-            if queued > self.max_in_flight:
-                self.max_in_flight = queued
-            # the device ran dry in this body (a query, never a sync)
-            if queued > 1 and pending[-2].query():
-                self.dry += 1
-                self.last_dry = step
-                if queued == 2:
-                    # the step before, seen complete: retired now (see record())
-                    pending.popleft()
-            start = clock()
-        elif self.new_event is None and not self.heard:
-            # record() on a synchronous backend that no part hears: a count
-            self.steps += 1
-            start = clock()
-        else:
-            start = clock()
-            self.record(start)
-            if self.heard:
-                start = clock()
+            if self.new_event is None:
+                # synchronous: the step is complete as it ends
+                self.steps = step + 1
+                if self.on_record:
+                    hooks = self.on_record
+                    now = clock() if now is None else now
+                    try:
+                        for hook in hooks:
+                            hook(step, None, now)
+                    except BaseException:
+                        tell_rest(hooks, hook, step, None, now)
+                        if self.on_retire:
+                            # complete all the same
+                            tell_all([self._tell_retired], step)
+                        raise
+                if self.on_retire:
+                    self._tell_retired(step)
+            else:
+                event = (self.supplier.supply_event(step) if step == self.supplied_step
+                         else self.new_event())
+                try:
+                    if self.before_record:
+                        hooks = self.before_record
+                        try:
+                            for hook in hooks:
+                                hook(step, event)
+                        except BaseException:
+                            tell_rest(hooks, hook, step, event)
+                            raise
+                    # may raise (CUDA graph capture): then the step is not counted
+                    event.record()
+                except BaseException:
+                    self.drop()
+                    raise
+                pending.append(event)
+                self.steps = step + 1
+                queued = len(pending)
+                if queued > self.max_in_flight:
+                    self.max_in_flight = queued
+                # the device ran dry in this body (a query, never a sync)
+                if queued > 1 and pending[-2].query():
+                    self.dry += 1
+                    self.last_dry = step
+                    if self.on_dry:
+                        hooks = self.on_dry
+                        try:
+                            for hook in hooks:
+                                hook(step)
+                        except BaseException:
+                            tell_rest(hooks, hook, step)
+                            # recorded all the same
+                            tell_all(self.on_record, step, event, clock() if now is None else now)
+                            raise
+                    if queued == 2 and not self.on_retire:
+                        # the step before, seen complete: retired now (the hand-out would ask it
+                        # again)
+                        pending.popleft()
+                if self.on_record:
+                    hooks = self.on_record
+                    now = clock() if now is None else now
+                    try:
+                        for hook in hooks:
+                            hook(step, event, now)
+                    except BaseException:
+                        tell_rest(hooks, hook, step, event, now)
+                        raise
+            if items is None:
+                # record(): no fetch, no admit
+                return None  # type: ignore[return-value]
+        start = clock()
         try:
             item = next(items)
         except BaseException:
