@@ -1,10 +1,12 @@
 """The package's architecture rules, read from its source: no import circle at run time, ``core/`` imports nothing
-outside it, and nothing outside ``backends/`` compares a device-kind string."""
+outside it, nothing outside ``backends/`` compares a device-kind string, and no module is over 320 lines of code."""
 
 from __future__ import annotations
 
 import ast
+import io
 import sys
+import tokenize
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "asyncthrottle"
@@ -258,3 +260,41 @@ def test_the_kind_check_sees_each_way_to_compare_a_kind(tmp_path: Path) -> None:
     assert kind_comparisons(root) == ["pkg/parts.py:5", "pkg/parts.py:6", "pkg/parts.py:7", "pkg/parts.py:8",
                                       "pkg/parts.py:9", "pkg/parts.py:11", "pkg/parts.py:11", "pkg/parts.py:15",
                                       "pkg/parts.py:15"]
+
+
+MAX_LINES = 320
+
+
+def code_lines(source: str) -> int:
+    """The lines of ``source`` that hold code: docstrings (of the module, classes and functions, read by ast),
+    comments and blank lines (read by tokenize) aside; a statement over several lines counts each."""
+    docstrings: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(
+                    first.value.value, str):
+                docstrings.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+    lines: set[int] = set()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type not in _NOT_CODE:
+            lines.update(range(token.start[0], token.end[0] + 1))
+    return len(lines - docstrings)
+
+
+_NOT_CODE = frozenset({tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+                       tokenize.ENCODING, tokenize.ENDMARKER})
+
+
+def test_no_module_of_the_package_holds_more_than_320_lines_of_code() -> None:
+    """Small modules, one concept each: a module that outgrows the limit holds two, and splits."""
+    sizes = {str(path.relative_to(PACKAGE.parent)): code_lines(path.read_text()) for path in PACKAGE.rglob("*.py")}
+    assert {path: n for path, n in sizes.items() if n > MAX_LINES} == {}
+
+
+def test_the_line_count_leaves_out_docstrings_comments_and_blank_lines() -> None:
+    source = ('"""The module\'s docstring,\non two lines."""\n\nimport os  # a comment\n\n\n'
+              "class A:\n    '''A docstring.'''\n\n    x = (1,\n         2)\n    # a comment\n\n"
+              "    def f(self):\n        \"\"\"Its docstring.\"\"\"\n        return '''a string\nover two lines'''\n")
+    # import os, class A:, x = (1, / 2), def f, return ''' / over two lines
+    assert code_lines(source) == 7
