@@ -213,11 +213,9 @@ class ThrottleHooks:
         warn_at_user(message, SyncAdvice)
 
     def log_values(self) -> dict[str, float]:
-        """The throttle's stats (and sync audit) as plain floats, keyed ``asyncthrottle/<name>``."""
+        """The throttle's stats (the sync audit's among them) as plain floats, keyed
+        ``asyncthrottle/<name>``."""
         values = numeric_stats(self.throttle.stats.as_dict())
-        audit = self.throttle.sync_audit
-        if audit is not None:
-            values.update(numeric_stats(audit.as_dict()))
         return {f"asyncthrottle/{name}": value for name, value in values.items()}
 
     # -- pickling: options travel, the Throttle is made anew ------------------

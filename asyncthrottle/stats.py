@@ -180,6 +180,11 @@ class Stats(PartStats, _LoopStats):
         nonfinite: steps whose deferred values held a NaN or an Inf (see
             ``Throttle(nonfinite=)``; 0 with ``nonfinite=None``).
         nonfinite_first: the first such step (None before one).
+        sync_steps, syncs, syncs_per_step: with ``detect_sync="warn"`` on CUDA, the steps
+            audited, the syncs counted on the loop's thread and their rate (None otherwise;
+            see ``Throttle.sync_audit``).
+        sync_sites: the sites that sync most, with their syncs per step (``as_dict()``:
+            ``syncs_per_step/<site>``).
 
     Host times count only inside passes, where wall = fetch + between + body +
     wait: from a wrapped loop's first ``next()`` to its end (or ``break``),

@@ -27,7 +27,7 @@ from .parts.prefetch import Prefetch
 from .parts.sections import Section, Sections
 from .parts.syncaudit import SyncAudit
 from .parts.syncdetect import SyncDetect
-from .parts.timing import DeviceTiming
+from .parts.timing import DeviceTiming, Sampling
 from .parts.trace import Trace
 from .stats import Stats, snapshot
 from .values import Completions, Deferred, OnComplete
@@ -184,9 +184,11 @@ class Throttle:
             raise ValueError(f"timeout={timeout!r} cannot interrupt wait={wait!r}; use "
                              "wait='auto', 'hybrid', 'poll' or 'spin'")
         self._drain_at_end = drain
+        # which steps are timed (sample_every='s rule, carried to the parts by Build)
+        sampling = Sampling.of(options)
         backend = resolve_backend(device, events, streams,
                                   blocking=chosen is not None and chosen.blocking_events,
-                                  timing=sample_every is not None)
+                                  timing=sampling.on)
         strategy = chosen or auto_wait(backend.computes_on_host, self._timeout)
         if not _compile.seen():
             _compile.see_torch()
@@ -194,11 +196,15 @@ class Throttle:
         self._core = Core(depth if isinstance(depth, int) else None, backend.events, strategy,
                           self._timeout, clock)
         self._values = Completions(self._core, self._wait_for_value)
-        at = Build(self._core, backend, options, clock, self._values)
+        self._host = HostTimes(clock, self._core)
+        at = Build(self._core, backend, options, clock, self._host, sampling)
         for part in PARTS:
             built = part.build(at)
             if built is not None:
                 at.built[part] = built
+        # the one way a part subscribes (parts/_build.py's Part), in the order of PARTS
+        for built in at.built.values():
+            self._core.subscribe(built)
         self._parts = at.built
         # to=: the wrapped loops' movers, one per device
         self._movers: Prefetch = at.built[Prefetch]
@@ -211,7 +217,6 @@ class Throttle:
         # the time from end_step() to the next begin_step() is taking the next batch: set by a
         # framework's callback (ThrottleHooks), whose framework fetches between its step hooks
         self._gaps_fetch = False
-        self._host = HostTimes(clock, self._core)
         # the verdict's advice speaks its language
         self._backend = backend
         self._sections: Sections = at.built[Sections]
@@ -262,10 +267,9 @@ class Throttle:
         return snapshot(self._core, self._host, self._parts.values(), self._backend)
 
     def summary(self) -> str:
-        """A short human-readable report of :attr:`stats` (and, with ``detect_sync="warn"``, the
-        sync sites)."""
-        audit = self.sync_audit
-        return self.stats.summary() + ("\n" + audit.summary() if audit is not None else "")
+        """A short human-readable report of :attr:`stats` (with ``detect_sync="warn"``, the sync
+        sites among its parts' lines)."""
+        return self.stats.summary()
 
     @property
     def sync_audit(self) -> SyncAudit | None:

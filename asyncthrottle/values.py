@@ -32,6 +32,9 @@ OnComplete = Callable[[int, dict[str, Any]], None]
 class Completions:
     """Deferred values and ``on_complete`` callbacks; subscribes to the core on first use.
 
+    It tells the parts each step's values (``Subscriber.on_values``, the core's
+    list) before the callbacks; a throttle that defers nothing tells nothing.
+
     A value belongs to the step the host is in when it is deferred. Its step's
     event is attached when the step is recorded; when the core retires the
     step, its values go to :attr:`latest` and to every callback. The values of
@@ -58,9 +61,9 @@ class Completions:
         self.recorded: deque[tuple[int, list[Deferred]]] = deque()
         self.latest: dict[str, Any] = {}
         self.callbacks: list[OnComplete] = []
-        # the parts' (see :meth:`listen`)
-        self.listeners: list[OnComplete] = []
-        # both, the parts' first: told in order (replaced, never changed in place)
+        # the core's on_values hooks (the parts') as last seen, and the callbacks: told in order,
+        # the parts' first (replaced, never changed in place)
+        self.heard: list[OnComplete] = []
         self.told: list[OnComplete] = []
         self._subscribed = False
 
@@ -127,23 +130,14 @@ class Completions:
         self._subscribe()
         # copied on write: a delivery goes on over the old list
         self.callbacks = [*self.callbacks, callback]
-        self.told = [*self.listeners, *self.callbacks]
-
-    def listen(self, listener: OnComplete) -> None:
-        """A part hears ``listener(step, values)`` for every step, before the ``on_complete``
-        callbacks.
-
-        It does not subscribe to the core: a throttle that defers nothing has nothing to tell it.
-        """
-        self.listeners = [*self.listeners, listener]
-        self.told = [*self.listeners, *self.callbacks]
+        self.told = [*self.heard, *self.callbacks]
 
     def remove(self, callback: OnComplete) -> None:
         try:
             callbacks = list(self.callbacks)
             callbacks.remove(callback)
             self.callbacks = callbacks
-            self.told = [*self.listeners, *callbacks]
+            self.told = [*self.heard, *callbacks]
         except ValueError:
             raise ValueError(f"{callback!r} is not registered with on_complete(); nothing to "
                              "remove") from None
@@ -263,8 +257,13 @@ class Completions:
             # after the settles: their values were copied out of the slots
             copies.ring.retire(step)
         self.latest.update(values)
-        # every callback sees every step (the core's rule: see tell_rest); the first error is
-        # raised after
+        heard = self.core.on_values
+        if heard is not self.heard:
+            # a part subscribed or unsubscribed (the core's lists are replaced, never changed)
+            self.heard = heard
+            self.told = [*heard, *self.callbacks]
+        # the parts (Subscriber.on_values), then every callback, see every step (the core's rule:
+        # see tell_rest); the first error is raised after
         told = self.told
         try:
             for callback in told:

@@ -75,8 +75,8 @@ def fake(steps: int, make: Callable[[int], Any]) -> Loop:
 
 
 def check_costs(values: dict[str, Any], repeat: int = 7, number: int = 20000) -> dict[str, float]:
-    """The check alone, per step: the best of ``repeat`` timings of the watch's ``look`` on each
-    value (us)."""
+    """The check alone, per step: the best of ``repeat`` timings of the watch's ``on_values`` on
+    each value (us)."""
     import timeit
 
     from asyncthrottle.parts.nonfinite import NonFiniteWatch
@@ -86,7 +86,7 @@ def check_costs(values: dict[str, Any], repeat: int = 7, number: int = 20000) ->
     costs = {}
     for name, value in values.items():
         step = {"loss": value}
-        best = min(timeit.repeat(lambda: watch.look(0, step), repeat=repeat, number=number))  # noqa: B023
+        best = min(timeit.repeat(lambda: watch.on_values(0, step), repeat=repeat, number=number))  # noqa: B023
         costs[name] = best / number * 1e6
     return costs
 

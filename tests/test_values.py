@@ -340,3 +340,49 @@ def test_the_short_paths_deliver_what_the_walk_delivers(seed: int, monkeypatch: 
     deferred = sum(1 for entry in short if entry[0] == "deferred")
     assert walks[0] == deferred + bodies  # every value walked, and each step's first
     assert short_walks <= deferred - 2  # the short paths were taken
+
+
+def test_a_subscriber_hears_each_steps_values_before_the_callbacks() -> None:
+    """``Subscriber.on_values``: the values' delivery tells the core's list (the non-finite watch is one
+    of them), then the ``on_complete`` callbacks; a subscriber that comes and goes is told from then on."""
+    thr = at.Throttle(2, device="cpu")
+    told: list[tuple[str, int, dict[str, Any]]] = []
+
+    class Values(at.Subscriber):
+        def on_values(self, step: int, values: dict[str, Any]) -> None:
+            told.append(("part", step, values))
+
+    thr.on_complete(lambda step, values: told.append(("callback", step, values)))
+    part = Values()
+    for i in thr.wrap(range(3)):
+        if i == 1:
+            thr.subscribe(part)
+        thr.defer(float(i), name="loss")
+    thr.unsubscribe(part)
+    for _ in thr.wrap(range(1)):
+        thr.defer(7.0, name="loss")
+    assert told == [("callback", 0, {"loss": 0.0}), ("part", 1, {"loss": 1.0}), ("callback", 1, {"loss": 1.0}),
+                    ("part", 2, {"loss": 2.0}), ("callback", 2, {"loss": 2.0}), ("callback", 3, {"loss": 7.0})]
+
+
+def test_a_values_subscriber_that_raises_hides_them_from_no_other_part_or_callback() -> None:
+    thr = at.Throttle(2, device="cpu", nonfinite="warn")
+    told: list[str] = []
+
+    class Raising:
+        def on_values(self, step: int, values: dict[str, Any]) -> None:
+            told.append("raising")
+            raise ValueError("a user's values hook")
+
+    class Listening:
+        def on_values(self, step: int, values: dict[str, Any]) -> None:
+            told.append("listening")
+
+    thr.subscribe(Raising())
+    thr.subscribe(Listening())
+    thr.on_complete(lambda step, values: told.append("callback"))
+    with pytest.warns(at.NonFiniteWarning), pytest.raises(ValueError, match="a user's values hook"):
+        with thr.step():
+            thr.defer(float("nan"), name="loss")
+    # the watch (a part subscribed before it) and the callback heard the step all the same
+    assert told == ["raising", "listening", "callback"] and thr.stats.nonfinite == 1

@@ -1,8 +1,8 @@
 """The opt-in parts of a throttle: one feature per module, built in the order of :data:`PARTS`.
 
 A part brings its own option check, its :class:`~asyncthrottle.Stats` fields and
-its subscription (see :class:`~asyncthrottle.parts._build.Part`). Adding one
-touches its module, the two lists below and its page of the docs.
+its hooks, which the throttle subscribes (see :class:`~asyncthrottle.parts._build.Part`).
+Adding one touches its module, the two lists below and its page of the docs.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from .profiling import NvtxRanges, ProfilerRanges
 from .ranks import RankScores, RankStats
 from .sections import Sections, SectionStats
 from .stall import StallStats, StallWatch
-from .syncdetect import SyncDetect
+from .syncdetect import SyncDetect, SyncStats
 from .timing import DeviceTiming, TimingStats
 from .trace import Trace
 
@@ -30,7 +30,7 @@ PARTS = (
 
 
 @dataclasses.dataclass(frozen=True)
-class PartStats(NonFiniteStats, PrefetchStats, MemoryStats, RankStats, SectionStats, StallStats,
-                AutoDepthStats, TimingStats):
+class PartStats(SyncStats, NonFiniteStats, PrefetchStats, MemoryStats, RankStats, SectionStats,
+                StallStats, AutoDepthStats, TimingStats):
     """The parts' fields of :class:`~asyncthrottle.Stats` (a dataclass lists the last base's fields
     first)."""

@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 if TYPE_CHECKING:
     from ..backends import Backend
+    from ..core.hosttime import HostTimes
     from ..core.rule import Core
     from ..stats import Stats
-    from ..values import Completions
+    from .timing import Sampling
 
 P = TypeVar("P")
 
@@ -18,18 +19,19 @@ class Build:
     """The throttle as its parts see it while they are built, in the order of ``PARTS``.
 
     Attributes:
-        core: the throttle's core (parts subscribe to it).
+        core: the throttle's core (the throttle subscribes each part built to it).
         backend: the resolved device.
         options: every option of the throttle, already checked.
         clock: the throttle's host clock.
-        values: the throttle's deferred values (``values.listen`` hears each step's values on the
-            host).
+        host: the throttle's host times (``wall_s()``: seconds inside passes; ``fetch_s``,
+            ``between_s``).
+        sampling: which steps are sampled (``sampling.sampled(step)``; ``sample_every=``).
     """
 
     def __init__(self, core: Core, backend: Backend, options: Mapping[str, Any],
-                 clock: Callable[[], float], values: Completions | None = None) -> None:
+                 clock: Callable[[], float], host: HostTimes, sampling: Sampling) -> None:
         self.core, self.backend, self.options = core, backend, options
-        self.clock, self.values = clock, values
+        self.clock, self.host, self.sampling = clock, host, sampling
         self.built: dict[type, Any] = {}
 
     def part(self, kind: type[P]) -> P | None:
@@ -43,10 +45,20 @@ class Part:
 
     It owns its options (``OPTIONS``, checked by :meth:`check` on every backend
     before anything is built), builds itself when they turn it on
-    (:meth:`build`, which subscribes it to the core), supplies its fields of
-    :class:`~asyncthrottle.Stats` (:meth:`fields`, declared by its ``STATS``
-    dataclass) and its lines of the summary (:meth:`summary_lines`). The
-    defaults: no options, no fields, no lines.
+    (:meth:`build`), supplies its fields of :class:`~asyncthrottle.Stats`
+    (:meth:`fields`, declared by its ``STATS`` dataclass) and its lines of the
+    summary (:meth:`summary_lines`). The defaults: no options, no fields, no
+    lines.
+
+    Subscribing, one way: the throttle subscribes every part it built
+    (``core.subscribe(part)``, in the order of ``PARTS``), so the part hears
+    each notification of :class:`~asyncthrottle.Subscriber` whose method it
+    defines -- the core's and the other parts' (``on_sample``,
+    ``on_sections``, ``on_values``) alike; :meth:`build` never subscribes. A
+    hook it needs only for a while (a sample waiting to be read) is a method
+    under another name, added and removed with ``core.listen(name, hook)`` and
+    ``core.unlisten``. A part that tells one of the parts' notifications
+    tells the core's list (``core.on_sample``: :func:`~asyncthrottle.core.notify.tell`).
     """
 
     __slots__ = ()
@@ -59,7 +71,7 @@ class Part:
 
     @classmethod
     def build(cls, at: Build) -> Any:
-        """The part for these options, subscribed to ``at.core``; None when the options leave it
+        """The part for these options (the throttle subscribes it); None when the options leave it
         off."""
         raise NotImplementedError
 

@@ -135,7 +135,6 @@ class DepthController(Part):
         # steps of recent strikes since the last change
         self._strikes: list[int] = []
         self._budget_waits = budget.waits if budget is not None else 0
-        core.subscribe(self)
 
     def on_wait(self, step: int, start: float, seconds: float) -> None:
         if not self.core.draining:

@@ -135,9 +135,7 @@ class MemoryGate(Part):
         if not isinstance(budget, MemoryBudget):
             budget = MemoryBudget(budget, probe=at.options["memory"])
         probe = budget.probe if budget.probe is not None else at.backend.memory_probe()
-        gate = cls(int(budget.bytes), probe)
-        at.core.subscribe(gate)
-        return gate
+        return cls(int(budget.bytes), probe)
 
     def fields(self) -> dict[str, Any]:
         return {"max_memory": self.max_memory, "memory_peak": self.peak, "memory_waits": self.waits,

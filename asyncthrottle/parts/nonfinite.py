@@ -84,9 +84,10 @@ class NonFiniteWatch(Part):
     """A part of the throttle: looks for NaN and Inf in each step's deferred values, on the host, as
     they arrive.
 
-    It hears every step's values from the throttle's
-    :class:`~asyncthrottle.values.Completions` (before the ``on_complete``
-    callbacks) and walks their mappings, lists, tuples and dataclasses.
+    It hears every step's values as the throttle's
+    :class:`~asyncthrottle.values.Completions` delivers them
+    (``Subscriber.on_values``, before the ``on_complete`` callbacks) and walks
+    their mappings, lists, tuples and dataclasses.
     Floating-point and complex leaves are looked at (Python floats, numpy
     scalars and arrays, CPU torch tensors; JAX arrays arrive as numpy
     arrays, bfloat16 and float8 ones as ml_dtypes arrays); integers,
@@ -113,11 +114,7 @@ class NonFiniteWatch(Part):
     @classmethod
     def build(cls, at: Build) -> NonFiniteWatch | None:
         mode = at.options["nonfinite"]
-        if mode is None or at.values is None:
-            return None
-        watch = cls(at.core, mode)
-        at.values.listen(watch.look)
-        return watch
+        return None if mode is None else cls(at.core, mode)
 
     def __init__(self, core: Core, mode: str) -> None:
         self.core, self.mode = core, mode
@@ -137,7 +134,7 @@ class NonFiniteWatch(Part):
         return [f"  nonfinite: {stats.nonfinite} steps had a NaN or Inf deferred value, the first "
                 f"step {stats.nonfinite_first} (see docs/deferred.md)"]
 
-    def look(self, step: int, values: dict[str, Any]) -> None:
+    def on_values(self, step: int, values: dict[str, Any]) -> None:
         """The step's values on the host: count, then warn or raise at a bad leaf. Never blocks."""
         # torch.Tensor, or None before torch is imported (no call: the per-step path)
         torch = sys.modules.get("torch")

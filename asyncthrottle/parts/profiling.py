@@ -35,7 +35,9 @@ class ProfilerRanges(Part):
     part nothing: it listens to the waits once torch is loaded when the
     throttle is made or when a pass ends (a JAX loop pays for no ranges; a
     program that loads torch only after it made the throttle gets the ranges
-    from the pass after the one running then).
+    from the pass after the one running then). So its wait hooks are not
+    ``on_wait_begin``/``on_wait`` (which subscribing would add) but listened to
+    by name once torch is loaded.
 
     Args:
         core: the throttle's core (tells whether ``drain()`` is waiting).
@@ -53,7 +55,6 @@ class ProfilerRanges(Part):
         self._open: Any = None
         # torch, once loaded (then the waits are heard)
         self._torch: Any = None
-        core.listen("on_pause", self.on_pause)
         self.on_pause(0.0)
 
     def on_pause(self, now: float) -> None:
@@ -63,10 +64,10 @@ class ProfilerRanges(Part):
             torch = sys.modules.get("torch")
             if torch is not None:
                 self._torch = torch
-                self._core.listen("on_wait_begin", self.on_wait_begin)
-                self._core.listen("on_wait", self.on_wait)
+                self._core.listen("on_wait_begin", self.enter_wait)
+                self._core.listen("on_wait", self.leave_wait)
 
-    def on_wait_begin(self, step: int) -> None:
+    def enter_wait(self, step: int) -> None:
         torch = self._torch
         if not _profiler_enabled(torch):
             return
@@ -75,7 +76,7 @@ class ProfilerRanges(Part):
         scope.__enter__()
         self._open = scope
 
-    def on_wait(self, step: int, start: float, seconds: float) -> None:
+    def leave_wait(self, step: int, start: float, seconds: float) -> None:
         scope, self._open = self._open, None
         # also after an interrupted wait: the core calls on_wait in a finally
         if scope is not None:
@@ -152,7 +153,6 @@ class NvtxRanges(Part):
         self._core, self._nvtx = core, nvtx
         # the open step range's handle
         self._step: Any = None
-        core.subscribe(self)
 
     def on_handout(self, step: int, in_flight: int, now: float) -> None:
         # the previous step raised: it recorded nothing

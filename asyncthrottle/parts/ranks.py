@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ..core.rule import Core
     from ..stats import Stats
     from ._build import Build
+    from .timing import Sampling
 
 _log = logging.getLogger("asyncthrottle")
 # + rank: the last step whose gather the rank started (default store)
@@ -112,9 +113,9 @@ class RankScores(Part):
     Args:
         core: the throttle's core.
         every: gather every ``every`` steps.
-        timing: the throttle's device timing, or None.
-        sample_every: how often ``timing`` samples a step.
-        sections: the throttle's sections, or None.
+        timing: the throttle's device timing, or None (its samples: ``on_sample``).
+        sampling: the steps ``timing`` samples.
+        sections: the throttle's sections, or None (their sums: ``on_sections``).
         timeout: seconds the gathers' group waits for another rank (``ranks_timeout``).
     """
 
@@ -131,8 +132,8 @@ class RankScores(Part):
         every = at.options["ranks_every"]
         if every is None:
             return None
-        return cls(at.core, every, at.part(DeviceTiming), at.options["sample_every"] or 1,
-                   at.part(Sections), at.options["ranks_timeout"])
+        return cls(at.core, every, at.part(DeviceTiming), at.sampling, at.part(Sections),
+                   at.options["ranks_timeout"])
 
     def fields(self) -> dict[str, Any]:
         return {"rank_scores": self.scores, "slowest_rank": self.slowest,
@@ -149,14 +150,14 @@ class RankScores(Part):
                          f"fastest rank's median step time over its own); scores by rank {listed}")
         return lines + ([] if stats.stopped_ranks is None else [stopped_line(stats)])
 
-    def __init__(self, core: Core, every: int, timing: DeviceTiming | None, sample_every: int,
+    def __init__(self, core: Core, every: int, timing: DeviceTiming | None, sampling: Sampling,
                  sections: Sections | None = None, timeout: float = TIMEOUT_S) -> None:
         self.core, self.every, self.timing = core, every, timing
         self.limit = timedelta(seconds=timeout)
-        per = sample_every if timing is not None else 1
+        per = sampling.per_sample() if timing is not None else 1
         # recent step times, seconds
         self.samples: deque[float] = deque(maxlen=max(3, every // per))
-        per = 1 if core.synchronous else sample_every
+        per = sections.sampling.per_sample() if sections is not None else 1
         # recent sums of sections, seconds
         self.own: deque[float] = deque(maxlen=max(3, every // per))
         self.scores: tuple[float, ...] | None = None
@@ -176,19 +177,13 @@ class RankScores(Part):
         self._timeout: Any = None
         # the last record's time (host samples)
         self._last: float | None = None
-        if timing is not None:
-            timing.add_listener(self._on_sample)
-        if sections is not None:
-            sections.add_listener(self._on_sections)
         # the first record makes the group
         self._next = 0
-        # its hooks: on_record, on_pause
-        core.subscribe(self)
 
-    def _on_sample(self, step: int, busy_s: float, idle_s: float) -> None:
+    def on_sample(self, step: int, busy_s: float, idle_s: float) -> None:
         self.samples.append(busy_s)
 
-    def _on_sections(self, step: int, own_s: float, by_name: dict[str, float]) -> None:
+    def on_sections(self, step: int, own_s: float, seconds: dict[str, float]) -> None:
         if own_s > 0:
             self.own.append(own_s)
 

@@ -10,7 +10,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..core.events import Event, EventFactory
+from ..core.notify import tell
 from ._build import Part
+from .timing import Sampling
 
 if TYPE_CHECKING:
     from ..core.rule import Core
@@ -130,9 +132,9 @@ class Sections(Part):
     A section used several times in one step (micro-batches) counts the sum.
     ``collective=True`` marks a section that holds a collective (DDP's
     backward with its all-reduce): its time includes waiting for the slowest
-    rank, so rank scores leave it out of the rank's own work. Listeners
-    (:meth:`add_listener`) hear, per timed step, the sum of its outermost
-    sections that are not collective.
+    rank, so rank scores leave it out of the rank's own work. Parts that
+    listen (``Subscriber.on_sections``) hear, per timed step, its sections
+    and the sum of its outermost sections that are not collective.
 
     Errors (``RuntimeError``): a section entered outside a step (before the
     step is handed out, or after it was recorded), a section entered again
@@ -145,22 +147,21 @@ class Sections(Part):
     @classmethod
     def build(cls, at: Build) -> Sections:
         core = at.core
-        every = at.options["sample_every"]
         timed = None if core.synchronous else at.backend.timed
-        return cls(core, timed, every, at.clock)
+        return cls(core, timed, at.sampling, at.clock)
 
-    def __init__(self, core: Core, timed: EventFactory | None, every: int | None,
+    def __init__(self, core: Core, timed: EventFactory | None, sampling: Sampling,
                  clock: Callable[[], float]) -> None:
         self.core, self.timed, self.clock = core, timed, clock
         self.synchronous = core.synchronous
         # the host clock times every step on the CPU; sample_every=None times none anywhere
-        self.every = every if every is None or not self.synchronous else 1
+        self.sampling = sampling if not (sampling.on and self.synchronous) else Sampling(1)
         # the step whose sections are open or were timed, or -1
         self.step = -1
         # that step's sections are timed
         self.timing = False
         # hooks are added at the first section: a loop without sections pays nothing
-        self.subscribed = False
+        self.listening = False
         # the throttle's: a step is open now
         self.in_step: Callable[[], bool] = lambda: False
         # name -> (start, outermost and not collective)
@@ -173,7 +174,6 @@ class Sections(Part):
         self.waiting: deque[tuple[int, list[tuple[str, Any, Any, bool]]]] = deque()
         # name -> recent device ms
         self.recent: dict[str, deque[float]] = {}
-        self.listeners: list[Callable[[int, float, dict[str, float]], None]] = []
         self.made: dict[tuple[str, bool], Section] = {}
 
     def section(self, name: str, collective: bool) -> Section:
@@ -186,11 +186,6 @@ class Sections(Part):
                                 f"got {name!r}")
             made = self.made[key] = Section(self, name, collective)
         return made
-
-    def add_listener(self, listener: Callable[[int, float, dict[str, float]], None]) -> None:
-        """Call ``listener(step, own_s, seconds_by_name)`` for each timed step (own work: see the
-        class)."""
-        self.listeners.append(listener)
 
     # -- the sections ----------------------------------------------------------
 
@@ -216,20 +211,20 @@ class Sections(Part):
                            "one another name")
 
     def begin(self, step: int) -> None:
-        """The first section of ``step``: is it timed? (and, at the very first, subscribe)."""
-        if not self.subscribed:
-            self.subscribed = True
+        """The first section of ``step``: is it timed? (and, at the very first, listen to the
+        records)."""
+        if not self.listening:
+            self.listening = True
             core = self.core
-            core.listen("on_record", self.on_record)
-            core.listen("on_drop", self.on_drop)
+            core.listen("on_record", self._on_record)
+            core.listen("on_drop", self._on_drop)
         self.step = step
-        every = self.every
         # (never step 0: its one-time work, a compilation, is no phase's time; as device timing)
-        self.timing = every is not None and step > 0 and (every == 1 or step % every == 0)
+        self.timing = self.sampling.sampled(step)
 
-    # -- the core's notifications ----------------------------------------------
+    # -- the core's notifications, heard while needed (not subscribed) ---------
 
-    def on_record(self, step: int, event: Event | None, now: float) -> None:
+    def _on_record(self, step: int, event: Event | None, now: float) -> None:
         self.step = -1
         marks = self.marks
         if marks:
@@ -246,7 +241,7 @@ class Sections(Part):
                     watch([pending[-2], *recorded] if len(pending) > 1 else recorded)
                 # retirements are heard only while a timed step waits to be read
                 if not self.waiting:
-                    self.core.listen("on_retire", self.on_retire)
+                    self.core.listen("on_retire", self._on_retire)
                 self.waiting.append((step, marks))
         if self.open_:
             self.recorded = []
@@ -257,13 +252,13 @@ class Sections(Part):
                                "`with` block does); the step counts, the open sections are not "
                                "timed")
 
-    def on_drop(self, step: int) -> None:
+    def _on_drop(self, step: int) -> None:
         self.step = -1
         self.marks = []
         self.recorded = []
         self.open_.clear()
 
-    def on_retire(self, step: int) -> None:
+    def _on_retire(self, step: int) -> None:
         waiting = self.waiting
         while waiting and waiting[0][0] <= step:
             done, marks = waiting[0]
@@ -273,13 +268,13 @@ class Sections(Part):
                          if start.query() and end.query()]
             except Exception:
                 # events without timing: sections are not timed
-                self.every = None
+                self.sampling = Sampling(None)
                 waiting.clear()
-                self.core.unlisten("on_retire", self.on_retire)
+                self.core.unlisten("on_retire", self._on_retire)
                 return
             waiting.popleft()
             if not waiting:
-                self.core.unlisten("on_retire", self.on_retire)
+                self.core.unlisten("on_retire", self._on_retire)
             self._add(done, timed)
 
     def _add(self, step: int, timed: list[tuple[str, float, bool]]) -> None:
@@ -295,11 +290,11 @@ class Sections(Part):
             if kept is None:
                 kept = recent[name] = deque(maxlen=_WINDOW)
             kept.append(seconds * 1000.0)
-        if self.listeners:
-            # listeners hear the timed sections; own work is NaN if one of its sections is
-            heard = {name: seconds for name, seconds in per_name.items() if seconds == seconds}
-            for listener in self.listeners:
-                listener(step, own_s, heard)
+        hooks = self.core.on_sections
+        if hooks:
+            # they hear the timed sections; own work is NaN if one of its sections is
+            tell(hooks, step, own_s,
+                 {name: seconds for name, seconds in per_name.items() if seconds == seconds})
 
     # -- results ---------------------------------------------------------------
 

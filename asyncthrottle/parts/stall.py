@@ -146,8 +146,6 @@ class StallWatch(Part):
         self._watchdog = False
         # the watchdog holds this watch (set and cleared by it, under its lock)
         self._watched = False
-        # its hooks: on_wait_begin, on_wait, on_pause
-        core.subscribe(self)
 
     def threshold(self) -> float:
         """Seconds a wait may take before it is reported."""

@@ -66,12 +66,7 @@ class SyncAudit:
 
     def summary(self, n: int = 3) -> str:
         """A few lines for ``Throttle.summary()``: syncs per step and the top sites."""
-        if not self.syncs:
-            return f"  syncs (detect_sync): none seen on the loop's thread in {self.steps} steps"
-        lines = [f"  syncs (detect_sync): {self.syncs_per_step:.1f}/step on the loop's thread over "
-                 f"{self.steps} steps"]
-        lines += [f"    {rate:.1f} syncs/step \u2014 {site}" for site, rate in self.top(n)]
-        return "\n".join(lines)
+        return "\n".join(summary_lines(self.steps, self.syncs, self.syncs_per_step, self.top(n)))
 
     def as_dict(self) -> dict[str, Any]:
         """Plain numbers for loggers: ``syncs_per_step`` and ``syncs_per_step/<site>`` for the top
@@ -131,6 +126,16 @@ class SyncAudit:
         self.syncs += 1
         self.sites[site] += 1
         return site
+
+
+def summary_lines(steps: int, syncs: int, per_step: float,
+                  top: list[tuple[str, float]]) -> list[str]:
+    """The summary's lines of an audit: syncs per step over ``steps`` steps, then the ``top`` sites
+    with their syncs per step."""
+    if not syncs:
+        return [f"  syncs (detect_sync): none seen on the loop's thread in {steps} steps"]
+    return [f"  syncs (detect_sync): {per_step:.1f}/step on the loop's thread over {steps} steps",
+            *(f"    {rate:.1f} syncs/step \u2014 {site}" for site, rate in top)]
 
 
 def _is_sync(message: Any, category: type[Warning]) -> bool:

@@ -3,18 +3,36 @@ next wait."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._callers import warn_at_user
 from .._options import check_choice
 from ._build import Part
-from .syncaudit import SyncAudit
+from .syncaudit import SyncAudit, summary_lines
 
 if TYPE_CHECKING:
+    from ..stats import Stats
     from ._build import Build
 
 MODES = ("warn", "error", None)
+
+
+def _flat_sites(sites: dict[str, float] | None) -> dict[str, Any]:
+    return {f"syncs_per_step/{site}": rate for site, rate in (sites or {}).items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class SyncStats:
+    """The fields of :class:`~asyncthrottle.Stats` that hidden-sync detection supplies (with
+    ``detect_sync="warn"`` on CUDA; None otherwise)."""
+
+    sync_steps: int | None = None
+    syncs: int | None = None
+    syncs_per_step: float | None = None
+    sync_sites: dict[str, float] | None = dataclasses.field(default=None,
+                                                            metadata={"flat": _flat_sites})
 
 
 class SyncDetect(Part):
@@ -35,6 +53,7 @@ class SyncDetect(Part):
 
     __slots__ = ("_active", "_cuda", "_mode", "_previous", "_resume", "audit")
     OPTIONS = ("detect_sync",)
+    STATS = SyncStats
 
     @staticmethod
     def check(options: Mapping[str, Any]) -> None:
@@ -54,15 +73,27 @@ class SyncDetect(Part):
                          f"device here is {at.backend.describe()} without CUDA, so detect_sync is "
                          "off (hidden syncs are not detected)", RuntimeWarning)
             return None
-        part = cls(mode, cuda)
-        at.core.subscribe(part)
-        return part
+        return cls(mode, cuda)
 
     def __init__(self, mode: str, cuda: Any) -> None:
         self._mode, self._cuda = mode, cuda
         self._previous: Any = 0
         self._active = self._resume = False
         self.audit = SyncAudit() if mode == "warn" else None
+
+    def fields(self) -> dict[str, Any]:
+        audit = self.audit
+        if audit is None:
+            return {}
+        return {"sync_steps": audit.steps, "syncs": audit.syncs,
+                "syncs_per_step": audit.syncs_per_step, "sync_sites": dict(audit.top())}
+
+    @staticmethod
+    def summary_lines(stats: Stats) -> list[str]:
+        if stats.sync_steps is None:
+            return []
+        return summary_lines(stats.sync_steps, stats.syncs or 0, stats.syncs_per_step or 0.0,
+                             list((stats.sync_sites or {}).items()))
 
     def on_handout(self, step: int, in_flight: int, now: float) -> None:
         self._open(new_step=True)

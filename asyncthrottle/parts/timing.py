@@ -5,11 +5,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._options import check_int
 from ..core.events import Event, EventFactory
+from ..core.notify import tell
 from ._build import Part
 
 if TYPE_CHECKING:
@@ -66,6 +67,39 @@ def _quantile(ordered: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (index - low)
 
 
+class Sampling:
+    """Which steps are sampled: every ``every``-th step, step 0 never (``every`` None: none).
+
+    The one rule of ``sample_every=`` (device timing times these steps, sections
+    time their phases; see :class:`DeviceTiming` for why step 0 is not).
+    ``Build.sampling`` carries it to the parts.
+    """
+
+    __slots__ = ("every",)
+
+    def __init__(self, every: int | None) -> None:
+        self.every = every
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any]) -> Sampling:
+        """The throttle's rule, from its (checked) options."""
+        return cls(options["sample_every"])
+
+    @property
+    def on(self) -> bool:
+        """Any step is sampled."""
+        return self.every is not None
+
+    def sampled(self, step: int) -> bool:
+        """``step`` is sampled."""
+        every = self.every
+        return every is not None and step > 0 and step % every == 0
+
+    def per_sample(self) -> int:
+        """Steps per sampled step (1 when none is: a rate per step)."""
+        return self.every or 1
+
+
 @dataclasses.dataclass(frozen=True)
 class TimingStats:
     """The fields of :class:`~asyncthrottle.Stats` that device timing supplies."""
@@ -98,14 +132,16 @@ class DeviceTiming(Part):
     hand-out retired), is the start: the core asks this part at the sampled
     steps alone, one call a sample instead of two.
     Samples are read one cycle later, at the next sampled step, and when a
-    pass ends or the throttle drains (:meth:`flush`). The first failing
+    pass ends or the throttle drains (:meth:`flush`); while any part listens
+    (``Subscriber.on_sample``, asked of the core at each sampled step), as
+    soon as their steps retire, and each is told. The first failing
     ``elapsed_time`` (events without timing, such as a plain
     ``torch.cuda.Event()``) turns timing off for good; the loop goes on.
 
     Args:
         core: the throttle's core.
         timed: factory of events with ``elapsed_time``.
-        every: sample every ``every``-th step.
+        sampling: the steps it times (``sample_every``; on).
         trusted: the events are known to have ``elapsed_time`` (a built-in
             backend); otherwise no start marker is made before the first
             timed event has shown it (every event a custom factory makes is
@@ -123,10 +159,10 @@ class DeviceTiming(Part):
 
     @classmethod
     def build(cls, at: Build) -> DeviceTiming | None:
-        every, timed = at.options["sample_every"], at.backend.timed
-        if every is None or timed is None:
+        timed = at.backend.timed
+        if not at.sampling.on or timed is None:
             return None
-        return cls(at.core, timed, every, trusted=at.backend.trusted)
+        return cls(at.core, timed, at.sampling, trusted=at.backend.trusted)
 
     def fields(self) -> dict[str, Any]:
         return self.times.fields(self.core.completed)
@@ -142,9 +178,10 @@ class DeviceTiming(Part):
             f"{stats.idle_fraction:.0%}"
         ]
 
-    def __init__(self, core: Core, timed: EventFactory, every: int, *,
+    def __init__(self, core: Core, timed: EventFactory, sampling: Sampling, *,
                  trusted: bool = False) -> None:
-        self.core, self.timed, self.every, self.trusted = core, timed, every, trusted
+        self.core, self.timed, self.sampling, self.trusted = core, timed, sampling, trusted
+        every = self.every = sampling.per_sample()
         self.times = DeviceTimes()
         # (sampled step, end of the step before, its end, start marker recorded at its hand-out)
         self.ends: deque[tuple[int, Any, Any, Any]] = deque()
@@ -152,7 +189,8 @@ class DeviceTiming(Part):
         self._start_step = -2
         self._start: Any = None
         self.enabled = True
-        self.listeners: list[Callable[[int, float, float], None]] = []
+        # samples are read as their steps retire (a part listens: core.on_sample)
+        self._eager = False
         # the timing event of step _before_step: the next sampled step's start (-2: none)
         self._before_step = -2
         self._before: Any = None
@@ -165,8 +203,6 @@ class DeviceTiming(Part):
         # the first step supplied: the first sampled one (every, never 0), or the step before it
         self._first = every if self._shared else every - 1
         core.supply_from(self, self._first)
-        # its hooks: on_drop, on_pause
-        core.subscribe(self)
 
     def supply_event(self, step: int) -> Event:
         """The event of a step whose end is timed: a timing event (the core asks only at those
@@ -190,7 +226,7 @@ class DeviceTiming(Part):
             else:
                 before = self._before if self._before_step == step - 1 else None
             self._before_step, self._before = -2, None
-        elif step % every or not step:
+        elif not self.sampling.sampled(step):
             # the step before a sampled one (step 0 at every=1): its end is the sampled step's start
             # (Core.supply_next, inlined: the core is asking this part, so it supplies)
             core.supplied_step = step + 1
@@ -203,6 +239,8 @@ class DeviceTiming(Part):
             # the last cycle's sample, once complete
             self.flush()
         ends.append((step, before, event, self._start if self._start_step == step else None))
+        if bool(core.on_sample) is not self._eager:
+            self._hear_retirements(not self._eager)
         # (a held event is never re-recorded: hold none longer than needed)
         self._start_step, self._start = -2, None
         if self._shared:
@@ -226,8 +264,9 @@ class DeviceTiming(Part):
         if self._start_step == step:
             # marked at the hand-out of the failed attempt: the next attempt is marked anew
             self._start_step, self._start = -2, None
+        sampled = self.sampling.sampled
         if self.core.supplied_step > step >= self._first and (
-            step % self.every == 0 or ((step + 1) % self.every == 0 and not self._shared)
+            sampled(step) or (not self._shared and sampled(step + 1))
         ):
             # the step that takes its number is timed instead
             self.core.supply_next(self, step)
@@ -247,7 +286,7 @@ class DeviceTiming(Part):
         device is idle); with shared events, keep the step before's (``before``), the idle's
         start."""
         # (step 0 is never sampled: at every=1 it is supplied as the step before step 1)
-        if step and not step % self.every:
+        if self.sampling.sampled(step):
             # The first sampled step may be handed out idle before its record showed whether the
             # events can be timed: with shared events the step before's tells (separate ones were
             # asked at the step before's record).
@@ -275,20 +314,17 @@ class DeviceTiming(Part):
         self.trusted = True
         return True
 
-    def add_listener(self, listener: Callable[[int, float, float], None]) -> None:
-        """Call ``listener(step, busy_s, idle_s)`` for each sample, read as soon as its step
-        retires.
-
-        Without listeners samples are read lazily (a cycle later, or when a pass
-        ends); a listener such as the trace wants them when the host first sees
-        the step complete, so this also listens to retirements.
-        """
-        self.listeners.append(listener)
-        if self.enabled:
+    def _hear_retirements(self, eager: bool) -> None:
+        """Read each sample as its step retires (``eager``: a part listens for samples, such as the
+        trace, which places them when the host first sees the step complete), or lazily."""
+        self._eager = eager
+        if eager:
             self.core.listen("on_retire", self._on_retire)
+        else:
+            self.core.unlisten("on_retire", self._on_retire)
 
     def _on_retire(self, step: int) -> None:
-        """Only while someone listens for samples (see :meth:`add_listener`)."""
+        """Only while a part listens for samples (see :meth:`_hear_retirements`)."""
         ends = self.ends
         if ends and ends[0][0] <= step:
             self.flush()
@@ -311,7 +347,8 @@ class DeviceTiming(Part):
         Called on the loop's thread: at each sampled step (for the cycle before) and when a
         pass ends or the throttle drains, so ``stats`` after a loop has every sample.
         """
-        ends, completed = self.ends, self.core.completed
+        core = self.core
+        ends, completed = self.ends, core.completed
         while ends and ends[0][0] < completed:
             # the sampled step retired, so its end is complete; its start is the marker of its
             # hand-out or the end of the step before
@@ -326,19 +363,20 @@ class DeviceTiming(Part):
                 idle = 0.0
                 if start is not None and before is not None and before.query():
                     idle = before.elapsed_time(start) / 1000.0
-                # (timing events can read a hair below zero)
-                if busy < 0.0:
-                    busy = 0.0
-                if idle < 0.0:
-                    idle = 0.0
-                # DeviceTimes.add, inlined: once a sample
-                times = self.times
-                times.samples += 1
-                times.busy_s += busy
-                times.idle_s += idle
-                times._recent.append(busy * 1000.0)
-                for listener in self.listeners:
-                    listener(step, busy, idle)
             except Exception as exc:
                 self.disable(f"elapsed_time() failed on the backend's events ({exc})")
                 return
+            # (timing events can read a hair below zero)
+            if busy < 0.0:
+                busy = 0.0
+            if idle < 0.0:
+                idle = 0.0
+            # DeviceTimes.add, inlined: once a sample
+            times = self.times
+            times.samples += 1
+            times.busy_s += busy
+            times.idle_s += idle
+            times._recent.append(busy * 1000.0)
+            if core.on_sample:
+                # (a part that raises hides the sample from no other; the error is raised after)
+                tell(core.on_sample, step, busy, idle)

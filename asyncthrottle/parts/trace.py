@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from .._options import check_int
 from ._build import Part
-from .sections import Sections
-from .timing import DeviceTiming
 
 if TYPE_CHECKING:
     from ..core.events import Event
@@ -75,7 +73,7 @@ class Trace(Part):
     :meth:`export` take a snapshot and are safe from any thread.
 
     Args:
-        core: the throttle's core (hooks subscribe to it).
+        core: the throttle's core (subscribe the trace to it).
         steps: how many recent steps to keep (>= 1).
         clock: the throttle's host clock, in seconds.
     """
@@ -91,18 +89,11 @@ class Trace(Part):
 
     @classmethod
     def build(cls, at: Build) -> Trace | None:
-        """The timeline when ``trace`` > 0; it hears device times from device timing (when on) as
-        they are read."""
+        """The timeline when ``trace`` > 0; it hears the device times of device timing and sections
+        (when on) as they are read."""
         if not at.options["trace"]:
             return None
-        trace = cls(at.core, at.options["trace"], at.clock)
-        timing = at.part(DeviceTiming)
-        if timing is not None:
-            timing.add_listener(trace.on_device_time)
-        sections = at.part(Sections)
-        if sections is not None:
-            sections.add_listener(trace.on_sections)
-        return trace
+        return cls(at.core, at.options["trace"], at.clock)
 
     def __init__(self, core: Core, steps: int, clock: Callable[[], float]) -> None:
         if check_trace(steps) < 1:
@@ -132,7 +123,6 @@ class Trace(Part):
         self._sections: deque[tuple[int, float, tuple[tuple[str, float], ...]]] = deque(
             maxlen=steps
         )
-        core.subscribe(self)
 
     # -- hooks (the loop's thread; cheap: a few stores, one tuple per step) ---
 
@@ -163,15 +153,15 @@ class Trace(Part):
     def on_wait(self, step: int, start: float, seconds: float) -> None:
         self._extra.append((_WAIT if not self._core.draining else _DRAIN, start, seconds, step))
 
-    def on_device_time(self, step: int, busy_s: float, idle_s: float) -> None:
+    def on_sample(self, step: int, busy_s: float, idle_s: float) -> None:
         """A sampled step's device time was read (its events are complete); placed at the host's
         now."""
         self._device.append((step, self._clock(), busy_s, idle_s))
 
-    def on_sections(self, step: int, own_s: float, by_name: dict[str, float]) -> None:
+    def on_sections(self, step: int, own_s: float, seconds: dict[str, float]) -> None:
         """A timed step's sections were read: device spans, one after the other, ending at the
         host's now."""
-        self._sections.append((step, self._clock(), tuple(by_name.items())))
+        self._sections.append((step, self._clock(), tuple(seconds.items())))
 
     # -- reading: any thread -------------------------------------------------
 

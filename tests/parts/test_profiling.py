@@ -153,7 +153,7 @@ def test_nvtx_ranges_for_steps_and_waits() -> None:
     dev = FakeDevice()
     thr = dev.throttle(1, wait="spin")
     nvtx = FakeNvtx()
-    NvtxRanges(inside(thr).core, nvtx)
+    thr.subscribe(NvtxRanges(inside(thr).core, nvtx))
     for _ in thr.wrap(range(3)):
         dev.launch(10 * MS)
     assert nvtx.calls == [
@@ -169,7 +169,7 @@ def test_nvtx_closes_the_range_of_a_step_that_raised() -> None:
     dev = FakeDevice()
     thr = dev.throttle(2, wait="spin")
     nvtx = FakeNvtx()
-    NvtxRanges(inside(thr).core, nvtx)
+    thr.subscribe(NvtxRanges(inside(thr).core, nvtx))
     with pytest.raises(KeyError):
         for step in thr.wrap(range(5)):
             if step == 1:

@@ -142,7 +142,9 @@ def test_a_loop_without_sections_subscribes_nothing() -> None:
     part = inside(thr).part(Sections)
     for _ in thr.wrap(range(3)):
         dev.launch(0.001)
-    assert part is not None and not part.subscribed and thr.stats.sections is None
+    assert part is not None and not part.listening and thr.stats.sections is None
+    core = inside(thr).core
+    assert core.lean and not any("Sections" in repr(hook) for hook in core.on_record + core.on_drop)
 
 
 def test_without_device_timing_an_asynchronous_device_times_no_sections() -> None:
@@ -278,9 +280,12 @@ def test_listeners_hear_only_the_timed_sections_and_nan_own_work() -> None:
     dev = FakeDevice()
     thr = at.Throttle(2, events=_host_dated(dev), wait=dev.wait("block"), clock=dev.clock, sample_every=1)
     heard: list[tuple[float, dict[str, float]]] = []
-    part = inside(thr).part(Sections)
-    assert part is not None
-    part.add_listener(lambda step, own_s, by_name: heard.append((own_s, by_name)))
+
+    class Listening:
+        def on_sections(self, step: int, own_s: float, seconds: dict[str, float]) -> None:
+            heard.append((own_s, seconds))
+
+    thr.subscribe(Listening())
     for _ in thr.wrap(range(4)):
         with thr.section("one"):
             dev.launch(0.012)

@@ -122,6 +122,29 @@ def test_begin_end_steps_cover_the_code_after_end_step_until_the_next_wait(cuda:
     assert f"1.0 syncs/step \u2014 {SITE}" in summary and f"1.0 syncs/step \u2014 {OTHER}" in summary
 
 
+def test_the_audit_is_in_stats_and_the_summary_like_every_parts_fields(cuda: FakeCuda) -> None:
+    """SyncDetect's STATS and summary_lines: stats, as_dict() (what a framework callback logs) and the
+    summary carry the audit, as every part's fields; off, they hold none of it."""
+    dev = FakeDevice()
+    thr = _throttle(dev, depth=2)
+    for _ in range(4):
+        with thr.step():
+            sync_here()
+            sync_here()
+            dev.launch(0.01)
+    thr.drain()
+    stats, audit = thr.stats, thr.sync_audit
+    assert audit is not None
+    assert (stats.sync_steps, stats.syncs, stats.syncs_per_step) == (4, 8, 2.0)
+    assert stats.sync_sites == {SITE: 2.0}
+    flat = stats.as_dict()
+    assert {k: v for k, v in flat.items() if k.startswith("syncs_per_step")} == audit.as_dict()
+    assert stats.summary().count("syncs (detect_sync)") == 1 and audit.summary() in thr.summary()
+    quiet = at.Throttle(1, events=dev.event, detect_sync="error")
+    assert quiet.stats.syncs_per_step is None and "syncs" not in quiet.summary()
+    assert not any(k.startswith("sync") for k in quiet.stats.as_dict())
+
+
 def test_a_failed_step_closes_its_window(cuda: FakeCuda) -> None:
     thr = _throttle(FakeDevice())
     with pytest.raises(KeyError), thr.step():

@@ -11,10 +11,11 @@ import pytest
 from helpers import inside
 
 import asyncthrottle as at
-from asyncthrottle.parts.timing import DeviceTiming
+from asyncthrottle.parts.timing import DeviceTiming, Sampling
 from asyncthrottle.testing import FakeDevice
 
 torch = pytest.importorskip("torch")
+MS = 1e-3
 
 
 @pytest.fixture(autouse=True, params=["shared", "separate"])
@@ -377,3 +378,79 @@ def test_the_verdict_names_a_busy_device_even_when_the_host_never_waits(
         dev.host(host_s)
         dev.launch(device_s)
     assert thr.stats.verdict == expected
+
+
+def test_the_sampling_rule_every_kth_step_never_step_0() -> None:
+    assert [n for n in range(20) if Sampling(8).sampled(n)] == [8, 16]
+    assert [n for n in range(4) if Sampling(1).sampled(n)] == [1, 2, 3]  # step 0 never
+    assert not any(Sampling(None).sampled(n) for n in range(20)) and not Sampling(None).on
+    assert Sampling.of({"sample_every": 3}).every == 3 and Sampling(None).per_sample() == 1
+
+
+@pytest.mark.parametrize("every", [1, 3])
+def test_device_timing_and_sections_sample_the_same_steps(every: int) -> None:
+    """One rule says which steps are sampled: device timing times them, sections time their phases."""
+    dev = FakeDevice()
+    thr = dev.throttle(2, wait="spin", sample_every=every)
+    timed: list[int] = []
+    sectioned: list[int] = []
+
+    class Heard(at.Subscriber):
+        def on_sample(self, step: int, busy_s: float, idle_s: float) -> None:
+            timed.append(step)
+
+        def on_sections(self, step: int, own_s: float, seconds: dict[str, float]) -> None:
+            sectioned.append(step)
+
+    thr.subscribe(Heard())
+    for _ in thr.wrap(range(10)):
+        with thr.section("forward"):
+            dev.launch(0.002)
+    assert timed == sectioned == [n for n in range(10) if Sampling(every).sampled(n)]
+
+
+def test_a_subscriber_hears_each_sample_as_its_step_retires() -> None:
+    """``Subscriber.on_sample``: told by device timing through the core's list; while one listens, the
+    samples are read as their steps retire (not a cycle later)."""
+    dev = FakeDevice()
+    thr = dev.throttle(2, wait="spin", sample_every=4)
+    core = inside(thr).core
+    heard: list[tuple[int, float, float, int, int]] = []
+
+    class Samples(at.Subscriber):
+        def on_sample(self, step: int, busy_s: float, idle_s: float) -> None:
+            heard.append((step, busy_s, idle_s, core.completed, core.steps))
+
+    thr.subscribe(Samples())
+    for _ in thr.wrap(_source(dev, 13, 0.0)):
+        dev.launch(4 * MS)
+    assert [h[0] for h in heard] == [4, 8, 12]
+    assert all(h[1] == pytest.approx(4 * MS) and h[2] == 0.0 for h in heard)
+    # retired, and heard before the next sampled step was recorded (lazily it would be read there)
+    assert all(step < completed and recorded < step + 4 for step, _, _, completed, recorded in heard)
+
+
+def test_a_sample_subscriber_that_raises_hides_it_from_no_other_and_timing_goes_on() -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(2, wait="spin", sample_every=2)
+    heard: list[int] = []
+
+    class Raising:
+        def on_sample(self, step: int, busy_s: float, idle_s: float) -> None:
+            if step == 2:
+                raise ValueError("a user's sample hook")
+
+    class Listening:
+        def on_sample(self, step: int, busy_s: float, idle_s: float) -> None:
+            heard.append(step)
+
+    thr.subscribe(Raising())
+    thr.subscribe(Listening())
+    with pytest.raises(ValueError, match="a user's sample hook"):
+        for _ in thr.wrap(_source(dev, 9, 0.0)):
+            dev.launch(4 * MS)
+    assert heard == [2]  # told before the error reached the loop
+    for _ in thr.wrap(_source(dev, 4, 0.0)):
+        dev.launch(4 * MS)
+    timing = inside(thr).part(DeviceTiming)
+    assert timing.enabled and heard[1:] and thr.stats.device_samples >= 2  # device timing is still on

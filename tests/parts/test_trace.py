@@ -13,7 +13,6 @@ import pytest
 from helpers import inside
 
 import asyncthrottle as at
-from asyncthrottle.parts.timing import DeviceTiming
 from asyncthrottle.parts.trace import Trace
 from asyncthrottle.testing import FakeDevice, FakeEvent
 
@@ -289,20 +288,6 @@ def test_bad_trace_values(bad: object) -> None:
     pattern = r"trace must be an int >= 0.*got " + repr(bad).replace(".", r"\.")
     with pytest.raises((TypeError, ValueError), match=pattern):
         at.Throttle(2, device="cpu", trace=bad)  # type: ignore[arg-type]
-
-
-def test_device_timing_tells_its_listeners_once_a_sample_is_read() -> None:
-    dev = FakeDevice()
-    thr = dev.throttle(2, wait="spin", sample_every=2)
-    heard: list[tuple[int, float, float, int]] = []
-    assert inside(thr).part(DeviceTiming) is not None
-    core = inside(thr).core
-    inside(thr).part(DeviceTiming).listeners.append(
-        lambda step, busy, idle: heard.append((step, busy, idle, core.completed)))
-    for _ in thr.wrap(_source(dev, 9, 0.0)):
-        dev.launch(4 * MS)
-    assert [h[0] for h in heard] == [2, 4, 6, 8]
-    assert all(h[1] == pytest.approx(4 * MS) and h[2] == 0.0 and h[3] > h[0] for h in heard)
 
 
 @pytest.mark.slow
