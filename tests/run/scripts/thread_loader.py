@@ -20,9 +20,11 @@ def produce():
     batches.put(None)
 
 
-threading.Thread(target=produce, daemon=True).start()
+# the model before the thread: the thread's iter(loader) draws its seed from the global generator,
+# and the model made beside it would take its weights before or after that draw
 model = nn.Linear(3, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
+threading.Thread(target=produce, daemon=True).start()
 losses = []
 while (batch := batches.get()) is not None:
     x, y = batch
