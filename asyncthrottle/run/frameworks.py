@@ -36,6 +36,7 @@ def watch(steps: Steps, patches: Patches, make: Callable[[type], ThrottleHooks])
         patches.replace(module.Trainer, method,
                         lambda original: _training(steps, framework, original, make))
 
+    _audited(steps, patches)
     finder = _AfterImport({name: patch for name in _TRAINERS})
     for name in _TRAINERS:
         if name in sys.modules:
@@ -51,7 +52,7 @@ def _training(steps: Steps, framework: str, original: Callable[..., Any],
         if steps.error is not None:
             return original(trainer, *args, **kwargs)
         try:
-            ours = _callback(steps, framework, trainer, make)
+            source, added = _source(steps, framework, trainer, make)
         except Exception as exc:
             steps.error = exc
             return original(trainer, *args, **kwargs)
@@ -59,33 +60,36 @@ def _training(steps: Steps, framework: str, original: Callable[..., Any],
         try:
             return original(trainer, *args, **kwargs)
         finally:
-            if ours is not None:
-                _remove(framework, trainer, ours.hooks)
-            steps.framework_end(ours or _theirs(framework, trainer))
+            if added:
+                _remove(framework, trainer, source.hooks)
+            steps.framework_end(source)
     return trains
 
 
-def _callback(steps: Steps, framework: str, trainer: Any,
-              make: Callable[[type], ThrottleHooks]) -> Source | None:
-    """The runner's callback, added to ``trainer`` (None: the script has its own)."""
-    if _theirs(framework, trainer) is not None:
-        return None
-    module = importlib.import_module(f"asyncthrottle.{framework}")
-    callback = make(_observed(module.ThrottleCallback, steps))
-    if framework == "lightning":
-        trainer.callbacks.append(callback)
-    else:
-        trainer.add_callback(callback)
+def _source(steps: Steps, framework: str, trainer: Any,
+            make: Callable[[type], ThrottleHooks]) -> tuple[Source, bool]:
+    """The callback that finds the steps of this ``train()``/``fit()``, taken before it runs (its
+    losses are heard from its first step), and whether the runner added it: the script's own
+    ``ThrottleCallback`` if it has one (a second one would throttle twice), else the runner's."""
+    hooks = _theirs(framework, trainer)
+    added = hooks is None
+    if hooks is None:
+        module = importlib.import_module(f"asyncthrottle.{framework}")
+        hooks = make(module.ThrottleCallback)
+        if framework == "lightning":
+            trainer.callbacks.append(hooks)
+        else:
+            trainer.add_callback(hooks)
     known = {id(source.hooks): source for source in steps.sources}
-    return known.get(id(callback)) or Source(callback, framework)
+    return known.get(id(hooks)) or Source(hooks, framework), added
 
 
-def _theirs(framework: str, trainer: Any) -> Source | None:
+def _theirs(framework: str, trainer: Any) -> ThrottleHooks | None:
     callbacks = (trainer.callbacks if framework == "lightning"
                  else trainer.callback_handler.callbacks)
     for callback in callbacks:
         if isinstance(callback, ThrottleHooks):
-            return Source(callback, framework)
+            return callback
     return None
 
 
@@ -97,32 +101,33 @@ def _remove(framework: str, trainer: Any, callback: ThrottleHooks) -> None:
         trainer.remove_callback(callback)
 
 
-def _observed(base: type, steps: Steps) -> type:
-    """``base`` (a ``ThrottleCallback``) that tells the sync audit when a step is open."""
-
-    class Observed(base):  # type: ignore[valid-type,misc]
-        def begin(self, number: int | None = None) -> int:
-            step: int = super().begin(number)
-            if steps.sites is not None:
+def _audited(steps: Steps, patches: Patches) -> None:
+    """Inside a ``fit()``/``train()``, a framework callback's step (the runner's or the
+    script's own) tells the sync audit when it is open: patched on :class:`ThrottleHooks`, the
+    class the callbacks share (a patched instance, or a class of the runner's, would not pickle
+    under ``ddp_spawn``)."""
+    def opens(original: Callable[..., int]) -> Callable[..., int]:
+        @functools.wraps(original)
+        def begin(self: ThrottleHooks, number: int | None = None) -> int:
+            step = original(self, number)
+            if steps.framework and steps.sites is not None:
                 steps.sites.in_step = True
             return step
+        return begin
 
-        def end(self, loss: Any = None) -> None:
+    def closes(original: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(original)
+        def ends(self: ThrottleHooks, *args: Any) -> None:
             try:
-                super().end(loss)
+                original(self, *args)
             finally:
-                if steps.sites is not None:
+                if steps.framework and steps.sites is not None:
                     steps.sites.in_step = False
+        return ends
 
-        def fail(self) -> None:
-            try:
-                super().fail()
-            finally:
-                if steps.sites is not None:
-                    steps.sites.in_step = False
-
-    Observed.__name__ = Observed.__qualname__ = base.__name__
-    return Observed
+    patches.replace(ThrottleHooks, "begin", opens)
+    patches.replace(ThrottleHooks, "end", closes)
+    patches.replace(ThrottleHooks, "fail", closes)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

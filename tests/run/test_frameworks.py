@@ -1,0 +1,86 @@
+"""The frameworks' trainers and torchrun under ``python -m asyncthrottle run``: Lightning's
+``Trainer.fit`` and the HF ``Trainer.train`` get this library's callback once, and each rank of a
+torchrun gets its report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+
+from _runs import SCRIPTS, env, found_syncs, said_syncs, start, under_run
+
+# script, the framework it trains with, its optimizer steps
+TRAINERS = [("hf_train.py", "transformers", 4), ("lightning_fit.py", "lightning", 6)]
+
+
+def _own_rows(report: dict[str, Any], script: str) -> list[dict[str, Any]]:
+    """The report's sync rows at the script's own lines (the framework's lines aside)."""
+    return [row for row in found_syncs(report) if row["site"].startswith(f"{script}:")]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize(("script", "framework", "steps"), TRAINERS)
+def test_a_trainer_runs_as_under_python_with_the_library_s_callback_once(
+        script: str, framework: str, steps: int, tmp_path: Path) -> None:
+    pytest.importorskip(framework)
+    # all at once: each is seconds of importing the framework
+    started = start(script, str(tmp_path / "plain.json"))
+    own_report = tmp_path / "own_report.json"
+    # the script adds asyncthrottle's ThrottleCallback itself: the runner adds none
+    own = start("-m", "asyncthrottle", "run", "--json", str(own_report), script,
+                str(tmp_path / "own.json"), "--own")
+    done, report = under_run(script, tmp_path, str(tmp_path / "run.json"))
+    plain, owned = started.wait(), own.wait()
+    for process in (plain, done, owned):
+        assert process.returncode == 0, process.stderr.decode()
+    assert done.stdout == plain.stdout == owned.stdout
+    kept = json.loads((tmp_path / "plain.json").read_text())
+    ran = json.loads((tmp_path / "run.json").read_text())
+    assert ran["losses"] == kept["losses"] and len(kept["losses"]) == steps
+    # the runner's callback, once; none where the script has its own
+    assert "ThrottleCallback" not in kept["callbacks"]
+    assert ran["callbacks"] == [*kept["callbacks"], "ThrottleCallback"]
+    assert json.loads((tmp_path / "own.json").read_text())["callbacks"].count(
+        "ThrottleCallback") == 1
+    for found, process in ((report, done), (json.loads(own_report.read_text()), owned)):
+        assert (found["steps"], found["framework"], found["error"]) == (steps, framework, None)
+        # the losses the script recorded (the Trainer's logged loss, training_step's output)
+        assert found["losses"] == pytest.approx(kept["losses"], rel=1e-6)
+        # its own reads, told in steps and outside them by the callback's steps
+        assert _own_rows(found, script) == said_syncs(script)
+        assert f"asyncthrottle run: {script}: {steps} steps" in process.stderr.decode()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_under_torchrun_each_rank_reports_and_rank_0_names_the_slow_rank(tmp_path: Path) -> None:
+    """Rank 1's own work is 8x rank 0's (a count of matmuls): its forward, not the all-reduce
+    that makes rank 0 wait, names it."""
+    report = tmp_path / "ddp.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "-m", "asyncthrottle", "run", "--json", str(report), "ddp_straggler.py",
+         str(tmp_path / "losses")],
+        cwd=SCRIPTS, env=env(), capture_output=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    err = done.stderr.decode()
+    for rank, path in ((0, report), (1, tmp_path / "ddp.rank1.json")):
+        found = json.loads(path.read_text())
+        kept = json.loads((tmp_path / f"losses.{rank}").read_text())
+        assert found["steps"] == len(kept) == 30
+        assert found["losses"] == pytest.approx(kept, rel=1e-6)
+        assert found_syncs(found) == said_syncs("ddp_straggler.py")
+        assert f"asyncthrottle run (rank {rank} of 2): ddp_straggler.py: 30 steps" in err
+        assert f"rank {rank}: 30 steps" in done.stdout.decode()
+    # one report per rank; rank 0's names rank 1
+    assert err.count("asyncthrottle run (rank ") == 2 and err.count("slowest rank:") == 1
+    assert "  slowest rank: 1 (" in err
+    assert json.loads(report.read_text())["stats"]["slowest_rank"] == 1
