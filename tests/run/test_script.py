@@ -8,7 +8,6 @@ import signal
 from pathlib import Path
 
 import pytest
-
 from _runs import SCRIPTS, python
 
 from asyncthrottle.run import main
@@ -69,3 +68,42 @@ def test_ctrl_c_prints_the_report_and_exits_as_python_does() -> None:
     assert plain.returncode == done.returncode == -signal.SIGINT
     err = done.stderr.decode()
     assert "KeyboardInterrupt" in err and "asyncthrottle run: interrupted.py: 2 steps" in err
+
+
+_MODULE = '''import sys
+
+import torch
+
+from . import helper
+
+print(sys.argv, __name__, __package__, __spec__.name, sys.path[0], helper.NAME)
+model = torch.nn.Linear(2, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    opt.zero_grad()
+    model(torch.ones(4, 2)).sum().backward()
+    opt.step()
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_module_runs_as_python_m_runs_it(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "helper.py").write_text("NAME = 'helper'\n")
+    (package / "train.py").write_text(_MODULE)
+    plain = python("-m", "pkg.train", "a", "-m", cwd=tmp_path)
+    done = python("-m", "asyncthrottle", "run", "--json", "r.json", "-m", "pkg.train", "a", "-m",
+                  cwd=tmp_path)
+    assert plain.returncode == done.returncode == 0, done.stderr.decode()
+    # argv[0] the module's file, __main__ in its package (a relative import), the cwd first
+    assert done.stdout == plain.stdout
+    assert done.stdout.decode().split() == [
+        f"[{str(package / 'train.py')!r},", "'a',", "'-m']", "__main__", "pkg", "pkg.train",
+        str(tmp_path), "helper"]
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert (report["steps"], report["argv"]) == (3, ["-m", "pkg.train", "a", "-m"])
+    assert "asyncthrottle run: " in done.stderr.decode() and ": 3 steps in" in done.stderr.decode()
