@@ -108,8 +108,8 @@ def _audited(steps: Steps, patches: Patches) -> None:
     under ``ddp_spawn``)."""
     def opens(original: Callable[..., int]) -> Callable[..., int]:
         @functools.wraps(original)
-        def begin(self: ThrottleHooks, number: int | None = None) -> int:
-            step = original(self, number)
+        def begin(self: ThrottleHooks, *args: Any, **kwargs: Any) -> int:
+            step = original(self, *args, **kwargs)
             if steps.framework and steps.sites is not None:
                 steps.sites.in_step = True
             return step
@@ -117,9 +117,9 @@ def _audited(steps: Steps, patches: Patches) -> None:
 
     def closes(original: Callable[..., None]) -> Callable[..., None]:
         @functools.wraps(original)
-        def ends(self: ThrottleHooks, *args: Any) -> None:
+        def ends(self: ThrottleHooks, *args: Any, **kwargs: Any) -> None:
             try:
-                original(self, *args)
+                original(self, *args, **kwargs)
             finally:
                 if steps.framework and steps.sites is not None:
                     steps.sites.in_step = False
