@@ -380,6 +380,7 @@ class Plain(L.LightningModule):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # two spawned processes import Lightning: past 120 s on a loaded machine
 def test_ddp_spawn_carries_the_callback_to_every_process(tmp_path: Path) -> None:
     cb = atl.ThrottleCallback(2, device="cpu")
     cb.throttle.on_complete(_StepsToFile(tmp_path))
