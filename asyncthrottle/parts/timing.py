@@ -286,7 +286,8 @@ class DeviceTiming(Part):
         device is idle); with shared events, keep the step before's (``before``), the idle's
         start."""
         # (step 0 is never sampled: at every=1 it is supplied as the step before step 1)
-        if self.sampling.sampled(step):
+        # (shared events: the core asks at the sampled steps alone; no call a sample for the rule)
+        if self._shared or self.sampling.sampled(step):
             # The first sampled step may be handed out idle before its record showed whether the
             # events can be timed: with shared events the step before's tells (separate ones were
             # asked at the step before's record).
