@@ -68,7 +68,8 @@ class Steps:
         self._fetched: dict[str, Any] | None = None
         # sync counts at the start of the open step's tail (reads after its last one are not
         # a step's when no step follows)
-        self.tail_rows: list[dict[str, Any]] | None = None
+        # the audit's counts when the last step was done (its tail: the reads after it)
+        self.tail_counts: dict[Any, int] | None = None
         self.tail_reads: list[dict[str, Any]] = []
         self.arm: Callable[[], None] = _nothing
         self.disarm: Callable[[], None] = _nothing
@@ -211,7 +212,7 @@ class Steps:
         self.runner.hooks.begin()
         self._reset()
         self.open, self.paused = True, False
-        self.tail_rows = None
+        self.tail_counts = None
         self.loader = self._fetched or self.loader
         if self.sites is not None:
             self.sites.in_step = True
@@ -231,7 +232,8 @@ class Steps:
 
     def _tail_starts(self) -> None:
         if self.sites is not None:
-            self.tail_rows = self.sites.rows(1)
+            # a dict copy each step, not rows(): no sort, no formatting per step
+            self.tail_counts = self.sites.counts()
 
     def _unscaled(self, tensors: Any) -> Any:
         if isinstance(tensors, (list, tuple)):
@@ -250,8 +252,8 @@ class Steps:
         """The script ended: end the open step (the reads of a done step's tail are outside steps:
         no step followed) and deliver every step's values."""
         if self.open:
-            if self._done() and self.tail_rows is not None and self.sites is not None:
-                self.tail_reads = _since(self.tail_rows, self.sites.rows(1))
+            if self._done() and self.tail_counts is not None and self.sites is not None:
+                self.tail_reads = self.sites.rows(1, since=self.tail_counts)
             self._close()
         for source in self.sources:
             source.hooks.drain()
@@ -259,15 +261,3 @@ class Steps:
 
 def _nothing() -> None:
     pass
-
-
-def _since(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The in-step reads counted between two snapshots of the audit's rows."""
-    counted = {(row["site"], row["call"]): row["count"] for row in before if row["in_step"]}
-    reads = []
-    for row in after:
-        if row["in_step"]:
-            more = row["count"] - counted.get((row["site"], row["call"]), 0)
-            if more > 0:
-                reads.append({**row, "count": more})
-    return reads

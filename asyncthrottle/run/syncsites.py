@@ -90,10 +90,21 @@ class SyncSites:
 
     # -- the report ----------------------------------------------------------------------------
 
-    def rows(self, steps: int) -> list[dict[str, Any]]:
+    def counts(self) -> dict[tuple[str, int, str, bool], int]:
+        """The counts so far, by (path, line, call, in a step): a copy, cheap enough for every
+        step, for ``rows(since=)``."""
+        return dict(self._counts)
+
+    def rows(self, steps: int, since: dict[tuple[str, int, str, bool], int] | None = None,
+             ) -> list[dict[str, Any]]:
         """One row per site, call and in/out of steps, the most frequent first; ``per_step`` is
-        ``count / steps`` (0.0 for 0 steps)."""
-        ordered = sorted(self._counts.items(), key=lambda item: (
+        ``count / steps`` (0.0 for 0 steps). ``since``: only the reads in steps counted after
+        that :meth:`counts`."""
+        counts = self._counts
+        if since is not None:
+            counts = {key: count - since.get(key, 0) for key, count in counts.items()
+                      if key[3] and count > since.get(key, 0)}
+        ordered = sorted(counts.items(), key=lambda item: (
             -item[1], self._relative(item[0][0]), item[0][1], item[0][2], not item[0][3]))
         return [{"site": f"{self._relative(path)}:{line}", "call": call, "count": count,
                  "per_step": count / steps if steps > 0 else 0.0, "in_step": in_step}

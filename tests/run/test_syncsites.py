@@ -156,6 +156,22 @@ def test_reads_in_steps_and_outside_are_two_rows_and_per_step_divides_by_steps(s
     assert [r["per_step"] for r in sites.rows(0)] == [0.0, 0.0, 0.0]  # no steps: no division
 
 
+def test_rows_since_a_snapshot_are_the_in_step_reads_counted_after_it(sites: SyncSites) -> None:
+    read = lambda: X.sum().item()  # noqa: E731
+    other = lambda: X.tolist()  # noqa: E731
+    sites.in_step = True
+    read()
+    other()
+    before = sites.counts()
+    read()
+    read()  # the tail of the last step: two more reads at one site, none at the other
+    sites.in_step = False
+    read()  # outside steps: never in a since= row
+    assert [(r["site"], r["call"], r["count"], r["in_step"]) for r in sites.rows(1, since=before)] == [
+        (site(read), "Tensor.item", 2, True)]
+    assert sites.rows(1, since=sites.counts()) == []
+
+
 def test_a_read_inside_repr_or_format_is_counted_once(sites: SyncSites) -> None:
     scalar = X.sum()
     show = lambda: (repr(scalar), f"{scalar:.3f}", repr(X.reshape(2, 3)))  # noqa: E731
