@@ -37,7 +37,7 @@ class _Stream:
 @pytest.mark.parametrize(
     ("depth", "error", "message"),
     [
-        (0, ValueError, "depth must be an int >= 1, 'auto' or None, got 0"),
+        (0, ValueError, "depth must be an int >= 1, 'auto', an AutoDepth or None, got 0"),
         (-3, ValueError, "got -3"),
         (1.5, TypeError, r"got 1.5 \(float\)"),
         (True, TypeError, r"got True \(bool\)"),
