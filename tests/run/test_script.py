@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,9 @@ def test_a_script_that_raises_at_import_shows_its_traceback_and_status_1(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(SCRIPTS)
+    # the runner shows the error through sys.excepthook, as python does; an earlier test's
+    # init_process_group (in this process) set torch's, which prefixes each line with "[rank0]:"
+    monkeypatch.setattr(sys, "excepthook", sys.__excepthook__)
     assert main(["--json", str(tmp_path / "r.json"), "raises_at_import.py"]) == 1
     out, err = capsys.readouterr()
     assert out == "starting\n"

@@ -244,8 +244,13 @@ def test_roots_must_be_a_list_of_paths() -> None:
         SyncSites([3])  # type: ignore[list-item]
 
 
+# what torch.Tensor's class dict gains from others while tests run: copyreg caches the slots of a
+# class the first time one of its instances is pickled or copied (another test's deepcopy)
+_CACHES = {"__slotnames__"}
+
+
 def _patched_state() -> tuple[dict[str, Any], dict[str, Any], Any, list[Any]]:
-    tensor = dict(vars(torch.Tensor))
+    tensor = {name: value for name, value in vars(torch.Tensor).items() if name not in _CACHES}
     module = {name: getattr(torch, name) for name in ("nonzero", "argwhere", "masked_select", "unique")}
     return tensor, module, warnings.showwarning, list(warnings.filters)
 
