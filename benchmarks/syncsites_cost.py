@@ -96,7 +96,8 @@ def measure(calls: int, rounds: int) -> list[dict[str, Any]]:
     rows = []
     for name, (loop, reads) in loops().items():
         loop(calls // 10)  # warm
-        off, on = [], []
+        off: list[float] = []
+        on: list[float] = []
         for i in range(rounds):  # interleaved, alternating which goes first
             for audit in ((False, True) if i % 2 == 0 else (True, False)):
                 (on if audit else off).append(_time(loop, calls, audit, reads))
