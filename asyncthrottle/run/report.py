@@ -32,6 +32,19 @@ _READS = {
 _KINDS = {"__bool__": "branch", "nonzero": "shape", "masked_select": "shape", "unique": "shape",
           "__getitem__": "shape", "cpu": "copy", "numpy": "copy", "to": "copy",
           "__repr__": "print", "__str__": "print", "__format__": "print", "print": "print"}
+# a read via a package (a row with "via"): the framework whose own read it is, by its package
+_OWNERS = {"transformers": "the HF Trainer", "lightning": "Lightning",
+           "pytorch_lightning": "Lightning", "lightning_fabric": "Lightning"}
+# what to set instead, by the framework and the kind of read (None: any other)
+_SETTINGS = {
+    ("the HF Trainer", "branch"): "set TrainingArguments(logging_nan_inf_filter=False) (its "
+                                  "NaN/Inf check of each micro-batch's loss)",
+    ("the HF Trainer", None): "raise TrainingArguments(logging_steps=) (it reads the loss and the "
+                              "grad norm it logs)",
+    ("Lightning", None): "log with self.log(..., on_step=False) (a prog_bar=True value is read "
+                         "every step), or raise Trainer(log_every_n_steps=) (a logger's values "
+                         "are read then)",
+}
 _SPELLING = {"__float__": "float({name})", "__int__": "int({name})", "__bool__": "`if {name}:`",
              "__index__": "int({name})", "__format__": "f'{{{name}}}'", "__repr__": "repr({name})",
              "__str__": "str({name})", "__getitem__": "{name}[mask]"}
@@ -93,28 +106,31 @@ def _syncs(rows: Sequence[dict[str, Any]], tail: Sequence[dict[str, Any]],
            steps: int) -> list[dict[str, Any]]:
     """The audit's rows, sorted by count per step, with the sites read only after the last step's
     update (no step followed: after the script's loop) moved out of the steps."""
-    counts: dict[tuple[str, str, bool], int] = {}
+    counts: dict[tuple[str, str, str | None, bool], int] = {}
     for row in rows:
-        key = (row["site"], row["call"], bool(row["in_step"]))
+        key = (row["site"], row["call"], row.get("via"), bool(row["in_step"]))
         counts[key] = counts.get(key, 0) + row["count"]
     for row in tail:
-        inside, outside = (row["site"], row["call"], True), (row["site"], row["call"], False)
+        inside = (row["site"], row["call"], row.get("via"), True)
+        outside = (*inside[:3], False)
         # a site read in earlier steps too is the loop's own line: it stays in the steps
         if counts.get(inside, 0) == row["count"]:
             counts[inside] = 0
             counts[outside] = counts.get(outside, 0) + row["count"]
     out = [{"site": site, "call": call, "count": count,
-            "per_step": count / steps if steps else 0.0, "in_step": inside}
-           for (site, call, inside), count in counts.items() if count > 0]
-    return sorted(out, key=lambda row: (-row["per_step"], row["site"]))
+            "per_step": count / steps if steps else 0.0, "in_step": inside, "via": via}
+           for (site, call, via, inside), count in counts.items() if count > 0]
+    return sorted(out, key=lambda row: (-row["per_step"], row["site"], row["via"] or ""))
 
 
 def suggestions(data: dict[str, Any], *, synchronous: bool) -> list[str]:
-    """What to change, most costly first: the reads made in most steps, then the loader."""
+    """What to change, most costly first: the reads made in most steps (a framework's own read
+    between its steps too, once a step or more), then the loader."""
     said = []
     for row in data["syncs"] or []:
-        if row["in_step"] and row["per_step"] >= _OFTEN:
-            said.append(_read(row))
+        via = row.get("via")
+        if row["per_step"] >= _OFTEN and (row["in_step"] or (via and row["per_step"] >= 1)):
+            said.append(_read(row) if via is None else _framework_read(row))
     loader = data["loader"]
     if loader is not None and (data["verdict"] == "input-bound"
                                or data["input_wait_fraction"] >= _INPUT):
@@ -128,12 +144,31 @@ def _read(row: dict[str, Any]) -> str:
     call = row["call"].rsplit(".", 1)[-1]
     name = _receiver(row["site"], call)
     spelled = _SPELLING.get(call, "{name}." + call + "()").format(name=name)
-    often = ("every step" if row["per_step"] >= 1 else f"in {row['per_step']:.0%} of the steps")
-    if row["per_step"] > 1.0:
-        often = f"{row['per_step']:.3g} times a step"
     advice = _READS[_KINDS.get(call, "value")].format(name=name)
     verb = "branches on" if call == "__bool__" else "calls"
-    return f"{row['site']} {verb} {spelled} {often}: {advice}"
+    return f"{row['site']} {verb} {spelled} {_often(row)}: {advice}"
+
+
+def _framework_read(row: dict[str, Any]) -> str:
+    """A read the script's line makes through an installed package: a framework's, whose setting
+    (not ``thr.defer``) moves it; another package's, which may be reading what the line gave it."""
+    package = re.split(r"[/\\]", row["via"].rpartition(":")[0], maxsplit=1)[0].removesuffix(".py")
+    said = (f"{row['site']} calls {package}, whose {row['via']} reads a device value "
+            f"({row['call']}) {_often(row)}")
+    owner = _OWNERS.get(package)
+    if owner is None:
+        return (f"{said}: {package}'s read, not the line's own: hand {package} a host value (one "
+                f"thr.defer delivered) instead of a tensor, or look for the {package} setting "
+                "that makes it, or call it less often")
+    kind = _KINDS.get(row["call"].rsplit(".", 1)[-1])
+    advice = _SETTINGS.get((owner, kind)) or _SETTINGS[(owner, None)]
+    return f"{said}: {owner}'s own read, not the script's, so thr.defer cannot move it: {advice}"
+
+
+def _often(row: dict[str, Any]) -> str:
+    if row["per_step"] > 1.0:
+        return f"{row['per_step']:.3g} times a step"
+    return "every step" if row["per_step"] >= 1 else f"in {row['per_step']:.0%} of the steps"
 
 
 def _receiver(site: str, call: str) -> str:
@@ -235,11 +270,12 @@ def _sync_lines(syncs: list[dict[str, Any]] | None) -> list[str]:
         return ["  sync sites: not counted (asyncthrottle.run.syncsites is not available)"]
     if not syncs:
         return ["  sync sites: no host reads of device values by the script"]
+    named = [row["call"] + (f" (in {row['via']})" if row.get("via") else "") for row in syncs]
     width = max(len(row["site"]) for row in syncs)
-    calls = max(len(row["call"]) for row in syncs)
+    calls = max(len(call) for call in named)
     lines = [f"  sync sites ({'site':<{width}}  {'call':<{calls}}  count  per step):"]
-    for row in syncs:
+    for row, call in zip(syncs, named, strict=True):
         where = "" if row["in_step"] else "  outside steps"
-        lines.append(f"    {row['site']:<{width}}  {row['call']:<{calls}}  {row['count']:>5}  "
+        lines.append(f"    {row['site']:<{width}}  {call:<{calls}}  {row['count']:>5}  "
                      f"{row['per_step']:>8.2f}{where}")
     return lines

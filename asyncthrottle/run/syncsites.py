@@ -28,14 +28,21 @@ _TENSOR_READS = (
 _TORCH_READS = ("nonzero", "argwhere", "masked_select", "unique", "unique_consecutive")
 _COPIES = ("Tensor.cpu", "Tensor.to")
 # what a frame's file is: the standard library's, torch's, this library's, the runner's (which runs
-# the script and calls none of its code back), else the script's path
+# the script and calls none of its code back), an installed package's (its path in a 1-tuple), else
+# the script's path
 _STDLIB, _TORCH, _OURS, _RUNS = 0, 1, 2, 3
 _RUNNER = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _PACKAGE = os.path.dirname(_RUNNER.rstrip(os.sep)) + os.sep
 _STDLIB_DIR = os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep
-_SITE_DIRS = ("site-packages", "dist-packages")
+_SITE_DIRS = tuple(os.sep + name + os.sep for name in ("site-packages", "dist-packages"))
 
 Where = tuple[str, int]
+# where a read is counted: the script's path and line, and the installed package's frame it was
+# made in (None: the script's own read)
+Site = tuple[str, int, Where | None]
+# a count's key: path, line, call, in a step, via
+Key = tuple[str, int, str, bool, Where | None]
+Kind = int | str | tuple[str]
 
 
 class SyncSites:
@@ -48,11 +55,15 @@ class SyncSites:
     same names; no other op is touched, so ops that are not reads pay nothing. A read is counted
     at the script's frame: the innermost frame outside the standard library and torch, as
     ``file.py:LINE`` (relative to the longest of ``roots`` that holds it, else to its
-    ``sys.path`` entry). A read made by this library's code (its deferred values, the runner's
-    hooks) is the library's and is not counted, nor (off CUDA) one made by a callback the library
-    calls (``on_complete``: its values are host copies); neither is a read inside a counted one
-    (``repr`` calling ``item``), nor a read of the tensor a counted ``cpu()``/``to()`` returned
-    (``x.cpu().numpy()`` reads once).
+    ``sys.path`` entry). A read made by an installed package (a file below a ``site-packages``
+    or ``dist-packages`` folder that is not below ``roots``: the HF Trainer's, Lightning's) is
+    counted at the script's frame that called into it, with ``via``, the package's innermost
+    frame; with no script frame outside (a framework's thread), at the package's frame, as a
+    script's. A read made by this library's code (its deferred values, the runner's hooks) is
+    the library's and is not counted, nor (off CUDA) one made by a callback or a package the
+    library calls (``on_complete``: its values are host copies); neither is a read inside a
+    counted one (``repr`` calling ``item``), nor a read of the tensor a counted ``cpu()``/``to()``
+    returned (``x.cpu().numpy()`` reads once).
 
     Once CUDA is initialised, CUDA says what syncs: its sync debug mode warns (``"warn"``, set
     as CUDA starts, so ``start()`` initialises nothing) and a read counts when it synced, a sync
@@ -78,44 +89,50 @@ class SyncSites:
         self._roots = sorted((os.path.abspath(r).rstrip(os.sep) + os.sep for r in roots),
                              key=len, reverse=True)
         self.in_step = False
-        self._counts: dict[tuple[str, int, str, bool], int] = {}
-        self._kinds: dict[str, int | str] = {}
+        self._counts: dict[Key, int] = {}
+        self._kinds: dict[str, Kind] = {}
         self._patched: list[tuple[Any, str, Any]] = []
         self._thread: int | None = None
         self._busy = self._cuda_on = self._synced = False
-        self._copy: tuple[Callable[[], Any], Where] | None = None
+        self._copy: tuple[Callable[[], Any], Site] | None = None
         self._cuda: Any = None
         self._warnings: _CudaWarnings | None = None
         self._previous_mode: Any = 0
 
     # -- the report ----------------------------------------------------------------------------
 
-    def counts(self) -> dict[tuple[str, int, str, bool], int]:
-        """The counts so far, by (path, line, call, in a step): a copy, cheap enough for every
-        step, for ``rows(since=)``."""
+    def counts(self) -> dict[Key, int]:
+        """The counts so far, by (path, line, call, in a step, via): a copy, cheap enough for
+        every step, for ``rows(since=)``."""
         return dict(self._counts)
 
-    def rows(self, steps: int, since: dict[tuple[str, int, str, bool], int] | None = None,
-             ) -> list[dict[str, Any]]:
-        """One row per site, call and in/out of steps, the most frequent first; ``per_step`` is
-        ``count / steps`` (0.0 for 0 steps). ``since``: only the reads in steps counted after
-        that :meth:`counts`."""
+    def rows(self, steps: int, since: dict[Key, int] | None = None) -> list[dict[str, Any]]:
+        """One row per site, call, in/out of steps and ``via``, the most frequent first;
+        ``per_step`` is ``count / steps`` (0.0 for 0 steps); ``via``: the installed package's
+        ``file.py:LINE`` that made the read, or None for the script's own. ``since``: only the
+        reads in steps counted after that :meth:`counts`."""
         counts = self._counts
         if since is not None:
             counts = {key: count - since.get(key, 0) for key, count in counts.items()
                       if key[3] and count > since.get(key, 0)}
         ordered = sorted(counts.items(), key=lambda item: (
-            -item[1], self._relative(item[0][0]), item[0][1], item[0][2], not item[0][3]))
+            -item[1], self._relative(item[0][0]), item[0][1], item[0][2], not item[0][3],
+            self._via(item[0][4]) or ""))
         return [{"site": f"{self._relative(path)}:{line}", "call": call, "count": count,
-                 "per_step": count / steps if steps > 0 else 0.0, "in_step": in_step}
-                for (path, line, call, in_step), count in ordered]
+                 "per_step": count / steps if steps > 0 else 0.0, "in_step": in_step,
+                 "via": self._via(via)}
+                for (path, line, call, in_step, via), count in ordered]
+
+    def _via(self, via: Where | None) -> str | None:
+        return None if via is None else f"{self._relative(via[0])}:{via[1]}"
 
     def _relative(self, path: str) -> str:
         if path.startswith("<"):
             return path
-        for root in self._roots:
-            if path.startswith(root):
-                return path[len(root):]
+        if not self._installed(path):  # a package in the script's .venv: from its sys.path entry
+            for root in self._roots:
+                if path.startswith(root):
+                    return path[len(root):]
         return _short(path)
 
     # -- install and undo ----------------------------------------------------------------------
@@ -199,7 +216,7 @@ class SyncSites:
         finally:
             self._busy = False
         if where is not None and (self._synced if cuda else call != "Tensor.to" or out.is_cpu):
-            key = (where[0], where[1], call, self.in_step)
+            key = (where[0], where[1], call, self.in_step, where[2])
             self._counts[key] = self._counts.get(key, 0) + 1
             if call in _COPIES:
                 self._copy = (weakref.ref(out), where)
@@ -213,27 +230,34 @@ class SyncSites:
             return
         where = self._where(frame, through_torch=True)
         if where is not None:
-            key = (where[0], where[1], CUDA_SYNC, self.in_step)
+            key = (where[0], where[1], CUDA_SYNC, self.in_step, where[2])
             self._counts[key] = self._counts.get(key, 0) + 1
 
-    def _where(self, frame: FrameType | None, *, through_torch: bool) -> Where | None:
-        """The script's frame and line from ``frame`` outwards, or None for a read of torch's own
-        code (unless ``through_torch``) or of this library's."""
+    def _where(self, frame: FrameType | None, *, through_torch: bool) -> Site | None:
+        """The script's frame and line from ``frame`` outwards, with the innermost installed
+        package's frame passed on the way (``via``); the package's frame itself where no script
+        frame is outside it; None for a read of torch's own code (unless ``through_torch``) or
+        of this library's, or (unless ``through_torch``) of a package this library called."""
         kinds = self._kinds
+        via: Where | None = None
         while frame is not None:
             name = frame.f_code.co_filename
             kind = kinds.get(name)
             if kind is None:
                 kind = kinds[name] = self._kind(name)
-            if kind == _STDLIB or (kind == _TORCH and through_torch):
+            if isinstance(kind, str):
+                if not through_torch and self._called_by_us(frame):
+                    return None  # the library's callback (on_complete): its values are host copies
+                return kind, frame.f_lineno, via
+            if kind == _STDLIB or (kind == _TORCH and through_torch) or (
+                    via is not None and kind in (_TORCH, _RUNS)):
+                frame = frame.f_back  # past a package, torch's frames and the runner's wrappers too
+            elif isinstance(kind, tuple):
+                via = via or (kind[0], frame.f_lineno)
                 frame = frame.f_back
-            elif not isinstance(kind, str):
-                return None
-            elif not through_torch and self._called_by_us(frame):
-                return None  # a callback of the library's (on_complete): its values are host copies
-            else:
-                return kind, frame.f_lineno
-        return None
+            else:  # this library's code (or, with no package passed, torch's or the runner's)
+                return None if via is None or not through_torch else (*via, None)
+        return None if via is None else (*via, None)
 
     def _called_by_us(self, frame: FrameType) -> bool:
         back = frame.f_back
@@ -245,7 +269,7 @@ class SyncSites:
             kind = self._kinds[name] = self._kind(name)
         return kind == _OURS
 
-    def _kind(self, name: str) -> int | str:
+    def _kind(self, name: str) -> Kind:
         if name.startswith("<frozen "):
             return _STDLIB
         if name.startswith("<"):
@@ -257,11 +281,19 @@ class SyncSites:
             return _RUNS
         if path.startswith(_PACKAGE):
             return _OURS
-        if path.startswith(_STDLIB_DIR):
-            below = path[len(_STDLIB_DIR):].split(os.sep, 1)[0]
-            return path if below in _SITE_DIRS else _STDLIB
-        return path
+        if self._installed(path):
+            return (path,)
+        return _STDLIB if path.startswith(_STDLIB_DIR) else path
 
+    def _installed(self, path: str) -> bool:
+        """Whether ``path`` is an installed package's: below a ``site-packages`` (or
+        ``dist-packages``) folder that is not above the script's own folder (a script installed
+        itself is the script's; a ``.venv`` in its folder is installed)."""
+        for root in self._roots:
+            if path.startswith(root):
+                path = path[len(root) - 1:]
+                break
+        return any(folder in path for folder in _SITE_DIRS)
 
 def _read(sites: SyncSites, call: str, original: Any, from_device: bool) -> Any:
     """A read method: the original for reads that are not counted (another thread's, one inside a

@@ -18,11 +18,33 @@ from _runs import SCRIPTS, env, found_syncs, said_syncs, start, under_run
 
 # script, the framework it trains with, its optimizer steps
 TRAINERS = [("hf_train.py", "transformers", 4), ("lightning_fit.py", "lightning", 6)]
+# the framework's own reads, by (call, in a step, per step): the HF Trainer's NaN/Inf check of
+# each micro-batch's loss (isnan, isinf: 2 micro-batches a step) and its logging's reads of the
+# loss and the grad norm (logging_steps=1, after its step's callback); Lightning's check of each
+# loader's length across ranks, once an epoch
+OWN_READS = {"transformers": {("Tensor.__bool__", True, 4.0), ("Tensor.item", False, 1.0)},
+             "lightning": {("Tensor.__bool__", False, 0.5)}}
+# what each script calls the framework with
+TRAINS = {"hf_train.py": "trainer.train()", "lightning_fit.py": "trainer.fit("}
+# the settings the suggestions name for the framework's reads made every step, in their order
+SETTINGS = {"transformers": ["logging_nan_inf_filter=False", "logging_steps=", "logging_steps="],
+            "lightning": []}
 
 
-def _own_rows(report: dict[str, Any], script: str) -> list[dict[str, Any]]:
-    """The report's sync rows at the script's own lines (the framework's lines aside)."""
-    return [row for row in found_syncs(report) if row["site"].startswith(f"{script}:")]
+def _own_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The report's sync rows of the script's own reads (not the framework's, via its lines)."""
+    own = [row for row in report["syncs"] if row["via"] is None]
+    return found_syncs({"syncs": own})
+
+
+def _framework_reads(report: dict[str, Any], script: str, framework: str) -> set[Any]:
+    """The framework's own reads: each at the script's line that trains, via the framework's."""
+    number = next(n for n, line in enumerate((SCRIPTS / script).read_text().splitlines(), 1)
+                  if TRAINS[script] in line)
+    rows = [row for row in report["syncs"] if row["via"] is not None]
+    assert rows and all(row["site"] == f"{script}:{number}" for row in rows), rows
+    assert all(row["via"].startswith(f"{framework}/") for row in rows), rows
+    return {(row["call"], row["in_step"], round(row["per_step"], 3)) for row in rows}
 
 
 @pytest.mark.slow
@@ -54,8 +76,14 @@ def test_a_trainer_runs_as_under_python_with_the_library_s_callback_once(
         assert (found["steps"], found["framework"], found["error"]) == (steps, framework, None)
         # the losses the script recorded (the Trainer's logged loss, training_step's output)
         assert found["losses"] == pytest.approx(kept["losses"], rel=1e-6)
-        # its own reads, told in steps and outside them by the callback's steps
-        assert _own_rows(found, script) == said_syncs(script)
+        # every read at the script's lines: its own, told in steps and outside them by the
+        # callback's steps, and the framework's, at the line that trains, via the framework's
+        assert all(row["site"].startswith(f"{script}:") for row in found["syncs"])
+        assert _own_rows(found) == said_syncs(script)
+        assert OWN_READS[framework] <= _framework_reads(found, script, framework)
+        said = [said for said in found["suggestions"] if f" calls {framework}, whose " in said]
+        assert len(said) == len(SETTINGS[framework]), said
+        assert all(setting in line for line, setting in zip(said, SETTINGS[framework], strict=True))
         assert f"asyncthrottle run: {script}: {steps} steps" in process.stderr.decode()
 
 

@@ -3,6 +3,7 @@ name, in steps and outside them; CUDA's sync warnings on CUDA; nothing left patc
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import threading
@@ -205,6 +206,119 @@ def test_a_script_callback_called_by_torch_is_the_scripts(sites: SyncSites) -> N
     hook = lambda x: x.sum().item()  # noqa: E731
     inside_torch(hook, X)
     assert counted(sites) == [(site(hook), "Tensor.item", 1, False)]
+
+
+# an installed framework: its read (line 2), a call through it, its call of the script's code, and
+# its own thread's loop (that starts the audit there)
+FAKEFW = """\
+def read(x):
+    return x.sum().item()
+
+
+def through(x):
+    return read(x)
+
+
+def calls(hook, x):
+    return hook(x)
+
+
+def main(start, x):
+    start()
+    return read(x)
+"""
+
+
+def _module(path: Path, source: str) -> dict[str, Any]:
+    """The functions of ``source``, written to ``path`` and run as that file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(source)
+    scope: dict[str, Any] = {}
+    exec(compile(source, str(path), "exec"), scope)
+    return scope
+
+
+@pytest.fixture
+def fakefw(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """``fakefw``, installed: ``tmp_path/site-packages/fakefw``, that folder on ``sys.path``."""
+    monkeypatch.syspath_prepend(str(tmp_path / "site-packages"))
+    return _module(tmp_path / "site-packages" / "fakefw" / "__init__.py", FAKEFW)
+
+
+def with_via(audit: SyncSites) -> list[tuple[str, str, int, str | None]]:
+    return by_site([(r["site"], r["call"], r["count"], r["via"]) for r in audit.rows(1)])
+
+
+def by_site(rows: list[tuple[str, str, int, str | None]]) -> list[tuple[str, str, int, str | None]]:
+    return sorted(rows, key=lambda row: (row[0], row[3] or ""))
+
+
+def test_a_read_inside_an_installed_package_counts_at_the_script_line_that_called_it(
+        sites: SyncSites, fakefw: dict[str, Any]) -> None:
+    call = lambda: fakefw["read"](X)  # noqa: E731
+    deep = lambda: fakefw["through"](X)  # noqa: E731
+    hook = lambda x: x.sum().item()  # noqa: E731
+    back = lambda: fakefw["calls"](hook, X)  # noqa: E731
+    call(), deep(), back()
+    assert with_via(sites) == by_site([
+        (site(call), "Tensor.item", 1, "fakefw/__init__.py:2"),
+        (site(deep), "Tensor.item", 1, "fakefw/__init__.py:2"),  # via: the innermost frame
+        (site(hook), "Tensor.item", 1, None),  # the script's code the package called: its own
+    ])
+
+
+def test_a_line_s_own_read_and_its_read_via_a_package_are_two_rows(
+        sites: SyncSites, fakefw: dict[str, Any]) -> None:
+    both = lambda: (X.sum().item(), fakefw["read"](X))  # noqa: E731
+    both()
+    both()
+    assert with_via(sites) == [(site(both), "Tensor.item", 2, None),
+                               (site(both), "Tensor.item", 2, "fakefw/__init__.py:2")]
+
+
+def test_a_package_read_with_no_script_frame_outside_is_the_package_s_line(
+        fakefw: dict[str, Any]) -> None:
+    audit = SyncSites([str(HERE)])
+    # the package's own thread, whose reads the audit counts: nothing of the script's is outside
+    worker = threading.Thread(target=fakefw["main"], args=(audit.start, X))
+    try:
+        worker.start()
+        worker.join()
+    finally:
+        audit.stop()
+    assert with_via(audit) == [("fakefw/__init__.py:2", "Tensor.item", 1, None)]
+    ours = _code_in(PACKAGE_DIR, "def deliver(read, x):\n    return read(x)\n")["deliver"]
+    with counting(SyncSites([str(HERE)])) as made_for_us:
+        ours(fakefw["read"], X)  # a package this library called (as an on_complete): the library's
+    assert with_via(made_for_us) == []
+
+
+@contextlib.contextmanager
+def counting(audit: SyncSites) -> Iterator[SyncSites]:
+    audit.start()
+    try:
+        yield audit
+    finally:
+        audit.stop()
+
+
+def test_a_package_in_the_script_s_venv_is_installed_and_an_installed_script_is_the_script_s(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    venv = tmp_path / ".venv" / "lib" / "python3.11" / "site-packages"
+    monkeypatch.syspath_prepend(str(venv))
+    framework = _module(venv / "fw" / "core.py", FAKEFW)["read"]
+    script = _module(tmp_path / "train.py", "def step(fw, x):\n    return fw(x)\n")["step"]
+    with counting(SyncSites([str(tmp_path)])) as project:
+        script(framework, X)
+    # a script run from site-packages (run -m pkg.train): its package's files are its own
+    mine = venv / "pkg"
+    model = _module(mine / "model.py", FAKEFW)["read"]
+    train = _module(mine / "train.py", "def step(fw, x):\n    return fw(x)\n")["step"]
+    with counting(SyncSites([str(mine)])) as installed:
+        train(model, X), train(framework, X)
+    assert with_via(project) == [("train.py:2", "Tensor.item", 1, "fw/core.py:2")]
+    assert with_via(installed) == [("model.py:2", "Tensor.item", 1, None),
+                                   ("train.py:2", "Tensor.item", 1, "fw/core.py:2")]
 
 
 def test_a_throttles_deferred_values_are_not_the_scripts_reads(sites: SyncSites) -> None:
