@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from .core.loop import StepIterator
+
 if TYPE_CHECKING:
     from ._progress import Bar
     from .throttle import Throttle
@@ -140,10 +142,12 @@ def _length(source: object) -> int | None:
         return None
 
 
-class Pass(Iterator[T], Generic[T]):
+class Pass(StepIterator[T]):
     """The iterator of one pass; made by ``iter()`` on a throttled view.
 
-    The batch is fetched before the wait, so loading overlaps the device. A
+    Its ``next()`` is the core's (:class:`~asyncthrottle.core.loop.StepIterator`: the
+    record, the fetch and the admit); the pass adds its start and its end. The batch is
+    fetched before the wait, so loading overlaps the device. A
     wait that raises (``ThrottleTimeout``, ``KeyboardInterrupt``) keeps the
     fetched batch: the next ``next()`` waits again and hands it out.
 
@@ -167,62 +171,29 @@ class Pass(Iterator[T], Generic[T]):
     silently.
     """
 
-    __slots__ = (
-        "__weakref__", "_bar", "_copy", "_core", "_held", "_items", "_open", "_source", "_state",
-        "_thr",
-    )
+    __slots__ = ("__weakref__", "_bar", "_copy", "_source", "_state", "_thr")
 
     def __init__(self, throttle: Throttle, source: Iterable[T], bar: Bar | None = None,
                  copy: Callable[[Any], Any] | None = None) -> None:
+        # (its source's iterator, made as the pass starts: to='s copies it fetches)
+        super().__init__(throttle._core, None)
         self._thr, self._source, self._bar = throttle, source, bar
-        # the source's iterator (to=: its batches copied as they are fetched)
-        self._items: Iterator[T] | None = None
-        # the batch whose hand-out raised, for the next next()
-        self._held: list[T] = []
-        # a batch was handed out and its step is not recorded yet
-        self._open = False
         # new -> running -> done
         self._state = "new"
-        self._core = throttle._core
         # to=: moves each batch to the device as it is fetched
         self._copy = copy
 
     def __iter__(self) -> Pass[T]:
         return self
 
-    def __next__(self) -> T:
-        if self._open:
-            # the loop body of the step handed out last ran: record it, fetch the next batch, admit
-            # it (the core's one road)
-            try:
-                return self._core.step(self._items, self._held)  # type: ignore[arg-type]
-            except BaseException as exc:
-                self._failed(exc)
-                raise
-        return self._begin()
-
     def _begin(self) -> T:
-        """The pass's first step, or the one after a ``next()`` that raised: its batch, if it was
-        fetched (the wait again, then the batch), else a new one."""
-        if self._state != "running":
+        """A ``next()`` with no step open: the pass's first (it starts, or says why it cannot), or
+        the one after a ``next()`` that raised (the wait again for its batch, if it was fetched,
+        else a new one)."""
+        if self._items is None:
             self._start()
-        held = self._held
-        if held:
-            item = held.pop()
-            try:
-                self._core.admit()
-            except BaseException:
-                # a timeout or Ctrl-C in the wait again
-                held.append(item)
-                raise
-        else:
-            try:
-                item = self._core.step(self._items, held, False)  # type: ignore[arg-type]
-            except BaseException as exc:
-                self._failed(exc)
-                raise
-        self._open = True
-        return item
+            return self._step()
+        return super()._begin()
 
     def _failed(self, exc: BaseException) -> None:
         """``next()`` raised ``exc``: no batch is handed out (``StopIteration``: the pass ends)."""
@@ -266,6 +237,7 @@ class Pass(Iterator[T], Generic[T]):
         self._thr._start_pass(self, self._thr._clock())
         self._state = "running"
         items = iter(self._source)
+        # (set while the pass runs: a next() without it starts the pass, or says why not)
         self._items = items if self._copy is None else _Copies(items, self._copy)
 
     def _finish(self) -> None:
@@ -275,6 +247,7 @@ class Pass(Iterator[T], Generic[T]):
             # may raise a timeout: the pass stays open, the next next() drains again
             thr._core.drain()
         self._state = "done"
+        self._items = None
         self._end()
 
     def _end(self) -> None:
@@ -288,6 +261,7 @@ class Pass(Iterator[T], Generic[T]):
         if self._state != "running":
             return
         self._state = "done"
+        self._items = None
         thr = self._thr
         try:
             if self._open:

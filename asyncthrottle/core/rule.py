@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator
-from typing import TypeVar
+from collections.abc import Callable
 
 from .errors import ThrottleTimeout, not_ended
 from .events import Event, EventFactory
-from .notify import STEP_HOOKS, Hooks, tell, tell_all, tell_rest
+from .loop import StepIterator
+from .notify import STEP_HOOKS, Hooks, tell, tell_rest
 from .waits import WaitStrategy
 
-T = TypeVar("T")
 # in-flight histogram size at most (the last bucket counts "that many or more")
 _HISTOGRAM_BUCKETS = 64
 
@@ -29,16 +28,17 @@ class Core(Hooks):
     When that step is the only other one queued and no part hears retirements,
     it is retired there and then (the hand-out would only ask it again).
 
-    A wrapped loop's step is one call, :meth:`step`: the record of the step
-    that ran, the fetch of the next batch (timed: ``fetch_s``) and the admit.
-    ``lean`` says that a step which waits for nothing has no part to tell and
-    no budget but the depth (the backend is asynchronous, the depth is set, and
-    no part listens to records, fetches, retirements, hand-outs or holds);
-    :meth:`step` then runs :meth:`admit` inlined, the whole per-step cost of a
-    plain loop (a random-script test holds the two roads to the same
-    decisions). The record is written once, in :meth:`step` (:meth:`record` is
-    its first half), its hooks truth tests. Hooks are added and removed only
-    through :meth:`subscribe`/:meth:`listen` and their inverses
+    A wrapped loop's step is one ``next()`` of its
+    :class:`~asyncthrottle.core.loop.StepIterator`: the record of the step that
+    ran, the fetch of the next batch (timed: ``fetch_s``) and the admit, in that
+    one frame. ``lean`` says that a step which waits for nothing has no part to
+    tell and no budget but the depth (the backend is asynchronous, the depth is
+    set, and no part listens to records, fetches, retirements, hand-outs or
+    holds); the iterator then runs :meth:`admit` inlined, the whole per-step
+    cost of a plain loop (a random-script test holds the two roads to the same
+    decisions). The record is written once, there (:meth:`record` is its first
+    half), its hooks truth tests. Hooks are added and removed only through
+    :meth:`subscribe`/:meth:`listen` and their inverses
     (:class:`~asyncthrottle.core.notify.Hooks`), which keep ``lean`` true.
 
     Only the loop's thread calls the mutating methods (the Throttle enforces
@@ -68,9 +68,9 @@ class Core(Hooks):
     """
 
     __slots__ = (
-        "_telling", "_untold", "clock", "depth", "draining", "dry", "fetch_s", "histogram",
-        "last_dry", "lean", "limit", "max_in_flight", "new_event", "pending", "steps", "timeout",
-        "top", "wait_s", "wait_strategy", "waits",
+        "_recorder", "_telling", "_untold", "clock", "depth", "draining", "dry", "fetch_s",
+        "histogram", "last_dry", "lean", "limit", "max_in_flight", "new_event", "pending", "steps",
+        "timeout", "top", "wait_s", "wait_strategy", "waits",
     )
 
     def __init__(
@@ -101,6 +101,8 @@ class Core(Hooks):
         # steps retired while telling, told in order after
         self._untold: deque[int] = deque()
         self.lean = False
+        # the one road's record alone (record())
+        self._recorder: StepIterator[None] = StepIterator(self, None)
         self.set_depth(depth)
 
     @property
@@ -131,137 +133,16 @@ class Core(Hooks):
     # -- the rule ----------------------------------------------------------
 
     def record(self, now: float) -> int:
-        """End of a step: one event, recorded after the step's work was enqueued. Returns the
-        step.
+        """End of a step: one event, recorded after the step's work was enqueued, the parts told
+        at host time ``now``. Returns the step.
 
-        The first half of :meth:`step` (the rule's one road), without a fetch and an admit.
+        The first half of the rule's one road (a loop's ``next()``: see
+        :class:`~asyncthrottle.core.loop.StepIterator`), without a fetch and an admit.
         """
-        self.step(None, None, True, now)  # type: ignore[arg-type]
+        recorder = self._recorder
+        recorder._open = True
+        recorder._step(now)
         return self.steps - 1
-
-    def step(self, items: Iterator[T], held: list[T], ran: bool = True,
-             now: float | None = None) -> T:
-        """A wrapped loop's next step: record the step that ran (unless not ``ran``: the pass's
-        first), take the next batch from ``items`` and admit it; returns the batch.
-
-        The record, the fetch and :meth:`admit`: the per-step path of most loops, where a call
-        costs as much as the rule, so the record is written here alone (:meth:`record` is this
-        without ``items``; the parts' hooks are truth tests) and the admit of a core no part
-        hears is inlined (see ``lean``). The parts hear the record at host time ``now`` (None:
-        the clock, read only for them). The fetch is timed from after the record (the parts' work
-        there is not the source's) and told (:meth:`fetched`), also when it raises
-        (``StopIteration``: the source is exhausted). An error of the admit (a timeout or Ctrl-C
-        in the wait, a device error in a query) appends the batch to ``held`` first.
-        """
-        clock = self.clock
-        pending = self.pending
-        if ran:
-            step = self.steps
-            if self.new_event is None:
-                # synchronous: the step is complete as it ends
-                self.steps = step + 1
-                if self.on_record:
-                    hooks = self.on_record
-                    now = clock() if now is None else now
-                    try:
-                        for hook in hooks:
-                            hook(step, None, now)
-                    except BaseException:
-                        tell_rest(hooks, hook, step, None, now)
-                        if self.on_retire:
-                            # complete all the same
-                            tell_all([self._tell_retired], step)
-                        raise
-                if self.on_retire:
-                    self._tell_retired(step)
-            else:
-                event = (self.supplier.supply_event(step) if step == self.supplied_step
-                         else self.new_event())
-                try:
-                    if self.before_record:
-                        hooks = self.before_record
-                        try:
-                            for hook in hooks:
-                                hook(step, event)
-                        except BaseException:
-                            tell_rest(hooks, hook, step, event)
-                            raise
-                    # may raise (CUDA graph capture): then the step is not counted
-                    event.record()
-                except BaseException:
-                    self.drop()
-                    raise
-                pending.append(event)
-                self.steps = step + 1
-                queued = len(pending)
-                if queued > self.max_in_flight:
-                    self.max_in_flight = queued
-                # the device ran dry in this body (a query, never a sync)
-                if queued > 1 and pending[-2].query():
-                    self.dry += 1
-                    self.last_dry = step
-                    if self.on_dry:
-                        hooks = self.on_dry
-                        try:
-                            for hook in hooks:
-                                hook(step)
-                        except BaseException:
-                            tell_rest(hooks, hook, step)
-                            # recorded all the same
-                            tell_all(self.on_record, step, event, clock() if now is None else now)
-                            raise
-                    if queued == 2 and not self.on_retire:
-                        # the step before, seen complete: retired now (the hand-out would ask it
-                        # again)
-                        pending.popleft()
-                if self.on_record:
-                    hooks = self.on_record
-                    now = clock() if now is None else now
-                    try:
-                        for hook in hooks:
-                            hook(step, event, now)
-                    except BaseException:
-                        tell_rest(hooks, hook, step, event, now)
-                        raise
-            if items is None:
-                # record(): no fetch, no admit
-                return None  # type: ignore[return-value]
-        start = clock()
-        try:
-            item = next(items)
-        except BaseException:
-            # the time it took was still fetching
-            self.fetched(self.steps, start, clock() - start)
-            raise
-        seconds = clock() - start
-        if self.on_fetch:
-            self.fetched(self.steps, start, seconds)
-        else:
-            self.fetch_s += seconds
-        try:
-            # (lean again: the fetch may have subscribed a part)
-            if self.lean and len(pending) <= self.limit:  # type: ignore[operator]
-                # admit() while no step must be waited for
-                last = None
-                if pending and pending[0].query():
-                    last = pending.popleft()
-                    while pending and pending[0].query():
-                        last = pending.popleft()
-                queued = len(pending)
-                if queued:
-                    # (lean: queued < depth <= the top bucket)
-                    self.histogram[queued] += 1
-                else:
-                    # the device starves (histogram[0] counts these hand-outs)
-                    self.histogram[0] += 1
-                    if self.steps == self.supplied_step:
-                        self.supplier.supplied_idle(self.steps, last)
-            elif self.new_event is not None or self.on_handout:
-                self.admit()
-        except BaseException:
-            held.append(item)
-            raise
-        return item
 
     def fetched(self, step: int, start: float, seconds: float, counted: bool = True) -> None:
         """The host spent ``seconds`` from ``start`` taking ``step``'s batch: count them in

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import asyncthrottle as at
+from asyncthrottle.core.loop import StepIterator
 from asyncthrottle.testing import FakeDevice
 
 
@@ -189,8 +190,8 @@ def test_fsdp_parity_when_the_device_finishes_steps_on_its_own(ready: list[int])
 
 
 class _Listener:
-    """A part that hears every step: Core.step then runs record() and admit(), not its lean
-    road."""
+    """A part that hears every step: a loop's next() then runs record() and admit(), not its
+    lean road."""
 
     def __init__(self) -> None:
         self.handouts: list[tuple[int, int]] = []
@@ -243,18 +244,20 @@ def test_the_lean_road_decides_exactly_as_record_and_admit(
 def test_core_step_on_a_lean_core_is_record_fetch_admit(
     n: int, depth: int, ready: list[float], stop: int | None
 ) -> None:
-    """The core's lean road (Core.step while lean) against the general methods it inlines, called
-    one by one on the same script: the same calls on the events, the same counters."""
+    """The core's lean road (a StepIterator's next() while lean) against the general methods it
+    inlines, called one by one on the same script: the same calls on the events, the same
+    counters."""
     runs = []
     for lean in (True, False):
         script = Script(ready)
         thr = at.Throttle(depth, events=script, wait="spin", sample_every=None)
         core = inside(thr).core
         assert core.lean
-        source, held = script.source(n), []  # (held: never used, no step waits in vain)
+        source = script.source(n)
+        steps = StepIterator(core, source)
         for i in range(n):
             if lean:
-                item = core.step(source, held, i > 0)
+                item = next(steps)
             else:
                 if i:
                     core.record(0.0)
@@ -265,7 +268,8 @@ def test_core_step_on_a_lean_core_is_record_fetch_admit(
             script.clock[0] += 1
             if i == stop:
                 break
-        runs.append((script.log, _counters(thr), held))
+        # (held: never used, no step waits in vain)
+        runs.append((script.log, _counters(thr), steps._held))
     assert runs[0] == runs[1]
 
 
