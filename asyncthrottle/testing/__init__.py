@@ -127,6 +127,11 @@ class FakeDevice:
             options.setdefault("spin_s", 0.0)
             return Poll(clock=self.clock, sleep=self.clock.sleep, **options)
         # its spin reads advance the clock; its sleeps advance it exactly
+        if kind in ("hybrid", "spin-block"):
+            # A spin on this clock ends by its reads (a microsecond each), not by other threads:
+            # os.sched_yield() would only hand the core to other processes, a scheduler slice a
+            # read on a busy machine (minutes for one test's milliseconds of fake spinning).
+            options.setdefault("yield_gil", False)
         if kind == "hybrid":
             return Hybrid(clock=self._spinning_clock, sleep=self.clock.sleep, **options)
         if kind in ("spin", "block"):
