@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import sys
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +14,10 @@ from .backends.snapshots import JAX_ARRAYS, host_leaf, unring_leaf
 
 if TYPE_CHECKING:
     from .core.events import Event
+
+# A value is settled once, by the first of the loop's delivery and another thread's get(): the
+# second must not convert a ring slot that the delivery has let go (and overwrite the value).
+_SETTLING = threading.Lock()
 
 
 class DonatedValueError(RuntimeError):
@@ -106,26 +111,30 @@ class Deferred:
 
     def _settle(self) -> Any:
         """The value on the host, made once the step is complete (the device arrays and ring slot
-        are let go)."""
+        are let go); made once, by whichever thread asks first (the others find it made)."""
         if not self._settled:
-            copied = self._copied
-            if copied:
-                for marker in copied:
-                    # host-device sync: this copy's stream is not one the step's event covers; it
-                    # was enqueued with the step, so it is done or nearly
-                    marker.synchronize()
-            host = self._host
-            off_cpu = JAX_ARRAYS.get(type(host))
-            if off_cpu is not None:
-                # the usual value, one JAX array, without the walk (see host_leaf)
-                numpy = sys.modules["numpy"]
-                self._host = numpy.asarray(host) if off_cpu else numpy.array(host)
-            elif self._ringed and type(host) is sys.modules["torch"].Tensor:
-                # the other usual value, one tensor in a ring slot: unring_leaf without the walk
-                self._host = host.clone()
-            else:
-                self._host = map_leaves(host, unring_leaf if self._ringed else host_leaf)
-            self._settled, self._held = True, None
+            with _SETTLING:
+                if self._settled:
+                    return self._host
+                copied = self._copied
+                if copied:
+                    for marker in copied:
+                        # host-device sync: this copy's stream is not one the step's event
+                        # covers; it was enqueued with the step, so it is done or nearly
+                        marker.synchronize()
+                host = self._host
+                off_cpu = JAX_ARRAYS.get(type(host))
+                if off_cpu is not None:
+                    # the usual value, one JAX array, without the walk (see host_leaf)
+                    numpy = sys.modules["numpy"]
+                    self._host = numpy.asarray(host) if off_cpu else numpy.array(host)
+                elif self._ringed and type(host) is sys.modules["torch"].Tensor:
+                    # the other usual value, one tensor in a ring slot: unring_leaf without the
+                    # walk
+                    self._host = host.clone()
+                else:
+                    self._host = map_leaves(host, unring_leaf if self._ringed else host_leaf)
+                self._settled, self._held = True, None
         return self._host
 
     def _recorded(self, event: Event | None) -> None:
