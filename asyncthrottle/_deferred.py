@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 # A value is settled once, by the first of the loop's delivery and another thread's get(): the
 # second must not convert a ring slot that the delivery has let go (and overwrite the value).
-_SETTLING = threading.Lock()
+# Re-entrant: a walk that rebuilds a user's object may run code that reads another value.
+_SETTLING = threading.RLock()
 
 
 class DonatedValueError(RuntimeError):
