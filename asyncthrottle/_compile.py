@@ -2,11 +2,15 @@
 
 ``defer()``, ``latest``, ``in_flight`` and ``stats`` read the throttle's step counters: traced
 by Dynamo, they would be guards, and the user's step would compile again every step. The
-first throttle made once torch is imported calls :func:`see_torch`; torch is never imported here.
+first throttle made once torch is imported calls :func:`see_torch`; torch is never imported here,
+nor Dynamo (``torch.compiler.disable`` imports it: seconds, sympy included, that a loop which
+never compiles must not pay), which a compile imports: :func:`see_dynamo` looks for it where no
+compile traces (a throttle's start, a pass's, a loop's first ``begin_step()``).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -30,17 +34,24 @@ def seen() -> bool:
 
 
 def see_torch() -> None:
-    """Once torch is imported: :data:`compiling` and :data:`eagerly` are torch.compiler's.
+    """Once torch is imported: :data:`compiling` is torch.compiler's, and :data:`eagerly` too
+    once Dynamo is (see :func:`see_dynamo`).
 
     Outside a compile a guarded call then costs one ``torch.compiler.is_compiling()`` (0.1 us).
     """
-    global compiling, eagerly
-    import sys
-
+    global compiling
     compiler = getattr(sys.modules.get("torch"), "compiler", None)
     if (compiler is None or not hasattr(compiler, "disable")
             or not hasattr(compiler, "is_compiling")):
         # no torch (yet), or one without torch.compiler: nothing compiles these calls
         return
-    eagerly = compiler.disable(_call)
     compiling = compiler.is_compiling
+    see_dynamo()
+
+
+def see_dynamo() -> None:
+    """Where no compile traces: :data:`eagerly` is ``torch.compiler.disable``'s once torch.compile
+    has imported Dynamo (a ``torch.compile()`` call does, before it traces anything)."""
+    global eagerly
+    if eagerly is _call and compiling is not _never and "torch._dynamo" in sys.modules:
+        eagerly = sys.modules["torch"].compiler.disable(_call)

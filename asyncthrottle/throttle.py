@@ -322,6 +322,8 @@ class Throttle:
             now, host = self._clock(), self._host
             if host.started is None:
                 host.begin(now)
+                # a compile set up since (where no compile traces)
+                _compile.see_dynamo()
             elif self._core.steps:
                 gap = self._core.fetched if self._gaps_fetch else host.between
                 gap(self._core.steps, host.step_end, max(0.0, now - host.step_end))
@@ -587,6 +589,8 @@ class Throttle:
     # -- passes: time counts only inside them -------------------------------
 
     def _start_pass(self, new: Pass[Any], now: float) -> None:
+        # a compile set up since the throttle was made (where no compile traces)
+        _compile.see_dynamo()
         self._ownership.claim("a wrapped loop")
         try:
             self._passes.start(new, self._in_step)
