@@ -53,6 +53,20 @@ def test_values_host_cost_runs_and_counts_the_calls_of_each_loop(metrics: bool) 
     assert python <= (47.8 if metrics else 25.8), done.stdout
 
 
+def test_step_counts_holds_the_hot_path_to_its_python_calls() -> None:
+    """A step of a wrapped loop is one frame (the core's StepIterator's next()) and its events'
+    calls: one Python call more a step on the hot path fails here, where timings cannot see it."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "step_counts.py"), "--steps", "200"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    calls = {line.split()[0]: float(line.split()[1]) for line in done.stdout.splitlines() if line.startswith("  ")}
+    assert calls["generator"] == 4.0  # (the 10-line generator: itself and its events' calls, exact)
+    # next() and, on events, their record() and query(); device timing's sampled steps a quarter
+    # call more (sample_every=8)
+    assert (calls["null"], calls["noop_events"], calls["timed_events_no_sampling"]) == (1.0, 3.0, 3.0), done.stdout
+    assert calls["timed_events"] <= 4.25, done.stdout
+
+
 def test_jax_metrics_runs_every_loop_and_every_metric_arrives() -> None:
     pytest.importorskip("jax")
     done = subprocess.run(
