@@ -6,7 +6,9 @@ Usage: ``python benchmarks/compare_trees.py OLD_REV NEW_REV [--rounds 7] [--step
 Each revision is exported with ``git archive`` and measured in its own child process, the two
 alternating round by round (so load on the machine falls on both alike). Each round runs that
 tree's ``measure_overhead`` (thread CPU time over a bare loop, best of 3 loops); the table shows
-the median over rounds of each loop's microseconds per step, its range, and new / old.
+the median over rounds of each loop's microseconds per step, its range, and new / old; then (the
+``_x`` rows) the median of each round's ratio to the 10-line generator measured in that round,
+the figure ``bench --overhead`` prints, less blurred by the machine's drift.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ _ROUND = (
 )
 _LOOPS = (
     "null_us", "noop_events_us", "timed_events_us", "timed_events_no_sampling_us", "reference_us",
+    "generator_us",
+    # each round's overhead over the 10-line generator's, in the same round of the same tree
+    "null_x", "noop_events_x", "timed_events_x", "timed_events_no_sampling_x",
 )
 
 
