@@ -3,10 +3,12 @@ never waited for."""
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import logging
 import math
 import sys
+import weakref
 from collections import deque
 from collections.abc import Mapping
 from datetime import timedelta
@@ -28,6 +30,23 @@ _log = logging.getLogger("asyncthrottle")
 _KEY = "asyncthrottle/ranks_every/step/"
 # ranks_timeout's default, seconds: far below gloo's 30 minutes, above a rank's evaluation
 TIMEOUT_S = 300.0
+# the parts holding a gloo group: let go of at exit (see _let_go)
+_HOLDING: weakref.WeakSet[RankScores] = weakref.WeakSet()
+
+
+def _let_go() -> None:
+    """At exit, before the interpreter's finalization: every part drops its gloo group and its
+    gathers. A throttle lives in reference cycles, so the cyclic GC frees it, at the latest while
+    the interpreter is torn down; a gloo group (or a gather's work, its tensors) destroyed then
+    aborts the process ("terminate called without an active exception", SIGABRT), after
+    ``destroy_process_group()`` too, which leaves the group to the references still held."""
+    for part in list(_HOLDING):
+        part._works.clear()
+        if part._group is not None:
+            part._group = False
+
+
+atexit.register(_let_go)
 
 
 def check_ranks_every(ranks_every: object) -> int | None:
@@ -261,6 +280,7 @@ class RankScores(Part):
         except Exception as exc:
             self._stop(step, exc, making=True)
             return False
+        _HOLDING.add(self)
         return True
 
     def _launch(self, step: int) -> None:

@@ -6,6 +6,9 @@ import json
 import logging
 import math
 import socket
+import subprocess
+import sys
+import textwrap
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -390,3 +393,47 @@ def test_ranks_timeout_must_be_positive_seconds(value: object, error: type) -> N
         check_ranks_timeout(value)
     with pytest.raises(error, match="ranks_timeout"):
         FakeDevice().throttle(ranks_every=10, ranks_timeout=value)
+
+
+def test_at_exit_every_part_lets_go_of_its_group_and_gathers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A throttle lives in reference cycles: the cyclic GC frees it, at the latest as the interpreter
+    is torn down, where destroying a gloo group or a gather's work aborts the process (SIGABRT, a
+    torchrun rank's exit code -6, after destroy_process_group() too). At exit, before that, every
+    part drops them."""
+    from asyncthrottle.parts import ranks
+
+    fake = _fake_world(monkeypatch)
+    dev = FakeDevice()
+    thr = dev.throttle(2, wait="poll", ranks_every=5, sample_every=None)
+    for _ in thr.wrap(range(10)):
+        dev.host(STEP_S)
+    part = inside(thr).part(RankScores)
+    assert len(part._works) == 2 and part._group == "ranks"  # in flight: the loop never waits for them
+    ranks._let_go()
+    assert not part._works and part._group is False and fake.waited == []
+    for _ in thr.wrap(range(10)):  # (nothing gathers after: the group is gone)
+        dev.host(STEP_S)
+    assert [w.step for w in fake.works] == [4, 9]
+
+
+def test_the_let_go_runs_at_exit_before_the_interpreter_is_torn_down() -> None:
+    code = textwrap.dedent("""
+        import atexit
+        atexit.register(lambda: print("exit handlers end"))  # (last registered runs first: ours)
+        from asyncthrottle.parts import ranks
+
+        class Work:
+            def __del__(self):
+                print("work freed")
+
+        class Part:  # a part in a reference cycle, as a throttle's are
+            pass
+
+        part = Part()
+        part.cycle, part._works, part._group = part, [Work()], "group"
+        ranks._HOLDING.add(part)
+        del part
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["work freed", "exit handlers end"], done.stdout
