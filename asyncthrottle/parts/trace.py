@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -290,7 +289,7 @@ class Trace(Part):
         doc = self.to_dict(meta)
         target = os.fspath(path)
         folder = os.path.dirname(os.path.abspath(target))
-        fd, tmp = tempfile.mkstemp(prefix=".trace-", suffix=".json", dir=folder)
+        fd, tmp = _create(folder)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as out:
                 json.dump(doc, out, separators=(",", ":"))
@@ -299,3 +298,15 @@ class Trace(Part):
             if os.path.exists(tmp):
                 os.unlink(tmp)
             raise
+
+
+def _create(folder: str) -> tuple[int, str]:
+    """A new temporary file in ``folder``, open for writing, with the mode ``open()`` gives (the
+    umask's, as the other files the program writes; ``mkstemp``'s is 0600)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    while True:
+        tmp = os.path.join(folder, f".trace-{os.urandom(6).hex()}.json")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue

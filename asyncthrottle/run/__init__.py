@@ -4,12 +4,13 @@ script."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
 __all__ = ["main"]
 
-_USAGE = "python -m asyncthrottle run [--json PATH] [--trace PATH] [--depth N] " \
+_USAGE = "python -m asyncthrottle run [--json PATH] [--trace PATH] [--depth N] [--] " \
          "(SCRIPT | -m MODULE) [ARGS...]"
 # run's options that take a value (the script's own arguments come after SCRIPT)
 _VALUED = ("--json", "--trace", "--depth")
@@ -46,12 +47,15 @@ def _depth(value: str) -> int:
 
 def _split(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
     """run's own options, the script (None with ``-m`` or none given) and the script's
-    arguments."""
+    arguments; ``--`` ends run's options, ``-mMODULE`` is ``-m MODULE``."""
     k = 0
     while k < len(argv):
         arg = argv[k]
-        if arg == "-m":
-            return argv[:k + 2], None, argv[k + 2:]
+        if arg == "--":
+            return argv[:k], (argv[k + 1] if k + 1 < len(argv) else None), argv[k + 2:]
+        if arg == "-m" or (arg.startswith("-m") and not arg.startswith("--")):
+            end = k + 2 if arg == "-m" else k + 1
+            return argv[:end], None, argv[end:]
         if arg in _VALUED:
             k += 2
         elif arg.startswith("-") and arg != "-":
@@ -61,27 +65,48 @@ def _split(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
     return argv, None, []
 
 
+def _output(parser: argparse.ArgumentParser, option: str, value: str | None) -> str | None:
+    """``--json``/``--trace``'s file made absolute (where the command was typed, whatever the
+    script's ``os.chdir``); a path that cannot be written is a usage error, before the script
+    runs."""
+    if value is None:
+        return None
+    path = os.path.abspath(value)
+    folder = os.path.dirname(path)
+    if os.path.isdir(path):
+        problem = f"is a folder; name a file in it, e.g. {os.path.join(value, 'report.json')}"
+    elif not os.path.isdir(folder):
+        problem = f"is in a folder that does not exist ({folder}); create it first or name a " \
+                  "file in an existing folder"
+    elif not os.access(folder, os.W_OK) or (os.path.exists(path)
+                                            and not os.access(path, os.W_OK)):
+        problem = "cannot be written here (permission denied); name a file in a folder you can " \
+                  "write to"
+    else:
+        return path
+    parser.error(f"{option} {value!r} {problem}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the script and print the report; returns the script's exit status (2: a usage error,
-    or a script that cannot be opened, as python says)."""
+    or a script that cannot be opened, as python says).
+
+    Raises:
+        KeyboardInterrupt: the script ended by Ctrl-C; raised after the report, so that python
+            ends the process as it would have ended the script's (threads joined, ``atexit``
+            handlers run, then killed by SIGINT).
+    """
     args = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     own, script, rest = _split(args)
     options = parser.parse_args(own)
     if script is None and options.module is None:
         parser.error("name the script to run: SCRIPT [ARGS...] or -m MODULE [ARGS...]")
-    from .script import locate
+    json_path = _output(parser, "--json", options.json)
+    trace_path = _output(parser, "--trace", options.trace)
     from .session import Options, session
 
-    chosen = Options(depth=options.depth, json=options.json, trace=options.trace)
+    chosen = Options(depth=options.depth, json=json_path, trace=trace_path)
     target = options.module or script
     assert target is not None
-    try:
-        locate(target, options.module is not None)
-    except FileNotFoundError as exc:
-        print(f"python -m asyncthrottle run: {exc}", file=sys.stderr)
-        return 2
-    except ModuleNotFoundError as exc:
-        print(f"python -m asyncthrottle run: {exc}", file=sys.stderr)
-        return 1
     return session(chosen, target, rest, module=options.module is not None)

@@ -4,14 +4,41 @@ its traceback without the runner's frames, Ctrl-C; and bad input gets a clear er
 from __future__ import annotations
 
 import json
+import os
 import signal
+import stat
+import subprocess
 import sys
+import zipapp
 from pathlib import Path
 
 import pytest
-from _runs import SCRIPTS, python
+from _runs import SCRIPTS, env, python
 
 from asyncthrottle.run import main
+
+_RUN = ("-m", "asyncthrottle", "run")
+
+
+@pytest.fixture(autouse=True)
+def _as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    # an in-process run leaves sys.argv, sys.path[0] and __main__ as the script left them, as
+    # python does: give them back to pytest
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+
+
+def _report_of(err: bytes) -> str:
+    """The runner's report: stderr from its first line on."""
+    text = err.decode()
+    return text[text.index("asyncthrottle run"):]
+
+
+def _before_report(err: bytes) -> str:
+    text = err.decode()
+    return text[:text.index("asyncthrottle run")]
 
 
 def test_a_missing_script_is_python_s_error_and_status(capsys: pytest.CaptureFixture[str]) -> None:
@@ -58,8 +85,8 @@ def test_a_script_that_raises_at_import_shows_its_traceback_and_status_1(
     out, err = capsys.readouterr()
     assert out == "starting\n"
     trace, report = err.split("asyncthrottle run:")
-    # the traceback starts at the script: none of the runner's frames
-    assert trace.splitlines()[1].startswith('  File "raises_at_import.py", line 4, in <module>')
+    # the traceback starts at the script (its absolute path, as python says): no runner frame
+    assert trace.splitlines()[1] == f'  File "{SCRIPTS / "raises_at_import.py"}", line 4, in <module>'
     assert "asyncthrottle" not in trace and trace.endswith("RuntimeError: no data here\n")
     assert " 0 steps" in report and json.loads((tmp_path / "r.json").read_text())["steps"] == 0
 
@@ -111,3 +138,209 @@ def test_a_module_runs_as_python_m_runs_it(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "r.json").read_text())
     assert (report["steps"], report["argv"]) == (3, ["-m", "pkg.train", "a", "-m"])
     assert "asyncthrottle run: " in done.stderr.decode() and ": 3 steps in" in done.stderr.decode()
+
+
+def _both(*args: str, cwd: Path = SCRIPTS
+          ) -> tuple[subprocess.CompletedProcess[bytes], subprocess.CompletedProcess[bytes]]:
+    """``python ARGS`` and ``python -m asyncthrottle run ARGS``."""
+    return python(*args, cwd=cwd), python(*_RUN, *args, cwd=cwd)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_main_is_python_s_and_stays_the_script_s() -> None:
+    # run from the scripts' parent folder, the script's path relative
+    plain, done = _both("scripts/main_globals.py", "x", cwd=SCRIPTS.parent)
+    assert plain.returncode == done.returncode == 0, done.stderr.decode()
+    assert done.stdout == plain.stdout
+    lines = done.stdout.decode().splitlines()
+    # the globals python makes; __file__ absolute; builtins a module; no __future__ of ours
+    assert lines[0] == str({"__annotations__": "dict", "__builtins__": "module",
+                            "__cached__": "NoneType", "__doc__": "str", "__file__": "str",
+                            "__loader__": "SourceFileLoader", "__name__": "str",
+                            "__package__": "NoneType", "__spec__": "NoneType"})
+    assert lines[1] == (f"__main__ {SCRIPTS / 'main_globals.py'} True SourceFileLoader None "
+                        "None None True")
+    assert lines[2] == ("{'x': <class 'int'>, 'return': None} "
+                        f"['scripts/main_globals.py', 'x'] {SCRIPTS}")
+    # a thread still running and an atexit handler pickle a class of the script's __main__
+    assert lines[-2:] == ["thread True True", "atexit True True"]
+
+
+def _package(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "train.py").write_text(
+        "import sys\nprint(sys.argv, __name__, __package__, __spec__.name, sys.path[0])\n")
+    (tmp_path / "localmod.py").write_text("import sys\nprint(__spec__.name, sys.path[0])\n")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_an_attached_module_and_dashes_end_run_s_options(tmp_path: Path) -> None:
+    _package(tmp_path)
+    plain = python("-m", "pkg.train", "a", "--json", cwd=tmp_path)
+    attached = python(*_RUN, "--json", "r.json", "-mpkg.train", "a", "--json", cwd=tmp_path)
+    assert plain.returncode == attached.returncode == 0, attached.stderr.decode()
+    assert attached.stdout == plain.stdout
+    assert json.loads((tmp_path / "r.json").read_text())["argv"] == ["-m", "pkg.train", "a",
+                                                                     "--json"]
+    # after --, the script (here one whose name starts with a dash) and its arguments
+    (tmp_path / "-dash.py").write_text("import sys\nprint(sys.argv)\n")
+    plain = python("--", "-dash.py", "--depth", cwd=tmp_path)
+    done = python(*_RUN, "--depth", "2", "--", "-dash.py", "--depth", cwd=tmp_path)
+    assert plain.returncode == done.returncode == 0, done.stderr.decode()
+    assert done.stdout == plain.stdout == b"['-dash.py', '--depth']\n"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_console_script_runs_a_module_of_the_current_folder(tmp_path: Path) -> None:
+    command = Path(sys.executable).parent / "asyncthrottle"
+    if not command.exists():
+        pytest.skip("the asyncthrottle console script is not installed")
+    _package(tmp_path)
+    plain = python("-m", "localmod", cwd=tmp_path)
+    done = subprocess.run([str(command), "run", "-m", "localmod"], cwd=tmp_path, env=env(),
+                          capture_output=True, timeout=300, check=False)
+    assert plain.returncode == done.returncode == 0, done.stderr.decode()
+    assert done.stdout == plain.stdout == f"localmod {tmp_path}\n".encode()
+
+
+_SHOW = "import sys\nprint(__name__, __file__, __spec__.name, __package__ == '', sys.path[0], " \
+        "sys.argv)\n"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_folder_and_a_zipapp_run_their_main_as_python_runs_them(tmp_path: Path) -> None:
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__main__.py").write_text(_SHOW)
+    zipapp.create_archive(tmp_path / "app", tmp_path / "app.pyz")
+    for target in ("app", "app.pyz"):
+        plain, done = _both(target, "a", cwd=tmp_path)
+        assert plain.returncode == done.returncode == 0, done.stderr.decode()
+        assert done.stdout == plain.stdout
+        assert done.stdout.decode().startswith(f"__main__ {tmp_path / target / '__main__.py'} ")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_safe_path_leaves_sys_path_alone(tmp_path: Path) -> None:
+    if sys.version_info < (3, 11):
+        pytest.skip("-P is python 3.11's")
+    (tmp_path / "show.py").write_text("import sys\nprint(sys.path[0])\n")
+    plain = python("-P", "show.py", cwd=tmp_path)
+    done = python("-P", *_RUN, "show.py", cwd=tmp_path)
+    assert plain.returncode == done.returncode == 0, done.stderr.decode()
+    assert done.stdout == plain.stdout and str(tmp_path).encode() not in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_relative_outputs_land_where_the_command_was_typed(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    (tmp_path / "elsewhere").mkdir()
+    done = python(*_RUN, "--json", "r.json", "--trace", "t.json", str(SCRIPTS / "chdir_outputs.py"),
+                  "elsewhere", cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout == b"elsewhere\n", done.stderr.decode()
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["trace"] == {"path": str(tmp_path / "t.json"), "written": True}
+    assert report["steps"] == 2 and (tmp_path / "t.json").exists()
+    assert not (tmp_path / "elsewhere" / "r.json").exists()
+    # the trace file gets the mode the JSON gets (the umask's), not mkstemp's 0600
+    modes = {stat.S_IMODE(os.stat(tmp_path / name).st_mode) for name in ("r.json", "t.json")}
+    assert len(modes) == 1
+
+
+@pytest.mark.parametrize(("option", "value", "said"), [
+    ("--json", "no_folder/r.json", "is in a folder that does not exist"),
+    ("--trace", ".", "is a folder; name a file in it"),
+])
+def test_a_bad_output_path_is_a_usage_error_before_the_script_runs(
+        option: str, value: str, said: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "script.py").write_text("print('ran')\n")
+    with pytest.raises(SystemExit) as info:
+        main([option, value, "script.py"])
+    out, err = capsys.readouterr()
+    assert info.value.code == 2 and out == ""
+    assert f"{option} {value!r} {said}" in err
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes anywhere")
+def test_an_unwritable_output_is_a_usage_error(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    with pytest.raises(SystemExit) as info:
+        main(["--json", str(locked / "r.json"), "script.py"])
+    assert info.value.code == 2 and "cannot be written here" in capsys.readouterr().err
+
+
+def test_no_trace_is_written_without_steps_and_the_report_says_so(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    monkeypatch.chdir(SCRIPTS)
+    trace = tmp_path / "t.json"
+    assert main(["--json", str(tmp_path / "r.json"), "--trace", str(trace), "never_trains.py",
+                 "0"]) == 0
+    assert not trace.exists()
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["trace"] == {"path": str(trace), "written": False}
+    assert main(["--json", str(tmp_path / "r.json"), "never_trains.py", "0"]) == 0
+    assert json.loads((tmp_path / "r.json").read_text())["trace"] is None
+    capsys.readouterr()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_ctrl_c_runs_atexit_and_ends_the_daemonic_children_then_dies_by_sigint(
+        tmp_path: Path) -> None:
+    plain = python("ctrl_c_atexit.py", str(tmp_path / "plain"))
+    done = python(*_RUN, "ctrl_c_atexit.py", str(tmp_path / "run"))
+    assert plain.returncode == done.returncode == -signal.SIGINT, done.stderr.decode()
+    # the atexit checkpoint was written after the report
+    assert (tmp_path / "plain").read_text() == (tmp_path / "run").read_text() == "saved\n"
+    # multiprocessing's exit cleanup ended the child (else the pipe stays open: no EOF above)
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(done.stdout.split()[0]), 0)
+    assert _before_report(done.stderr) == plain.stderr.decode()
+    assert "KeyboardInterrupt" not in _report_of(done.stderr)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_report_waits_for_the_script_s_threads() -> None:
+    pytest.importorskip("torch")
+    plain = python("thread_trains.py")
+    done = subprocess.run([sys.executable, *_RUN, "thread_trains.py"], cwd=SCRIPTS, env=env(),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300,
+                          check=False)
+    assert plain.returncode == done.returncode == 0, done.stdout.decode()
+    both = done.stdout.decode()
+    # the thread's lines (stdout, then the report on stderr, in one pipe) come before the report
+    assert both.index("thread step 2") < both.index("asyncthrottle run")
+    assert both[:both.index("asyncthrottle run")].encode() == plain.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("how", ["close", "replace"])
+def test_a_script_that_closes_its_streams_keeps_its_exit_code(how: str) -> None:
+    plain, done = _both("closes_streams.py", how)
+    assert plain.returncode == done.returncode == 3, done.stderr.decode()
+    assert done.stdout == plain.stdout == b"before\n"
+    assert "exit code 3" in _report_of(done.stderr)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_tracebacks_have_no_runner_frame_in_the_whole_chain() -> None:
+    pytest.importorskip("torch")
+    plain, done = _both("raises_in_torch.py")
+    assert plain.returncode == done.returncode == 1
+    shown = _before_report(done.stderr)
+    assert "asyncthrottle" not in shown and shown == plain.stderr.decode()
