@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
 
+from asyncthrottle.run.patches import Patches
 from asyncthrottle.run.syncsites import SyncSites
 
 
@@ -56,14 +57,16 @@ def loops() -> dict[str, tuple[Callable[[int], None], bool]]:
 def _time(loop: Callable[[int], None], calls: int, audit: bool, reads: bool) -> float:
     """Seconds per call of one timed run (the audit started just before, stopped after)."""
     sites = SyncSites([str(Path(__file__).parent)])
+    patches = Patches()
     if audit:
-        sites.start()
+        sites.start(patches)
     try:
         start = time.perf_counter()
         loop(calls)
         seconds = (time.perf_counter() - start) / calls
     finally:
         sites.stop()
+        patches.undo()
     counted = sum(row["count"] for row in sites.rows(1))
     if audit and counted != (calls if reads else 0):  # the audit saw what it should, no more
         raise SystemExit(f"the audit counted {counted} reads, expected {calls if reads else 0}")
@@ -79,8 +82,9 @@ def _python_calls(loop: Callable[[int], None], audit: bool) -> float:
         if event == "call":
             seen[0] += 1
 
+    patches = Patches()
     if audit:
-        sites.start()
+        sites.start(patches)
     try:
         loop(1)  # the audit learns each file's kind once
         sys.setprofile(profile)
@@ -88,6 +92,7 @@ def _python_calls(loop: Callable[[int], None], audit: bool) -> float:
     finally:
         sys.setprofile(None)
         sites.stop()
+        patches.undo()
     return (seen[0] - 1) / 100  # the loop's own frame aside
 
 

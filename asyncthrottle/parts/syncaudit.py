@@ -8,10 +8,11 @@ import sys
 import threading
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
-__all__ = ["SYNC_MESSAGE", "SyncAdvice", "SyncAudit", "site_of"]
+__all__ = ["SYNC_MESSAGE", "SyncAdvice", "SyncAudit", "short_path", "site_of"]
 
 # what torch warns with under set_sync_debug_mode("warn")
 SYNC_MESSAGE = "called a synchronizing CUDA operation"
@@ -35,13 +36,18 @@ class SyncAudit:
     handler; repeats are only counted. Warnings from other threads (the mode
     is process-global) are passed on and not counted.
 
+    With ``on_sync``, each sync of an open window is told to it instead, with the frame that
+    raised the warning (``on_sync(frame)``), and is neither counted here nor shown: its caller
+    keeps its own counts.
+
     Attributes:
         steps: windows opened (steps audited).
         syncs: syncs counted on the loop's thread.
         sites: syncs counted per site.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, on_sync: Callable[[FrameType | None], None] | None = None) -> None:
+        self._on_sync = on_sync
         self.steps = self.syncs = 0
         self.sites: Counter[str] = Counter()
         self._thread: int | None = None
@@ -77,18 +83,40 @@ class SyncAudit:
 
     # -- windows ---------------------------------------------------------------
 
-    def start(self, new_step: bool = True) -> None:
-        """A step was handed out on this thread (or a wait inside it ended): count its syncs from
-        now on."""
+    def start(self, new_step: bool = True, thread: int | None = None) -> None:
+        """A step was handed out on this thread (or ``thread``, a ``threading.get_ident()``), or
+        a wait inside it ended: count its syncs from now on."""
         if new_step:
             self.steps += 1
-        self._thread = threading.get_ident()
+        self._thread = threading.get_ident() if thread is None else thread
         self._open = True
         self._install()
 
     def stop(self) -> None:
         """The step's window closes (the throttle is about to wait or drain)."""
         self._open = False
+
+    def install(self) -> None:
+        """Put the hook and filter back if the script's ``catch_warnings`` or
+        ``filterwarnings`` moved them (the filter first again)."""
+        filters = cast(list[Any], warnings.filters)
+        if self._filter is not None and filters[:1] != [self._filter]:
+            if self._filter in filters:
+                filters.remove(self._filter)
+            self._filter = None
+        self._install()
+
+    def uninstall(self) -> None:
+        """Close the window and take the hook and filter away (the previous hook back)."""
+        self.stop()
+        if warnings.showwarning == self._hook:
+            warnings.showwarning = self._previous
+        filters = cast(list[Any], warnings.filters)
+        if self._filter in filters:
+            # an "always" filter never writes a warning registry: removing it leaves no entry
+            # that the filters' version would have to invalidate
+            filters.remove(self._filter)
+        self._filter = None
 
     def _install(self) -> None:
         """Put the hook and an ``always`` filter in place (again, if a ``catch_warnings`` block
@@ -109,6 +137,9 @@ class SyncAudit:
             return
         previous = self._previous or original
         if self._open and threading.get_ident() == self._thread and _is_sync(message, category):
+            if self._on_sync is not None:
+                self._on_sync(sys._getframe(1))
+                return
             site = self._count(sys._getframe(1))
             if site in self._shown:
                 return
@@ -153,12 +184,12 @@ def site_of(frame: FrameType | None) -> str:
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)
         if path not in _SKIPPED_FILES and not (torch_dir and path.startswith(torch_dir)):
-            return f"{_short(path)}:{frame.f_lineno}"
+            return f"{short_path(path)}:{frame.f_lineno}"
         frame = frame.f_back
     return "<unknown>"
 
 
-def _short(path: str) -> str:
+def short_path(path: str) -> str:
     """``path`` relative to the longest ``sys.path`` entry (or the working directory) that holds
     it."""
     roots = [os.path.abspath(entry or os.curdir) for entry in sys.path] + [os.getcwd()]

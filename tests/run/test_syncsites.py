@@ -3,10 +3,15 @@ name, in steps and outside them; CUDA's sync warnings on CUDA; nothing left patc
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import inspect
 import io
 import os
+import pickle
+import re
 import threading
+import traceback
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,9 +22,11 @@ import pytest
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
 
+from _runs import python, under_run  # noqa: E402
+
 import asyncthrottle as at  # noqa: E402
-from asyncthrottle.backends import torch as torch_backend  # noqa: E402
 from asyncthrottle.parts.syncaudit import SYNC_MESSAGE  # noqa: E402
+from asyncthrottle.run.patches import Patches  # noqa: E402
 from asyncthrottle.run.syncsites import CUDA_SYNC, SyncSites  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -30,12 +37,19 @@ PACKAGE_DIR = os.path.dirname(os.path.abspath(at.__file__))
 
 @pytest.fixture
 def sites() -> Iterator[SyncSites]:
-    audit = SyncSites([str(HERE)])
-    audit.start()
+    with counting(SyncSites([str(HERE)])) as audit:
+        yield audit
+
+
+@contextlib.contextmanager
+def counting(audit: SyncSites) -> Iterator[SyncSites]:
+    patches = Patches()
     try:
+        audit.start(patches)
         yield audit
     finally:
         audit.stop()
+        patches.undo()
 
 
 def site(func: Callable[..., Any]) -> str:
@@ -74,9 +88,18 @@ READS: list[tuple[Callable[[], Any], str]] = [
     (lambda: X.unique(), "Tensor.unique"),
     (lambda: torch.unique(X), "torch.unique"),
     (lambda: X[MASK], "Tensor.__getitem__"),
+    (lambda: X[MASK.to(torch.uint8)], "Tensor.__getitem__"),
+    (lambda: X.equal(X), "Tensor.equal"),
+    (lambda: torch.equal(X, X), "torch.equal"),
+    (lambda: X.allclose(X), "Tensor.allclose"),
+    (lambda: torch.allclose(X, X), "torch.allclose"),
+    (lambda: torch.where(MASK), "torch.where"),
+    (lambda: 2.0 in X, "Tensor.__contains__"),
 ]
 
 
+# indexing by a uint8 mask warns (deprecated); the indexing wrapper's frame is where it is shown
+@pytest.mark.filterwarnings("ignore:indexing with dtype torch.uint8")
 @pytest.mark.parametrize(("read", "call"), READS, ids=[f"{call}@{i}" for i, (_, call) in enumerate(READS)])
 def test_each_read_is_counted_once_at_its_line_with_its_call(
     sites: SyncSites, read: Callable[[], Any], call: str
@@ -96,6 +119,7 @@ NOT_READS: list[Callable[[], Any]] = [
     lambda: X.to(torch.float64),
     lambda: X.to("cpu"),  # a CPU run's x.to(device): the host-to-device copy, no read
     lambda: X.long(),
+    lambda: torch.where(MASK, X, 0.0),  # the three-argument where selects on the device
 ]
 
 
@@ -157,20 +181,47 @@ def test_reads_in_steps_and_outside_are_two_rows_and_per_step_divides_by_steps(s
     assert [r["per_step"] for r in sites.rows(0)] == [0.0, 0.0, 0.0]  # no steps: no division
 
 
-def test_rows_since_a_snapshot_are_the_in_step_reads_counted_after_it(sites: SyncSites) -> None:
+def test_tail_rows_are_the_in_step_reads_after_the_mark(sites: SyncSites) -> None:
     read = lambda: X.sum().item()  # noqa: E731
     other = lambda: X.tolist()  # noqa: E731
+    assert sites.tail_rows() == []
     sites.in_step = True
     read()
     other()
-    before = sites.counts()
+    sites.mark_tail()
     read()
     read()  # the tail of the last step: two more reads at one site, none at the other
     sites.in_step = False
-    read()  # outside steps: never in a since= row
-    assert [(r["site"], r["call"], r["count"], r["in_step"]) for r in sites.rows(1, since=before)] == [
+    read()  # outside steps: never in the tail
+    assert [(r["site"], r["call"], r["count"], r["in_step"]) for r in sites.tail_rows()] == [
         (site(read), "Tensor.item", 2, True)]
-    assert sites.rows(1, since=sites.counts()) == []
+    assert counted(sites) == [(site(read), "Tensor.item", 3, True),
+                              (site(read), "Tensor.item", 1, False),
+                              (site(other), "Tensor.tolist", 1, True)]
+    sites.in_step = True  # a new step: no mark in it yet
+    assert sites.tail_rows() == []
+
+
+@pytest.mark.parametrize("closed", [False, True])
+def test_a_discarded_step_s_reads_are_outside_steps(sites: SyncSites, closed: bool) -> None:
+    read = lambda: X.sum().item()  # noqa: E731
+    sites.in_step = True
+    read()
+    sites.in_step = False
+    sites.in_step = True  # opened provisionally (the loader handed a batch)...
+    read()
+    read()
+    if closed:
+        sites.in_step = False
+    sites.discard_step()  # ...and it trained nothing
+    sites.in_step = False
+    assert counted(sites) == [(site(read), "Tensor.item", 2, False),
+                              (site(read), "Tensor.item", 1, True)]
+
+
+def test_rows_carry_the_absolute_path_of_the_site_s_file(sites: SyncSites) -> None:
+    X.sum().item()
+    assert [row["file"] for row in sites.rows(1)] == [__file__]
 
 
 def test_a_read_inside_repr_or_format_is_counted_once(sites: SyncSites) -> None:
@@ -280,26 +331,19 @@ def test_a_package_read_with_no_script_frame_outside_is_the_package_s_line(
         fakefw: dict[str, Any]) -> None:
     audit = SyncSites([str(HERE)])
     # the package's own thread, whose reads the audit counts: nothing of the script's is outside
-    worker = threading.Thread(target=fakefw["main"], args=(audit.start, X))
+    patches = Patches()
+    worker = threading.Thread(target=fakefw["main"], args=(lambda: audit.start(patches), X))
     try:
         worker.start()
         worker.join()
     finally:
         audit.stop()
+        patches.undo()
     assert with_via(audit) == [("fakefw/__init__.py:2", "Tensor.item", 1, None)]
     ours = _code_in(PACKAGE_DIR, "def deliver(read, x):\n    return read(x)\n")["deliver"]
     with counting(SyncSites([str(HERE)])) as made_for_us:
         ours(fakefw["read"], X)  # a package this library called (as an on_complete): the library's
     assert with_via(made_for_us) == []
-
-
-@contextlib.contextmanager
-def counting(audit: SyncSites) -> Iterator[SyncSites]:
-    audit.start()
-    try:
-        yield audit
-    finally:
-        audit.stop()
 
 
 def test_a_package_in_the_script_s_venv_is_installed_and_an_installed_script_is_the_script_s(
@@ -341,13 +385,9 @@ def test_a_read_on_another_thread_is_not_counted(sites: SyncSites) -> None:
 
 
 def test_sites_outside_the_roots_are_named_from_their_sys_path_entry(tmp_path: Path) -> None:
-    audit = SyncSites([str(tmp_path)])
-    audit.start()
-    try:
+    with counting(SyncSites([str(tmp_path)])) as audit:
         read = lambda: X.sum().item()  # noqa: E731
         read()
-    finally:
-        audit.stop()
     assert counted(audit)[0][0] in (f"run/{NAME}:{read.__code__.co_firstlineno}", site(read))
 
 
@@ -365,20 +405,20 @@ _CACHES = {"__slotnames__"}
 
 def _patched_state() -> tuple[dict[str, Any], dict[str, Any], Any, list[Any]]:
     tensor = {name: value for name, value in vars(torch.Tensor).items() if name not in _CACHES}
-    module = {name: getattr(torch, name) for name in ("nonzero", "argwhere", "masked_select", "unique")}
+    module = {name: getattr(torch, name) for name in (
+        "nonzero", "argwhere", "masked_select", "unique", "equal", "allclose", "where")}
     return tensor, module, warnings.showwarning, list(warnings.filters)
 
 
 PRISTINE = _patched_state()  # at import, before any test started an audit
 
 
-def test_stop_restores_every_method_and_start_twice_counts_once() -> None:
+def test_undo_restores_every_method_and_start_twice_counts_once() -> None:
     before = (*PRISTINE[:2], warnings.showwarning, list(warnings.filters))
-    item = torch.Tensor.item
-    audit = SyncSites([str(HERE)])
-    audit.start()
-    audit.start()  # idempotent: one wrapper, one count
-    assert torch.Tensor.item is not item
+    audit, patches = SyncSites([str(HERE)]), Patches()
+    audit.start(patches)
+    audit.start(patches)  # idempotent: one wrapper, one count
+    assert inspect.getattr_static(torch.Tensor, "item") is not before[0].get("item")
     read = lambda: X.sum().item()  # noqa: E731
     with pytest.raises(ZeroDivisionError):
         try:
@@ -386,28 +426,38 @@ def test_stop_restores_every_method_and_start_twice_counts_once() -> None:
             1 / 0  # noqa: B018
         finally:
             audit.stop()
+            patches.undo()
     audit.stop()
     assert counted(audit) == [(site(read), "Tensor.item", 1, False)]
     after = _patched_state()
     assert after[0].keys() == before[0].keys() and all(after[0][k] is v for k, v in before[0].items())
     assert after[1] == before[1] and after[2] is before[2] and after[3] == before[3]
-    assert torch.Tensor.item is item
     X.sum().item()
     assert len(audit.rows(1)) == 1  # nothing counts once stopped
 
 
-def test_a_start_that_fails_leaves_nothing_patched(monkeypatch: pytest.MonkeyPatch) -> None:
-    before = PRISTINE
+def test_a_start_that_fails_leaves_nothing_patched_once_undone() -> None:
+    class Broken(FakeCuda):
+        def _lazy_call(self, call: Callable[[], None]) -> None:
+            raise RuntimeError("no driver")
 
-    def broken() -> Any:
-        raise RuntimeError("no driver")
-
-    monkeypatch.setattr(torch_backend, "cuda_module", broken)
+    patches = Patches()
     with pytest.raises(RuntimeError, match="no driver"):
-        SyncSites([str(HERE)]).start()
+        SyncSites([str(HERE)], cuda=Broken()).start(patches)
+    patches.undo()
     after = _patched_state()
-    assert all(after[0][k] is v for k, v in before[0].items()) and after[0].keys() == before[0].keys()
-    assert after[1] == before[1]
+    assert all(after[0][k] is v for k, v in PRISTINE[0].items()) and after[0].keys() == PRISTINE[0].keys()
+    assert after[1] == PRISTINE[1]
+
+
+def test_start_initialises_no_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    def forbidden() -> bool:
+        raise AssertionError("start() asked torch.cuda.is_available()")
+
+    monkeypatch.setattr(torch.cuda, "is_available", forbidden)
+    monkeypatch.setattr(torch.cuda, "_lazy_init", forbidden)
+    with counting(SyncSites([str(HERE)])):
+        assert not torch.cuda.is_initialized()
 
 
 # -- CUDA: its sync debug mode's warnings decide --------------------------------------------------
@@ -434,30 +484,35 @@ class FakeCuda:
             call()
 
 
-class Syncing(torch.Tensor):
-    """A tensor whose every op warns as torch's sync debug mode does on a synchronizing op."""
+# a tensor whose item() and tolist() warn as torch's sync debug mode does on a synchronizing op
+# (from torch's own files, as CUDA's warnings come from torch)
+SYNCING = f"""\
+import warnings
+import torch
 
+
+class Syncing(torch.Tensor):
     @classmethod
-    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
         if getattr(func, "__name__", "") in ("item", "tolist"):
-            warnings.warn(SYNC_MESSAGE, UserWarning, stacklevel=2)
-        return super().__torch_function__(func, types, args, kwargs or {})
+            warnings.warn({SYNC_MESSAGE!r}, UserWarning, stacklevel=2)
+        return super().__torch_function__(func, types, args, kwargs or {{}})
+"""
+Syncing = _code_in(TORCH_DIR, SYNCING)["Syncing"]
 
 
 @pytest.fixture
-def cuda(monkeypatch: pytest.MonkeyPatch) -> FakeCuda:
-    fake = FakeCuda()
-    monkeypatch.setattr(torch_backend, "cuda_module", lambda: fake)
-    return fake
+def cuda() -> FakeCuda:
+    return FakeCuda()
 
 
 def test_on_cuda_a_read_counts_when_it_synced_and_a_sync_outside_reads_is_named_cuda_sync(
     cuda: FakeCuda,
 ) -> None:
     hook, filters = warnings.showwarning, list(warnings.filters)
-    audit = SyncSites([str(HERE)])
-    audit.start()
-    audit.start()  # one hook, one queued call
+    audit, patches = SyncSites([str(HERE)], cuda=cuda), Patches()
+    audit.start(patches)
+    audit.start(patches)  # one hook, one queued call
     try:
         before_init = lambda: X.sum().item()  # noqa: E731
         before_init()  # CUDA not started yet: a read counts as it would sync
@@ -478,6 +533,7 @@ def test_on_cuda_a_read_counts_when_it_synced_and_a_sync_outside_reads_is_named_
         assert shown == []  # counted, never shown: the report lists them
     finally:
         audit.stop()
+        patches.undo()
     assert sorted(counted(audit, 2)) == sorted([
         (site(before_init), "Tensor.item", 1, False),
         (site(read), "Tensor.item", 2, True),  # one read that synced: counted once, named
@@ -488,8 +544,81 @@ def test_on_cuda_a_read_counts_when_it_synced_and_a_sync_outside_reads_is_named_
 
 
 def test_on_cuda_never_started_stop_leaves_no_queued_call(cuda: FakeCuda) -> None:
-    audit = SyncSites([str(HERE)])
-    audit.start()
+    audit, patches = SyncSites([str(HERE)], cuda=cuda), Patches()
+    audit.start(patches)
     assert len(cuda._queued_calls) == 1
     audit.stop()
+    patches.undo()
     assert cuda._queued_calls == [] and cuda.mode == 0
+
+
+# -- invisible: warnings, tracebacks, pickling, torch.compile --------------------------------------
+
+
+def test_a_warning_inside_a_read_is_shown_at_the_script_s_line(sites: SyncSites) -> None:
+    needs_grad = torch.ones(2, requires_grad=True).sum()
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        convert = lambda: float(needs_grad)  # noqa: E731
+        convert()
+    assert [(Path(w.filename).name, w.lineno) for w in shown] == [
+        (NAME, convert.__code__.co_firstlineno)]
+
+
+def test_a_failing_read_s_traceback_has_no_runner_frame(sites: SyncSites) -> None:
+    try:
+        torch.ones(2).item()
+    except RuntimeError as exc:
+        files = [frame.filename for frame in traceback.extract_tb(exc.__traceback__)]
+    assert files == [__file__]
+
+
+def test_patched_reads_pickle_as_torch_s(sites: SyncSites) -> None:
+    for function in (torch.nonzero, torch.where, torch.Tensor.tolist, torch.Tensor.__getitem__):
+        assert pickle.loads(pickle.dumps(function)) is function
+
+
+# -- reads that cannot sync -----------------------------------------------------------------------
+
+
+class Smoothed:
+    """A logger's smoothed value, as torchvision's MetricLogger keeps one."""
+
+    def __init__(self) -> None:
+        self.values = collections.deque([1.0, 3.0, 2.0])
+
+    def median(self) -> float:
+        d = torch.tensor(list(self.values))
+        return d.median().item()
+
+
+def test_reads_of_host_built_tensors_and_while_loading_are_not_counted(sites: SyncSites) -> None:
+    weight = torch.nn.Parameter(torch.ones(3))
+    sites.in_step = True
+    assert Smoothed().median() == 2.0
+    assert torch.as_tensor(3.0).item() == 3.0  # built here from a number, as the logger's
+    loss = lambda: (weight * 2).sum().item()  # noqa: E731
+    acc = lambda: (weight.detach().argmax() == 0).float().mean().item()  # noqa: E731
+    loss(), acc()
+    sites.loading = True
+    X.sum().item()  # the dataset's own work, num_workers=0
+    sites.loading = False
+    # the model's loss and accuracy still count
+    assert sorted(counted(sites)) == sorted([
+        (site(loss), "Tensor.item", 1, True), (site(acc), "Tensor.item", 1, True)])
+
+
+@pytest.mark.slow
+def test_a_compiled_model_gets_the_same_graphs_under_run(tmp_path: Path) -> None:
+    plain = python("compiled_reads.py", timeout=900)
+    done, _ = under_run("compiled_reads.py", tmp_path)
+    assert plain.returncode == 0 == done.returncode, done.stderr.decode()[-3000:]
+    assert done.stdout == plain.stdout
+    assert b"graph_break" not in plain.stdout or b"[]" in plain.stdout.splitlines()[1]
+    err = done.stderr.decode()
+    assert _logged(err[:err.index("asyncthrottle run")]) == _logged(plain.stderr.decode())
+
+
+def _logged(err: str) -> str:
+    """stderr without torch's log prefixes (time, process id, compile id)."""
+    return re.sub(r"(?m)^[WIE]\d{4} [\d:.]+ \d+ (\S+)\] \[[\d/]+\]", r"\1", err)
