@@ -1,13 +1,17 @@
-"""The report's rows and suggestions, from made-up audit rows (no script run)."""
+"""The report's rows, suggestions and text, from made-up audit rows and fake sources (no script
+run)."""
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from asyncthrottle.run.report import _sync_lines, _syncs, suggestions
+from asyncthrottle.run.report import _figure, _sync_lines, _syncs, collect, suggestions, text
 
 
 def _row(site: str, call: str, count: int, in_step: bool, via: str | None = None,
@@ -22,9 +26,9 @@ def test_a_site_read_only_after_the_last_step_is_outside_steps_and_a_loop_line_s
     tail = [_row("t.py:5", "Tensor.item", 1, True), _row("t.py:9", "Tensor.tolist", 1, True)]
     assert _syncs(rows, tail, 10) == [
         {"site": "t.py:5", "call": "Tensor.item", "count": 10, "per_step": 1.0, "in_step": True,
-         "via": None},
+         "via": None, "file": None},
         {"site": "t.py:9", "call": "Tensor.tolist", "count": 1, "per_step": 0.1,
-         "in_step": False, "via": None},
+         "in_step": False, "via": None, "file": None},
     ]
 
 
@@ -126,3 +130,252 @@ def test_the_sync_table_names_the_package_line_that_made_a_read() -> None:
         "    hf.py:64  Tensor.__bool__ (in transformers/trainer.py:1919)     40      4.00",
         "    hf.py:23  Tensor.item" + " " * 44 + "5      0.50  outside steps",
     ]
+
+
+# -- collect() and text() from fake sources ----------------------------------------------------
+
+SEEN = {"forwards": 0, "backwards": 0, "optimizer_steps": 0, "autograd_grad": 0,
+        "other_threads": 0, "processes": 0}
+
+
+def _stats(steps: int, wall_s: float, verdict: str = "synchronous",
+           sections: dict[str, float | None] | None = None) -> Any:
+    advice = "no steps yet" if verdict == "unknown" else "the loop body is the computation"
+    flat = {"steps": steps, "wall_s": wall_s, "wait_fraction": 0.0, "fetch_s": 0.0,
+            "body_s": wall_s}
+    return SimpleNamespace(steps=steps, wall_s=wall_s, steps_per_s=steps / wall_s if wall_s else 0.0,
+                           verdict=verdict, advice=advice, sections=sections,
+                           as_dict=lambda: flat)
+
+
+def _source(stats: Any, series: list[float | None],
+            each: dict[str, list[float | None]] | None = None) -> Any:
+    throttle = SimpleNamespace(stats=stats, synchronous=True)
+    return SimpleNamespace(hooks=SimpleNamespace(throttle=throttle), framework=None,
+                           series=lambda: series, by_optimizer=lambda: each or {})
+
+
+def _steps(*sources: Any, **seen: int) -> Any:
+    return SimpleNamespace(sources=list(sources), tail_reads=[], input_wait=0.0, loader=None,
+                           error=None, seen={**SEEN, **seen})
+
+
+def _report(steps: Any, rows: list[dict[str, Any]] | None = None,
+            trace: dict[str, Any] | None = None) -> tuple[dict[str, Any], str]:
+    data = collect(steps, rows if rows is not None else [], script="train.py", code=0,
+                   argv=["train.py", "--lr", "0.1"])
+    data["trace"] = trace
+    return data, text(data)
+
+
+def test_the_json_keeps_its_fields_and_adds_seen_trace_files_and_where_the_loss_ended() -> None:
+    nan = math.nan
+    row = {**_row("train.py:5", "Tensor.item", 4, True), "file": "/abs/train.py"}
+    data, _ = _report(_steps(_source(_stats(4, 2.0), [2.5, 1.5, None, nan]), forwards=4), [row])
+    assert data["losses"] == [2.5, 1.5, None, None] and data["nonfinite"] == [3]
+    assert data["last_nonfinite"] == "nan"
+    assert data["seen"] == {**SEEN, "forwards": 4} and data["trace"] is None
+    assert data["syncs"][0]["file"] == "/abs/train.py"
+    # one optimizer: no losses_by_optimizer (its JSON as before)
+    assert "losses_by_optimizer" not in data and "nonfinite_by_optimizer" not in data
+    assert {"schema", "script", "argv", "exit_code", "steps", "steps_per_s", "losses", "nonfinite",
+            "syncs", "verdict", "advice", "sections", "input_wait_s", "input_wait_fraction",
+            "loader", "framework", "error", "stats", "suggestions"} <= data.keys()
+    json.dumps(data, allow_nan=False)
+
+
+def test_a_gan_s_optimizers_each_get_their_series_and_their_loss_line() -> None:
+    each: dict[str, list[float | None]] = {"optimizer 0 (Adam)": [0.7, 0.6, 0.5],
+                                           "optimizer 1 (Adam)": [2.0, math.inf, 3.0]}
+    data, said = _report(_steps(_source(_stats(3, 1.0), [2.7, math.inf, 3.5], each)))
+    assert data["losses_by_optimizer"] == {"optimizer 0 (Adam)": [0.7, 0.6, 0.5],
+                                           "optimizer 1 (Adam)": [2.0, None, 3.0]}
+    assert data["nonfinite_by_optimizer"] == {
+        "optimizer 0 (Adam)": {"nonfinite": [], "last_nonfinite": None},
+        "optimizer 1 (Adam)": {"nonfinite": [1], "last_nonfinite": None}}
+    assert data["losses"] == [2.7, None, 3.5]
+    loss_lines = [line for line in said.splitlines() if line.startswith("  loss:")]
+    assert loss_lines == [
+        "  loss: optimizer 0 (Adam): first 0.7, last 0.5, min 0.5 (step 2); no NaN/Inf",
+        "  loss: optimizer 1 (Adam): first 2, last 3, min 2 (step 0); NaN/Inf at steps 1"]
+
+
+def test_a_loss_that_ends_in_nan_is_last_nan_with_the_last_finite_named() -> None:
+    _, said = _report(_steps(_source(_stats(4, 1.0), [2.0, 1.0, math.nan, math.nan])))
+    assert ("  loss: first 2, last nan (the last finite 1 at step 1), min 1 (step 1); NaN/Inf at "
+            "steps 2, 3") in said.splitlines()
+    _, said = _report(_steps(_source(_stats(2, 1.0), [math.inf, None])))
+    assert "  loss: last inf, none finite (NaN/Inf at steps 0)" in said.splitlines()
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    (1 / 24, "0.0417"), (0.0, "0"), (12.345, "12.3"), (1.0, "1.00"), (999.7, "1000"),
+    (12345.0, "12300"), (0.0009996, "0.00100")])
+def test_figures_have_3_significant_digits_and_no_exponent(value: float, shown: str) -> None:
+    assert _figure(value) == shown
+
+
+def test_a_slow_step_s_rate_and_long_sections_read_right() -> None:
+    stats = _stats(2, 48.0, sections={"forward": 50_300.0, "backward": 12.34, "eval": None,
+                                      "tiny": 999.96})
+    _, said = _report(_steps(_source(stats, [1.0, 0.5])))
+    assert "2 steps in 48.00 s (0.0417 steps/s)" in said.splitlines()[0]
+    assert ("  sections (median per step): forward 50.3 s, backward 12.3 ms, eval -, tiny 1.00 s;"
+            in said)
+
+
+def test_a_one_step_run_never_says_no_steps_yet() -> None:
+    data, said = _report(_steps(_source(_stats(1, 0.5, verdict="unknown"), [1.0])))
+    assert "no steps yet" not in said and "no steps yet" not in json.dumps(data)
+    assert data["verdict"] == "unknown" and "one step is too few" in data["advice"]
+    assert "python -m asyncthrottle run --trace trace.json train.py --lr 0.1" in said
+
+
+@pytest.mark.parametrize(("seen", "why"), [
+    ({}, "no training step found: the script never called backward() or an optimizer's step() "
+         "(0 steps)"),
+    ({"forwards": 3}, "no training step found: the script ran 3 training forwards but never "
+                      "called backward() or an optimizer's step() (0 steps)"),
+    ({"backwards": 2, "optimizer_steps": 1}, "no training step found: backward() was called 2 "
+     "times and optimizers stepped 1 time, yet no step was recorded (0 steps)"),
+    ({"other_threads": 9}, "no training step found on the main thread: 9 backward() or optimizer "
+                           "step() calls ran on other threads (run hears only the main thread) "
+                           "(0 steps)"),
+    ({"autograd_grad": 4}, "no training step found: torch.autograd.grad was called 4 times (no "
+                           "backward()) (0 steps)"),
+    ({"processes": 2}, "no training step found: the script started 2 processes (mp.spawn, "
+                       "multiprocessing), whose steps run does not hear: run each under run, "
+                       "e.g. torchrun --nproc-per-node=2 -m asyncthrottle run train.py --lr 0.1 "
+                       "with the script starting no processes of its own (0 steps)"),
+])
+def test_no_step_says_what_the_hooks_saw_and_offers_no_trace(seen: dict[str, int],
+                                                              why: str) -> None:
+    _, said = _report(_steps(**seen))
+    assert f"  {why}" in said.splitlines()
+    assert "trace" not in said
+
+
+@pytest.mark.parametrize(("steps", "trace", "said"), [
+    (0, {"path": "t.json", "written": False}, "  no trace written (no steps)"),
+    (2, {"path": "out dir/t.json", "written": True},
+     "  the trace is in out dir/t.json: python -m asyncthrottle plot 'out dir/t.json'"),
+])
+def test_an_asked_for_trace_is_said_written_or_not_and_not_offered_again(
+        steps: int, trace: dict[str, Any], said: str) -> None:
+    sources = [_source(_stats(steps, 1.0), [1.0] * steps)] if steps else []
+    _, shown = _report(_steps(*sources), trace=trace)
+    assert shown.splitlines()[-1] == said and "--trace" not in shown
+
+
+def test_the_sync_table_shows_the_top_20_in_steps_first_and_the_json_keeps_all() -> None:
+    rows = [_row(f"t.py:{k}", "Tensor.item", 100 - k, True) for k in range(24)]
+    rows.append(_row("t.py:99", "Tensor.item", 200, False))
+    data, said = _report(_steps(_source(_stats(10, 1.0), [1.0] * 10)), rows)
+    assert len(data["syncs"]) == 25
+    lines = _sync_lines(data["syncs"])
+    assert len(lines) == 22 and lines[-1] == "    ... and 5 more sites (all in --json)"
+    assert lines[1].startswith("    t.py:0 ") and "t.py:99" not in said
+    assert [line.split()[0] for line in lines[1:21]] == [f"t.py:{k}" for k in range(20)]
+
+
+def test_more_than_20_suggestions_show_20_and_say_how_many_more(tmp_path: Path) -> None:
+    script = tmp_path / "t.py"
+    script.write_text("loss.item()\n" * 30)
+    rows = [{**_row(f"t.py:{k}", "Tensor.item", 10, True), "file": str(script)}
+            for k in range(1, 31)]
+    data, said = _report(_steps(_source(_stats(10, 1.0), [1.0] * 10)), rows)
+    assert len(data["suggestions"]) == 30
+    assert "    20. t.py:" in said and "    21. " not in said
+    assert "    ... and 10 more suggestions (all in --json)" in said
+
+
+# -- suggestions: whose read, and what it reads ------------------------------------------------
+
+MODEL = ("the model's own read in {via} (its forward's code, not the HF Trainer's nor the "
+         "script's), so no TrainingArguments setting and no thr.defer moves it: it reads what the "
+         "model was given (a mask, a length); see that line for the input or config that skips it")
+HF_LOGS = ("the HF Trainer's own read, not the script's, so thr.defer cannot move it: raise "
+           "TrainingArguments(logging_steps=) (it reads the loss and the grad norm it logs)")
+LIGHTNING_LOGS = ("Lightning's own read, not the script's, so thr.defer cannot move it: log with "
+                  "self.log(..., on_step=False)")
+LIGHTNING_OTHER = ("Lightning's own read in {via}, not its logging (log_every_n_steps does not "
+                   "move it) nor the script's, so thr.defer cannot move it: see that line for the "
+                   "callback or Trainer setting that makes it")
+
+
+@pytest.mark.parametrize(("via", "owner"), [
+    ("transformers/masking_utils.py:329", MODEL),
+    ("transformers/models/gpt2/modeling_gpt2.py:812", MODEL),
+    ("transformers/modeling_utils.py:5120", MODEL),
+    ("transformers/trainer_pt_utils.py:120", HF_LOGS),
+    ("transformers/trainer.py:2257", HF_LOGS),
+    ("lightning/pytorch/trainer/connectors/logger_connector/result.py:430", LIGHTNING_LOGS),
+    ("pytorch_lightning/core/module.py:500", LIGHTNING_LOGS),
+    ("lightning/pytorch/callbacks/model_checkpoint.py:380", LIGHTNING_OTHER),
+])
+def test_a_package_s_read_is_owned_by_the_file_that_made_it_not_the_package(
+        via: str, owner: str) -> None:
+    row = _row("hf.py:64", "Tensor.item", 10, True, via)
+    said = suggestions(_data([row]), synchronous=True)[0]
+    assert said.startswith(f"hf.py:64 calls {via.split('/')[0]}, whose {via} reads a device value "
+                           f"(Tensor.item) every step: {owner.format(via=via)}")
+    if owner is MODEL:
+        assert "logging_nan_inf_filter" not in said and "logging_steps" not in said
+
+
+def _said(tmp_path: Path, source: str, call: str, line: int = 2) -> str:
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    row = {**_row(f"train.py:{line}", call, 10, True), "file": str(script)}
+    return suggestions(_data([row]), synchronous=True)[0].split(" every step")[0]
+
+
+@pytest.mark.parametrize(("line", "call", "said"), [
+    ("print(output.mean().item())", "Tensor.item", "calls output.mean().item()"),
+    ("x = a.item() + b.item() + a.item()", "Tensor.item", "calls a.item() and b.item()"),
+    ("total += float(loss) + float(aux['l1'])", "Tensor.__float__",
+     "calls float(loss) and float(aux['l1'])"),
+    ("idx = torch.nonzero(mask > 0)", "torch.nonzero", "calls torch.nonzero(mask > 0)"),
+    ("idx = (mask > 0).nonzero()", "Tensor.nonzero", "calls (mask > 0).nonzero()"),
+    ("kept = batch[0][keep]", "Tensor.__getitem__", "calls batch[0][mask]"),
+    ("if (grad.norm() > 5) or stop: pass", "Tensor.__bool__",
+     "branches on `if grad.norm() > 5 or stop:`"),
+    ("log(f'{loss:.3f}')", "Tensor.__format__", "calls f'{loss}'"),
+])
+def test_a_read_names_what_its_line_reads_as_written(tmp_path: Path, line: str, call: str,
+                                                     said: str) -> None:
+    assert _said(tmp_path, f"import torch\n{line}\n", call) == f"train.py:2 {said}"
+
+
+def test_two_reads_on_a_line_are_both_deferred(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nx = a.item() + b.item()\n")
+    row = {**_row("train.py:2", "Tensor.item", 10, True), "file": str(script)}
+    assert suggestions(_data([row]), synchronous=True)[0].endswith(
+        "every step: thr.defer((a, b)) instead, or read it every 50 steps")
+
+
+def test_a_read_spread_over_lines_is_found_from_any_of_them(tmp_path: Path) -> None:
+    source = "import torch\nvalue = (output\n         .sum()\n         .item())\n"
+    assert _said(tmp_path, source, "Tensor.item", 4) == "train.py:4 calls output.sum().item()"
+
+
+def test_the_receiver_is_read_from_the_site_s_own_file_from_another_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    # the display path, train.py, names another file in the working directory
+    (elsewhere / "train.py").write_text("import torch\nwrong.item()\n")
+    monkeypatch.chdir(elsewhere)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    assert _said(mine, "import torch\nright.item()\n", "Tensor.item") == (
+        "train.py:2 calls right.item()")
+
+
+def test_a_file_that_no_longer_parses_falls_back_to_the_line_s_text(tmp_path: Path) -> None:
+    assert _said(tmp_path, "def (:\nprint(loss.item())\n", "Tensor.item") == (
+        "train.py:2 calls loss.item()")
+    (tmp_path / "other").mkdir()
+    assert _said(tmp_path / "other", "def (:\nprint(3)\n", "Tensor.item") == (
+        "train.py:2 calls the value.item()")
