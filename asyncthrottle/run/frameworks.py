@@ -4,17 +4,16 @@ library's callback once the script imports the framework, and the generic hooks 
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.machinery
-import importlib.util
-import sys
+import importlib
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 from ..framework import ThrottleHooks
+from .imports import after_import
 from .patches import Patches
-from .steps import Source, Steps
+from .source import Source
+from .steps import Steps
 
 __all__ = ["watch"]
 
@@ -36,13 +35,7 @@ def watch(steps: Steps, patches: Patches, make: Callable[[type], ThrottleHooks])
         patches.replace(module.Trainer, method,
                         lambda original: _training(steps, framework, original, make))
 
-    _audited(steps, patches)
-    finder = _AfterImport({name: patch for name in _TRAINERS})
-    for name in _TRAINERS:
-        if name in sys.modules:
-            patch(sys.modules[name])
-    sys.meta_path.insert(0, finder)
-    patches.call(lambda: sys.meta_path.remove(finder) if finder in sys.meta_path else None)
+    after_import({name: patch for name in _TRAINERS}, patches)
 
 
 def _training(steps: Steps, framework: str, original: Callable[..., Any],
@@ -56,7 +49,7 @@ def _training(steps: Steps, framework: str, original: Callable[..., Any],
         except Exception as exc:
             steps.error = exc
             return original(trainer, *args, **kwargs)
-        steps.framework_begin()
+        steps.framework_begin(source)
         try:
             return original(trainer, *args, **kwargs)
         finally:
@@ -73,15 +66,22 @@ def _source(steps: Steps, framework: str, trainer: Any,
     ``ThrottleCallback`` if it has one (a second one would throttle twice), else the runner's."""
     hooks = _theirs(framework, trainer)
     added = hooks is None
+    known = {id(source.hooks): source for source in steps.sources}
     if hooks is None:
-        module = importlib.import_module(f"asyncthrottle.{framework}")
-        hooks = make(module.ThrottleCallback)
+        # one callback for every fit()/train() of the script: their steps add up
+        mine = [s for s in steps.sources if s.framework == framework and s is not steps.runner]
+        hooks = mine[0].hooks if mine else make(
+            importlib.import_module(f"asyncthrottle.{framework}").ThrottleCallback)
         if framework == "lightning":
             trainer.callbacks.append(hooks)
         else:
             trainer.add_callback(hooks)
-    known = {id(source.hooks): source for source in steps.sources}
-    return known.get(id(hooks)) or Source(hooks, framework), added
+    source = known.get(id(hooks))
+    if source is None:
+        source = Source(hooks, framework)
+        source.watch(steps.sites)
+        steps.sources.append(source)
+    return source, added
 
 
 def _theirs(framework: str, trainer: Any) -> ThrottleHooks | None:
@@ -99,71 +99,3 @@ def _remove(framework: str, trainer: Any, callback: ThrottleHooks) -> None:
             trainer.callbacks.remove(callback)
     else:
         trainer.remove_callback(callback)
-
-
-def _audited(steps: Steps, patches: Patches) -> None:
-    """Inside a ``fit()``/``train()``, a framework callback's step (the runner's or the
-    script's own) tells the sync audit when it is open: patched on :class:`ThrottleHooks`, the
-    class the callbacks share (a patched instance, or a class of the runner's, would not pickle
-    under ``ddp_spawn``)."""
-    def opens(original: Callable[..., int]) -> Callable[..., int]:
-        @functools.wraps(original)
-        def begin(self: ThrottleHooks, *args: Any, **kwargs: Any) -> int:
-            step = original(self, *args, **kwargs)
-            if steps.framework and steps.sites is not None:
-                steps.sites.in_step = True
-            return step
-        return begin
-
-    def closes(original: Callable[..., None]) -> Callable[..., None]:
-        @functools.wraps(original)
-        def ends(self: ThrottleHooks, *args: Any, **kwargs: Any) -> None:
-            try:
-                original(self, *args, **kwargs)
-            finally:
-                if steps.framework and steps.sites is not None:
-                    steps.sites.in_step = False
-        return ends
-
-    patches.replace(ThrottleHooks, "begin", opens)
-    patches.replace(ThrottleHooks, "end", closes)
-    patches.replace(ThrottleHooks, "fail", closes)
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Calls ``then[name](module)`` once module ``name`` has been executed."""
-
-    def __init__(self, then: dict[str, Callable[[ModuleType], None]]) -> None:
-        self.then = then
-        self._finding: set[str] = set()
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name not in self.then or name in self._finding:
-            return None
-        self._finding.add(name)
-        try:
-            spec = importlib.machinery.PathFinder.find_spec(name, path, target)
-        finally:
-            self._finding.discard(name)
-        if spec is None or spec.loader is None:
-            return spec
-        spec.loader = _Then(spec.loader, self.then[name])
-        return spec
-
-
-class _Then(importlib.abc.Loader):
-    """A loader that runs ``then(module)`` after the module it loads (everything else its
-    loader's)."""
-
-    def __init__(self, loader: Any, then: Callable[[ModuleType], None]) -> None:
-        self._loader, self._then = loader, then
-
-    def create_module(self, spec: Any) -> Any:
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        self._loader.exec_module(module)
-        self._then(module)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._loader, name)

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import os
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from ..framework import ThrottleHooks
+from .imports import after_import
 from .patches import Patches
 from .report import collect, text
-from .script import Ending, locate, run
+from .script import Ending, locate, run, say, set_path0
 from .steps import Steps
+from .syncsites import SyncSites
 
 __all__ = ["Options", "session"]
 
@@ -46,30 +48,37 @@ def _throttle_options(options: Options) -> dict[str, Any]:
             "ranks_every": RANKS_EVERY if _rank() is not None else None}
 
 
-def _sites(file: str) -> Any:
-    """The sync audit over the script's folder, or None where its module is missing."""
-    try:
-        module = importlib.import_module("asyncthrottle.run.syncsites")
-    except ImportError:
-        return None
-    return module.SyncSites([str(Path(file).resolve().parent)])
+def _sites(file: str) -> SyncSites:
+    """The sync audit over the script's folder."""
+    return SyncSites([str(Path(file).resolve().parent)])
 
 
 def session(options: Options, target: str, args: list[str], module: bool) -> int:
-    """Run the script under the hooks and report; returns the script's exit status."""
-    file = locate(target, module)
+    """Run the script under the hooks and report; returns the script's exit status (2: a
+    script that cannot be opened, 1: a module, folder or zipapp with nothing to run, as python
+    says).
+
+    Raises:
+        KeyboardInterrupt: after the report, where the script ended by Ctrl-C (see
+            :meth:`Ending.exit`).
+    """
+    set_path0(target, module)
+    try:
+        file = locate(target, module)
+    except (FileNotFoundError, ModuleNotFoundError) as exc:
+        say(f"python -m asyncthrottle run: {exc}\n")
+        return 2 if isinstance(exc, FileNotFoundError) else 1
     sites = _sites(file)
     thr_options = _throttle_options(options)
 
-    def make() -> ThrottleHooks:
-        return ThrottleHooks(options.depth, **thr_options)
+    def make(device: Any) -> ThrottleHooks:
+        # the device of the first step's tensors: a CPU script on a GPU machine never starts CUDA
+        return ThrottleHooks(options.depth, device=device, **thr_options)
 
     steps = Steps(make, sites, collective=_rank() is not None)
     patches = Patches()
     try:
-        _install(steps, patches, options, thr_options)
-        if sites is not None:
-            sites.start()
+        _install(steps, sites, patches, options, thr_options)
         ending = run(target, args, module)
     finally:
         try:
@@ -78,43 +87,76 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
             if sites is not None:
                 sites.stop()
             patches.undo()
-    _report(steps, sites, options, file, ending, [target, *args] if not module
+    shown = ending.file if module and ending.file else file
+    _report(steps, sites, options, shown, ending, [target, *args] if not module
             else ["-m", target, *args])
     return ending.exit()
 
 
-def _install(steps: Steps, patches: Patches, options: Options,
+def _install(steps: Steps, sites: Any, patches: Patches, options: Options,
              thr_options: dict[str, Any]) -> None:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        logger.warning("asyncthrottle run: torch is not installed: no steps can be found")
-        return
-    from .frameworks import watch
-    from .torchhooks import install
+    """The torch hooks, the frameworks' watch and the sync audit, installed once the script
+    imports torch (never before its first line: an ``OMP_NUM_THREADS`` or ``CUDA_VISIBLE_DEVICES``
+    it sets at its top still counts)."""
+    def torch_imported(torch: ModuleType) -> None:
+        from .frameworks import watch
+        from .torchhooks import install
 
-    install(steps, patches)
-    watch(steps, patches, lambda cls: cls(options.depth, **thr_options))
+        install(steps, patches)
+        watch(steps, patches, lambda cls: cls(options.depth, **thr_options))
+        if sites is not None:
+            sites.start(patches)
+
+    after_import({"torch": torch_imported}, patches)
 
 
 def _report(steps: Steps, sites: Any, options: Options, file: str, ending: Ending,
             argv: list[str]) -> None:
     rows = sites.rows(max(1, _count(steps))) if sites is not None else None
     data = collect(steps, rows, script=file, code=ending.code, argv=argv)
-    slowest = None
     rank = _rank()
     main = max(steps.sources, key=lambda s: s.hooks.throttle.stats.steps, default=None)
-    if main is not None and (rank is None or rank[0] == 0):
-        gathered = main.hooks.throttle.stats
-        if gathered.slowest_rank is not None:
-            scores = ", ".join(f"{score:.2f}" for score in gathered.rank_scores or ())
-            slowest = f"{gathered.slowest_rank} (each rank's speed against the fastest: {scores})"
-    if options.trace and main is not None:
-        main.hooks.throttle.export_trace(_per_rank(options.trace, rank))
+    slowest = _slowest(main, rank)
+    data["trace"] = _trace(main, options.trace, rank)
     if options.json:
-        Path(_per_rank(options.json, rank)).write_text(json.dumps(data, indent=1) + "\n")
-    sys.stdout.flush()
-    print(text(data, rank=rank, slowest=slowest), file=sys.stderr, flush=True)
+        where = _per_rank(options.json, rank)
+        try:
+            Path(where).write_text(json.dumps(data, indent=1) + "\n")
+        except OSError as exc:
+            say(f"python -m asyncthrottle run: --json {where!r} could not be written ({exc})\n")
+    # the script's last lines first (a closed or replaced stdout: nothing to flush)
+    try:
+        sys.stdout.flush()
+    except Exception:
+        pass
+    say(text(data, rank=rank, slowest=slowest) + "\n")
+
+
+def _slowest(main: Any, rank: tuple[int, int] | None) -> str | None:
+    """Rank 0's line on the slowest rank of a torchrun (None elsewhere)."""
+    if main is None or (rank is not None and rank[0] != 0):
+        return None
+    gathered = main.hooks.throttle.stats
+    if gathered.slowest_rank is None:
+        return None
+    scores = ", ".join(f"{score:.2f}" for score in gathered.rank_scores or ())
+    return f"{gathered.slowest_rank} (each rank's speed against the fastest: {scores})"
+
+
+def _trace(main: Any, path: str | None, rank: tuple[int, int] | None) -> dict[str, Any] | None:
+    """Write ``--trace`` where steps were found; the report's ``trace``: its absolute path and
+    whether it was written (None without ``--trace``)."""
+    if path is None:
+        return None
+    where = os.path.abspath(_per_rank(path, rank))
+    written = main is not None and main.hooks.throttle.stats.steps > 0
+    if written:
+        try:
+            main.hooks.throttle.export_trace(where)
+        except OSError as exc:
+            say(f"python -m asyncthrottle run: --trace {where!r} could not be written ({exc})\n")
+            written = False
+    return {"path": where, "written": written}
 
 
 def _count(steps: Steps) -> int:

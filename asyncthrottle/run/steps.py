@@ -3,62 +3,65 @@ its loader's batches."""
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from ..framework import ThrottleHooks
+from .source import Source
 
 __all__ = ["Source", "Steps"]
 
-
-class Source:
-    """One throttle the runner reads: the runner's own, or a framework's callback; each step's
-    delivered loss by the throttle's step number (the host copies, read only at the report)."""
-
-    def __init__(self, hooks: ThrottleHooks, framework: str | None = None) -> None:
-        self.hooks = hooks
-        self.framework = framework
-        self.losses: dict[int, Any] = {}
-        hooks.throttle.on_complete(self._delivered)
-
-    def _delivered(self, step: int, values: dict[str, Any]) -> None:
-        # no float() here: this runs under the script's frames, where a read would be the script's
-        self.losses[step] = values.get("loss")
+# what the hooks saw, for a report that found no step: the keys of Steps.seen
+SEEN = ("forwards", "backwards", "optimizer_steps", "autograd_grad", "other_threads", "processes")
 
 
 class Steps:
     """The state of the script's training, told by the hooks of :mod:`asyncthrottle.run.torchhooks`.
 
-    A step opens at the first training forward (grad enabled) or backward after the last step
-    was done, and is done once an optimizer (or ``GradScaler``) has stepped -- with no optimizer
-    in the script, once it has called ``backward()``. A done step stays open (its tail: logging,
-    ``loss.item()``) until the loop asks its loader for the next batch, a new step begins, an
-    evaluation starts (``model.eval()``, a forward without grad) or the script ends. Its loss is the
-    sum of the values its ``backward()`` calls were given, unscaled when a ``GradScaler`` scaled
-    them (inside ``optimizer.step(closure)``: the first closure's). Only the loop's thread counts.
+    A step is what the script does with one batch. It opens when its loader hands the loop a
+    batch (once the loop has trained: the work before the first forward is the step's, not the
+    loader's), else at the first training forward (grad enabled), ``backward()`` or optimizer step;
+    it is done once every optimizer of the script's cycle has stepped (a GAN's two; the first
+    step expects every optimizer the script made, later ones the set the last step stepped), or
+    -- with no optimizer in the script -- once it has called ``backward()``. A done step stays open
+    (its tail: logging, ``loss.item()``) until the loop asks its loader for the next batch, a new
+    step begins, the same optimizer steps again, an evaluation starts (``model.eval()``, a forward
+    without grad) or the script ends. A step that never trained (an evaluation batch, a batch
+    whose optimizer step raised and was caught) is dropped, its reads are filed outside steps and
+    its time is not the loop's. Its loss is the sum of the values its ``backward()`` calls were
+    given, unscaled when a ``GradScaler`` scaled them (inside ``optimizer.step(closure)``: the first
+    closure's); with several optimizers, each one's loss is the ``backward()`` calls before its
+    step. Only the loop's thread counts.
 
     Args:
-        make: builds the runner's :class:`ThrottleHooks` at the first step (after the script has
-            set up its device and process group).
-        sites: the sync audit (``in_step`` is set here), or None.
+        make: builds the runner's :class:`ThrottleHooks` for a device (that of the first step's
+            tensors, so that nothing initialises a device the script does not use).
+        sites: the sync audit, or None.
         collective: the backward holds a collective (DDP's all-reduce): its section is left out
             of the rank's own work, so the straggler is named by its own phases.
+        clock: the host clock of the loader's waits (the throttle's).
     """
 
-    def __init__(self, make: Callable[[], ThrottleHooks], sites: Any = None, *,
-                 collective: bool = False) -> None:
+    def __init__(self, make: Callable[[Any], ThrottleHooks], sites: Any = None, *,
+                 collective: bool = False, clock: Callable[[], float] = time.perf_counter) -> None:
         self._make = make
         self.sites = sites
         self.collective = collective
+        self.clock = clock
         self.sources: list[Source] = []
         self.runner: Source | None = None
         self.thread = threading.main_thread().ident
-        # an optimizer was made: without one, each backward() is a step (manual SGD)
-        self.optimizers = False
+        # the optimizers the script made (without one, each backward() is a step: manual SGD)
+        self.optimizers: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.made_optimizer = False
         # >0 inside Trainer.fit/train: the framework's callback finds the steps there
         self.framework = 0
+        self.framework_source: Source | None = None
         # an error of the runner's own (the hooks then stand aside; the report says so)
         self.error: Exception | None = None
         self.open = False
@@ -66,88 +69,134 @@ class Steps:
         self.input_wait = 0.0
         self.loader: dict[str, Any] | None = None
         self._fetched: dict[str, Any] | None = None
-        # sync counts at the start of the open step's tail (reads after its last one are not
-        # a step's when no step follows)
-        # the audit's counts when the last step was done (its tail: the reads after it)
-        self.tail_counts: dict[Any, int] | None = None
         self.tail_reads: list[dict[str, Any]] = []
+        self.seen = dict.fromkeys(SEEN, 0)
         self.arm: Callable[[], None] = _nothing
         self.disarm: Callable[[], None] = _nothing
         # GradScaler.scale's outputs (by id) and what they scaled: taken by the backward() of one
         self.scaled: dict[int, tuple[weakref.ref[Any], Any]] = {}
+        # the optimizer steps running, by the frame that ran each (an exception leaves one)
+        self._frames: list[FrameType] = []
+        # the optimizers a done step stepped (None before the first), and each one's position
+        self._cycle: set[int] | None = None
+        self._position: dict[int, int] = {}
+        # where the last done step's first forward was called: a forward elsewhere opens no step
+        self.opener: Any = None
+        self.last: Any = None
+        # the sync audit files reads in a step that may not come (see _hold): what started
+        # holding them, "batch" (a batch taken) or "forward" (a forward elsewhere), or None
+        self.holding: str | None = None
         self._reset()
 
     def _reset(self) -> None:
         self.backwards = 0
         self.updated = False
-        self.in_optimizer = 0
         self.stepped: set[int] = set()
         self.loss: Any = None
         self.inner_loss: Any = None
         self.lossless = False
+        # the backward() values since the last optimizer step, and each optimizer's
+        self.pending: Any = None
+        self.each: dict[int, Any] = {}
+        # anything of training heard in the open step (a step opened for a batch may stay empty)
+        self.heard = False
+        self.tail_marked = False
+        self.opened_at = 0.0
+        # the throttle's number of the open step
+        self.number = 0
+        # the call site of the step's first forward
+        self.first: Any = None
 
     # -- what the hooks tell --------------------------------------------------
 
-    def forward(self, grad: bool) -> None:
-        """A module's forward begins (armed only while the next one may open or end a step)."""
-        if self.in_optimizer:
+    def forward(self, grad: bool, module: Any, site: Any = None) -> None:
+        """A module's forward begins, called from ``site`` (the script's code and line; armed
+        only while the next one may open or end a step)."""
+        if self._frames and self._in_optimizer():
             return
         if not grad:
-            # evaluation, unless the step is still before its update (a teacher's forward)
-            self.leave()
+            # an evaluation; a teacher's forward inside a step that has not trained yet stays
+            if not self.open or self._done():
+                self.leave()
+                self.disarm()
             return
-        self._enter()
-        assert self.runner is not None
-        self.runner.hooks.phase("forward")
+        self.seen["forwards"] += 1
+        self.last = site
+        if self.open and (self._complete() or self._failed()):
+            self._close()
+        if not self.open:
+            if self.opener is not None and site != self.opener:
+                # not where the steps begin: an evaluation with grad on, unless it trains
+                self._hold("forward")
+                self.disarm()
+                return
+            if self.holding == "forward":
+                self._unhold()
+            self._open(module)
+        if self.first is None:
+            self.first = site
+        self.heard = True
+        self._phase("forward")
         self.disarm()
 
     def backward(self, tensors: Any) -> None:
         """``backward()`` is called on ``tensors`` (before autograd runs)."""
-        if self.in_optimizer:
+        if self._frames and self._in_optimizer():
             # a closure evaluated by optimizer.step(closure) (LBFGS): its first loss is the step's
             if self.inner_loss is None:
                 self.inner_loss = self._unscaled(tensors)
             return
-        self._enter()
-        assert self.runner is not None
-        self.runner.hooks.phase("backward", collective=self.collective)
+        self.seen["backwards"] += 1
+        self._enter(tensors)
+        if self.first is None:
+            # a step opened by its backward: its forward was the last one heard
+            self.first = self.last
+        self.heard = True
+        self._phase("backward", collective=self.collective)
         value = self._unscaled(tensors)
         if value is None:
             self.lossless = True
         else:
             self.loss = value if self.loss is None else self.loss + value
+            self.pending = value if self.pending is None else self.pending + value
         self.backwards += 1
 
     def after_backward(self) -> None:
         self.arm()
-        if not self.optimizers:
-            self._tail_starts()
+        if not self.made_optimizer:
+            self._mark_tail()
 
-    def optimizer_begin(self, optimizer: object) -> None:
-        """An optimizer (or a ``GradScaler``) steps: the step's update."""
-        if self.in_optimizer:
+    def optimizer_begin(self, optimizer: Any, frame: FrameType) -> None:
+        """An optimizer (or a ``GradScaler``) steps, run by ``frame``: the step's update."""
+        if self._frames and self._in_optimizer():
             # optimizer.step() inside GradScaler.step()
-            self.in_optimizer += 1
+            self._frames.append(frame)
             return
+        self.seen["optimizer_steps"] += 1
         # the same optimizer again (LBFGS's step after step): a new step; another one, the same
         if self.open and id(optimizer) in self.stepped:
             self._close()
         if not self.open:
-            self._open()
-        self.in_optimizer = 1
+            self._open(optimizer)
+        self._frames.append(frame)
         self.stepped.add(id(optimizer))
-        assert self.runner is not None
-        self.runner.hooks.phase("optimizer")
+        self.heard = True
+        self._assign(optimizer)
+        self._phase("optimizer")
 
-    def optimizer_end(self) -> None:
-        self.in_optimizer -= 1
-        if self.in_optimizer or not self.open:
+    def optimizer_end(self, frame: FrameType) -> None:
+        """The optimizer step ``frame`` ran has returned (an unpaired end is ignored)."""
+        if not self._frames or self._frames[-1] is not frame:
+            return
+        self._frames.pop()
+        if self._frames or not self.open:
             return
         self.updated = True
         assert self.runner is not None
         self.runner.hooks.end_phase()
         self.arm()
-        self._tail_starts()
+        if self._complete():
+            self._mark_tail()
 
     def scale(self, scaled: Any, original: Any) -> None:
         """``GradScaler.scale(original)`` returned ``scaled``."""
@@ -160,61 +209,132 @@ class Steps:
             if big is not small:
                 self.scaled[id(big)] = (weakref.ref(big), small)
 
+    def made(self, optimizer: Any) -> None:
+        """The script made ``optimizer``."""
+        self.made_optimizer = True
+        self.optimizers.add(optimizer)
+
     def fetch_begin(self) -> None:
-        """The loop asks a DataLoader for a batch: a done step's body has ended."""
-        if self.open and self._done():
+        """The loop asks a DataLoader for a batch: the step of the last one has ended."""
+        self._unhold()
+        # a batch that only ran forwards (an evaluation's) was no step; one that ran backward()
+        # without an update is accumulating gradients: its step goes on
+        forwards_only = self.heard and not self.backwards and not self.stepped
+        if self.open and (self._done() or forwards_only or self._failed()) and not (
+                self._frames and self._in_optimizer()):
             self._close()
 
-    def fetch_end(self, seconds: float, stopped: bool, loader: dict[str, Any] | None) -> None:
-        if not self.paused:
-            self.input_wait += seconds
-        self._fetched = loader
+    def fetch_end(self, start: float, seconds: float, stopped: bool,
+                  loader: dict[str, Any] | None) -> None:
+        """The loader's ``next()`` from ``start`` took ``seconds``; ``stopped``: it raised
+        ``StopIteration`` (an epoch's end, its workers joined: not the loop's time)."""
         if stopped:
-            self.leave()
+            self.stop(at=start)
+            return
+        self._fetched = loader
+        if self.paused:
+            # the next forward may start training again, and this batch's reads are its own
+            self.arm()
+            self._hold("batch")
+            return
+        self.input_wait += seconds
+        if self.runner is not None and not self.open:
+            self._open(None)
+            self.arm()
 
     def leave(self) -> None:
-        """Training stops for now (an evaluation, an epoch's end): a done step ends, and the time
-        until the next step is not the loop's."""
+        """An evaluation starts (``model.eval()``, a forward without grad): a done step ends, and
+        the time until the next step is not the loop's."""
+        self._unhold()
         if self.open and self._done():
             self._close()
-        if not self.open and not self.paused and self.runner is not None:
-            self.runner.hooks.throttle.pause()
-            self.paused = True
+        if not self.open:
+            self._pause()
+
+    def stop(self, at: float | None = None) -> None:
+        """Training stops (an epoch's end at ``at``, a framework's ``fit()``): the open step ends,
+        dropped if it never trained."""
+        self._unhold()
+        if self.open:
+            self._close()
+        self._pause(at)
 
     # -- frameworks -----------------------------------------------------------
 
-    def framework_begin(self) -> None:
-        self.leave()
+    def framework_begin(self, source: Source) -> None:
+        self.stop()
         self.framework += 1
+        self.framework_source = source
         self.disarm()
 
-    def framework_end(self, source: Source | None) -> None:
+    def framework_end(self, source: Source) -> None:
         self.framework -= 1
-        if source is not None and source not in self.sources:
+        if source not in self.sources:
             self.sources.append(source)
+        if not self.framework:
+            self.framework_source = None
         self.arm()
+
+    def framework_fetch(self, seconds: float, loader: dict[str, Any] | None) -> None:
+        """A framework's loop took a batch: the loader's wait, between its steps."""
+        source = self.framework_source
+        if source is not None and source.in_pass and not source.hooks.step_open:
+            self.input_wait += seconds
+            self.loader = loader
 
     # -- the step's life ------------------------------------------------------
 
     def _done(self) -> bool:
-        return self.updated or (not self.optimizers and self.backwards > 0)
+        return self.updated or (not self.made_optimizer and self.backwards > 0)
 
-    def _enter(self) -> None:
-        if self.open and self._done():
+    def _complete(self) -> bool:
+        """Done, and every optimizer of the cycle has stepped."""
+        if not self.updated:
+            return self._done()
+        expected = self._cycle
+        if expected is None:
+            expected = {id(optimizer) for optimizer in self.optimizers}
+        return expected <= self.stepped
+
+    def _failed(self) -> bool:
+        """An optimizer step of the open step raised (and the script went on): no update."""
+        return bool(self.stepped) and not self.updated
+
+    def _enter(self, where: Any) -> None:
+        if self.open and (self._complete() or self._failed()):
             self._close()
         if not self.open:
-            self._open()
+            self._open(where)
 
-    def _open(self) -> None:
+    def _hold(self, why: str) -> None:
+        """File the reads from now in steps, provisionally: the batch the loop took (or a
+        forward) may start a step, which then claims them; else they go outside steps."""
+        if self.sites is not None and not self.open:
+            if not self.holding:
+                self.sites.in_step = True
+            self.holding = why
+
+    def _unhold(self) -> None:
+        """The held reads belong to no step: outside steps."""
+        if self.holding:
+            self.holding = None
+            if self.sites is not None:
+                self.sites.discard_step()
+                self.sites.in_step = False
+
+    def _open(self, where: Any) -> None:
+        # the reads held since the batch was taken are this step's
+        held, self.holding = self.holding, None
         if self.runner is None:
-            self.runner = Source(self._make())
+            self.runner = Source(self._make(_device(where)))
             self.sources.append(self.runner)
-        self.runner.hooks.begin()
+        number = self.runner.hooks.begin()
         self._reset()
+        self.number = number
+        self.opened_at = self.clock()
         self.open, self.paused = True, False
-        self.tail_counts = None
         self.loader = self._fetched or self.loader
-        if self.sites is not None:
+        if self.sites is not None and not held:
             self.sites.in_step = True
 
     def _close(self) -> None:
@@ -223,17 +343,65 @@ class Steps:
         self.open = False
         if self.sites is not None:
             self.sites.in_step = False
-        if self._done():
-            loss = self.loss if self.loss is not None else self.inner_loss
-            hooks.end(None if self.lossless else loss)
-        else:
-            # a forward with grad that trained nothing: no step
+        if not self._done():
+            # no step: a batch that trained nothing (an evaluation's, a caught error's)
+            if self.sites is not None:
+                self.sites.discard_step()
             hooks.fail()
+            self._pause(self.opened_at)
+            return
+        if self.updated:
+            self._cycle = set(self.stepped)
+        self.opener = self.first if self.first is not None else self.opener
+        loss = None if self.lossless else (
+            self.loss if self.loss is not None else self.inner_loss)
+        if hooks.throttle.synchronous:
+            # the step has run (the CPU): its values are on the host, no copy to wait for
+            self.runner.put(self.number, loss, self.each)
+            hooks.end()
+            return
+        if len(self.runner.names) > 1:
+            for position, value in self.each.items():
+                hooks.throttle.defer(value, name=f"loss:{position}")
+        hooks.end(loss)
 
-    def _tail_starts(self) -> None:
-        if self.sites is not None:
-            # a dict copy each step, not rows(): no sort, no formatting per step
-            self.tail_counts = self.sites.counts()
+    def _pause(self, at: float | None = None) -> None:
+        if not self.paused and self.runner is not None:
+            self.runner.hooks.throttle.pause(at)
+            self.paused = True
+
+    def _phase(self, name: str, *, collective: bool = False) -> None:
+        assert self.runner is not None
+        self.runner.hooks.phase(name, collective=collective)
+
+    def _assign(self, optimizer: Any) -> None:
+        """The backward() values since the last optimizer step are ``optimizer``'s loss."""
+        assert self.runner is not None
+        position = self._position.get(id(optimizer))
+        if position is None:
+            position = self._position[id(optimizer)] = len(self._position)
+            self.runner.names.append(f"optimizer {position} ({type(optimizer).__name__})")
+        if self.pending is not None:
+            self.each[position] = self.pending
+            self.pending = None
+
+    def _in_optimizer(self) -> bool:
+        """An optimizer step is running (its frame is on this thread's stack); forgets those an
+        exception ended (a caught error in ``optimizer.step()``)."""
+        alive = set()
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None:
+            alive.add(id(frame))
+            frame = frame.f_back
+        frames = self._frames
+        while frames and id(frames[-1]) not in alive:
+            frames.pop()
+        return bool(frames)
+
+    def _mark_tail(self) -> None:
+        if self.sites is not None and not self.tail_marked:
+            self.sites.mark_tail()
+            self.tail_marked = True
 
     def _unscaled(self, tensors: Any) -> Any:
         if isinstance(tensors, (list, tuple)):
@@ -251,12 +419,32 @@ class Steps:
     def finish(self) -> None:
         """The script ended: end the open step (the reads of a done step's tail are outside steps:
         no step followed) and deliver every step's values."""
+        self._unhold()
         if self.open:
-            if self._done() and self.tail_counts is not None and self.sites is not None:
-                self.tail_reads = self.sites.rows(1, since=self.tail_counts)
+            if self._done() and self.tail_marked and self.sites is not None:
+                self.tail_reads = self.sites.tail_rows()
             self._close()
         for source in self.sources:
             source.hooks.drain()
+
+
+def _device(where: Any) -> Any:
+    """The device of a module's parameters, an optimizer's, or a tensor's (or a list's first):
+    None where none is found (the throttle then detects one)."""
+    if isinstance(where, (list, tuple)):
+        where = where[0] if where else None
+    device = getattr(where, "device", None)
+    if device is not None:
+        return device
+    groups = getattr(where, "param_groups", None)
+    if groups:
+        params = groups[0].get("params") or [None]
+        return getattr(params[0], "device", None)
+    parameters = getattr(where, "parameters", None)
+    if callable(parameters):
+        first = next(iter(parameters()), None)
+        return getattr(first, "device", None)
+    return None
 
 
 def _nothing() -> None:

@@ -4,6 +4,7 @@ forwards, backwards, optimizer steps, ``GradScaler`` calls, evaluations and Data
 from __future__ import annotations
 
 import functools
+import sys
 import time
 import weakref
 from collections.abc import Callable
@@ -19,18 +20,29 @@ __all__ = ["install"]
 def install(steps: Steps, patches: Patches, clock: Callable[[], float] = time.perf_counter) -> None:
     """Hook torch for ``steps``: torch's global hooks where it has them (optimizer steps, module
     forwards), wrappers elsewhere (``torch.autograd.backward``, which ``Tensor.backward`` calls,
-    ``GradScaler.scale``/``step``, ``Module.train``, ``Optimizer.__init__``, the DataLoader
-    iterator's ``__next__``). Only the loop's thread, outside a framework's ``fit``/``train``,
-    is heard; ``patches.undo()`` removes them all."""
-    _forwards(steps, patches)
-    _optimizers(steps, patches)
-    _backward(steps, patches)
+    ``torch.autograd.grad``, ``GradScaler.scale``/``step``, ``Module.train``,
+    ``Optimizer.__init__``, the DataLoader iterators' ``_next_data``, a process's ``start``).
+    Only the loop's thread, outside a framework's ``fit``/``train``, is heard; nothing of it
+    runs while ``torch.compile`` traces; ``patches.undo()`` removes them all."""
+    import torch
+
+    compiling = torch.compiler.is_compiling
+    _forwards(steps, patches, compiling)
+    _optimizers(steps, patches, compiling)
+    _backward(steps, patches, compiling)
     _scaler(steps, patches)
     _loader(steps, patches, clock)
+    _processes(steps, patches)
 
 
 def _heard(steps: Steps) -> bool:
     return get_ident() == steps.thread and not steps.framework and steps.error is None
+
+
+def _elsewhere(steps: Steps) -> None:
+    """Training heard on a thread the runner does not follow: said in a report with no step."""
+    if get_ident() != steps.thread:
+        steps.seen["other_threads"] += 1
 
 
 def _tell(steps: Steps, method: Callable[..., None], *args: Any) -> None:
@@ -42,15 +54,18 @@ def _tell(steps: Steps, method: Callable[..., None], *args: Any) -> None:
         steps.error = exc
 
 
-def _forwards(steps: Steps, patches: Patches) -> None:
+def _forwards(steps: Steps, patches: Patches, compiling: Callable[[], bool]) -> None:
     import torch
     from torch.nn.modules import module
 
     handle: list[Any] = []
+    grad_enabled = torch.is_grad_enabled
+    torch_file = module.__file__
 
     def hook(mod: Any, args: Any) -> None:
-        if _heard(steps):
-            _tell(steps, steps.forward, torch.is_grad_enabled())
+        # first: Dynamo traces a global hook into a compiled module, and this returns at once
+        if not compiling() and _heard(steps):
+            _tell(steps, steps.forward, grad_enabled(), mod, _caller(sys._getframe(1), torch_file))
 
     def arm() -> None:
         # a global forward hook takes every module off torch's fast path: only while it may tell
@@ -68,28 +83,37 @@ def _forwards(steps: Steps, patches: Patches) -> None:
     def make_train(original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
         def train(self: Any, mode: bool = True) -> Any:
-            if mode is False and _heard(steps):
-                _tell(steps, steps.leave)
+            if not compiling() and _heard(steps):
+                _tell(steps, steps.leave if mode is False else steps.arm)
             return original(self, mode)
         return train
 
     patches.replace(torch.nn.Module, "train", make_train)
 
 
-def _optimizers(steps: Steps, patches: Patches) -> None:
+def _caller(frame: Any, torch_file: str | None) -> tuple[Any, int] | None:
+    """The code and line that called a module (the first frame outside torch's ``Module``)."""
+    while frame is not None and frame.f_code.co_filename == torch_file:
+        frame = frame.f_back
+    return None if frame is None else (frame.f_code, frame.f_lineno)
+
+
+def _optimizers(steps: Steps, patches: Patches, compiling: Callable[[], bool]) -> None:
     from torch.optim import optimizer
 
-    # paired: the post hook of a step whose pre hook counted
-    heard: list[bool] = []
-
+    # paired by the frame that runs both hooks (torch's wrapper of the step): a step that raised
+    # never calls its post hook
     def before(opt: Any, args: Any, kwargs: Any) -> None:
-        heard.append(_heard(steps))
-        if heard[-1]:
-            _tell(steps, steps.optimizer_begin, opt)
+        if compiling():
+            return
+        if _heard(steps):
+            _tell(steps, steps.optimizer_begin, opt, sys._getframe(1))
+        else:
+            _elsewhere(steps)
 
     def after(opt: Any, args: Any, kwargs: Any) -> None:
-        if heard and heard.pop():
-            _tell(steps, steps.optimizer_end)
+        if not compiling() and _heard(steps):
+            _tell(steps, steps.optimizer_end, sys._getframe(1))
 
     patches.handle(optimizer.register_optimizer_step_pre_hook(before))
     patches.handle(optimizer.register_optimizer_step_post_hook(after))
@@ -97,20 +121,24 @@ def _optimizers(steps: Steps, patches: Patches) -> None:
     def make_init(original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-            steps.optimizers = True
             original(self, *args, **kwargs)
+            if get_ident() == steps.thread:
+                steps.made(self)
         return __init__
 
     patches.replace(optimizer.Optimizer, "__init__", make_init)
 
 
-def _backward(steps: Steps, patches: Patches) -> None:
+def _backward(steps: Steps, patches: Patches, compiling: Callable[[], bool]) -> None:
     import torch.autograd
 
     def make(original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            if compiling():
+                return original(tensors, *args, **kwargs)
             if not _heard(steps):
+                _elsewhere(steps)
                 return original(tensors, *args, **kwargs)
             _tell(steps, steps.backward, tensors)
             try:
@@ -119,7 +147,15 @@ def _backward(steps: Steps, patches: Patches) -> None:
                 _tell(steps, steps.after_backward)
         return backward
 
+    def make_grad(original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def grad(*args: Any, **kwargs: Any) -> Any:
+            steps.seen["autograd_grad"] += 1
+            return original(*args, **kwargs)
+        return grad
+
     patches.replace(torch.autograd, "backward", make)
+    patches.replace(torch.autograd, "grad", make_grad)
 
 
 def _scaler(steps: Steps, patches: Patches) -> None:
@@ -140,11 +176,12 @@ def _scaler(steps: Steps, patches: Patches) -> None:
         def step(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
             if not _heard(steps):
                 return original(self, optimizer, *args, **kwargs)
-            _tell(steps, steps.optimizer_begin, optimizer)
+            frame = sys._getframe()
+            _tell(steps, steps.optimizer_begin, optimizer, frame)
             try:
                 return original(self, optimizer, *args, **kwargs)
             finally:
-                _tell(steps, steps.optimizer_end)
+                _tell(steps, steps.optimizer_end, frame)
         return step
 
     patches.replace(grad_scaler.GradScaler, "scale", make_scale)
@@ -152,34 +189,77 @@ def _scaler(steps: Steps, patches: Patches) -> None:
 
 
 def _loader(steps: Steps, patches: Patches, clock: Callable[[], float]) -> None:
+    """The iterators' ``_next_data`` (not ``__next__``, whose own warnings name its caller, nor
+    ``__init__``, whose pin-memory warning does: both stay the script's lines)."""
     from torch.utils.data import dataloader
 
-    # each iterator's DataLoader arguments, as the script passed them
+    # each iterator's DataLoader arguments
     made: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 
-    def make_init(original: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(original)
-        def __init__(self: Any, loader: Any, *args: Any, **kwargs: Any) -> None:
-            original(self, loader, *args, **kwargs)
-            made[self] = {"num_workers": loader.num_workers, "pin_memory": loader.pin_memory,
-                          "batch_size": loader.batch_size}
-        return __init__
+    def described(iterator: Any) -> dict[str, Any]:
+        found = made.get(iterator)
+        if found is None:
+            found = made[iterator] = _arguments(iterator)
+        return found
 
     def make_next(original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
-        def __next__(self: Any) -> Any:
-            if not _heard(steps):
+        def _next_data(self: Any) -> Any:
+            if get_ident() != steps.thread or steps.error is not None:
                 return original(self)
+            if steps.framework:
+                return _framework_fetch(steps, original, self, clock, described)
+            sites = steps.sites
             _tell(steps, steps.fetch_begin)
             start = clock()
+            if sites is not None:
+                # the dataset's own reads (num_workers=0) stay on the host on any device
+                sites.loading = True
             try:
                 batch = original(self)
             except StopIteration:
-                _tell(steps, steps.fetch_end, clock() - start, True, made.get(self))
+                _tell(steps, steps.fetch_end, start, clock() - start, True, described(self))
                 raise
-            _tell(steps, steps.fetch_end, clock() - start, False, made.get(self))
+            finally:
+                if sites is not None:
+                    sites.loading = False
+            _tell(steps, steps.fetch_end, start, clock() - start, False, described(self))
             return batch
-        return __next__
+        return _next_data
 
-    patches.replace(dataloader._BaseDataLoaderIter, "__init__", make_init)
-    patches.replace(dataloader._BaseDataLoaderIter, "__next__", make_next)
+    for name in ("_SingleProcessDataLoaderIter", "_MultiProcessingDataLoaderIter"):
+        patches.replace(getattr(dataloader, name), "_next_data", make_next)
+
+
+def _framework_fetch(steps: Steps, original: Callable[..., Any], iterator: Any,
+                     clock: Callable[[], float], described: Callable[[Any], Any]) -> Any:
+    start = clock()
+    batch = original(iterator)
+    _tell(steps, steps.framework_fetch, clock() - start, described(iterator))
+    return batch
+
+
+def _arguments(iterator: Any) -> dict[str, Any]:
+    """The DataLoader arguments an iterator runs with (torch keeps them on the iterator)."""
+    sampler = getattr(iterator, "_index_sampler", None)
+    return {"num_workers": getattr(iterator, "_num_workers", 0),
+            "pin_memory": getattr(iterator, "_pin_memory", False),
+            "batch_size": getattr(sampler, "batch_size", None)}
+
+
+def _processes(steps: Steps, patches: Patches) -> None:
+    """Count the processes the script starts (``mp.spawn``, a ``Process``): said when no step
+    was found on its own."""
+    from multiprocessing import process
+
+    def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def start(self: Any) -> None:
+            # a DataLoader's workers are the loader's, not the script's
+            target = getattr(self, "_target", None)
+            if not (getattr(target, "__module__", None) or "").startswith("torch.utils.data"):
+                steps.seen["processes"] += 1
+            original(self)
+        return start
+
+    patches.replace(process.BaseProcess, "start", make)

@@ -74,6 +74,8 @@ def test_a_trainer_runs_as_under_python_with_the_library_s_callback_once(
         "ThrottleCallback") == 1
     for found, process in ((report, done), (json.loads(own_report.read_text()), owned)):
         assert (found["steps"], found["framework"], found["error"]) == (steps, framework, None)
+        # the framework's loop takes its batches from a DataLoader: the loader's wait is heard
+        assert found["input_wait_s"] > 0 and found["loader"] is not None, found["loader"]
         # the losses the script recorded (the Trainer's logged loss, training_step's output)
         assert found["losses"] == pytest.approx(kept["losses"], rel=1e-6)
         # every read at the script's lines: its own, told in steps and outside them by the
@@ -112,3 +114,17 @@ def test_under_torchrun_each_rank_reports_and_rank_0_names_the_slow_rank(tmp_pat
     assert err.count("asyncthrottle run (rank ") == 2 and err.count("slowest rank:") == 1
     assert "  slowest rank: 1 (" in err
     assert json.loads(report.read_text())["stats"]["slowest_rank"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_two_fits_are_one_run_of_all_their_steps(tmp_path: Path) -> None:
+    pytest.importorskip("lightning")
+    started = start("two_fits.py", str(tmp_path / "plain.json"))
+    done, report = under_run("two_fits.py", tmp_path, str(tmp_path / "run.json"))
+    plain = started.wait()
+    assert plain.returncode == done.returncode == 0, done.stderr.decode()
+    assert done.stdout == plain.stdout
+    kept = json.loads((tmp_path / "plain.json").read_text())
+    assert report["steps"] == len(kept) == 8
+    assert report["losses"] == pytest.approx(kept, rel=1e-6)

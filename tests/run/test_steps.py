@@ -4,6 +4,8 @@ code as under plain python, the right steps, every loss, and the sync lines they
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +13,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from _runs import found_syncs, said_syncs, start, under_run
+from _runs import SCRIPTS, env, found_syncs, said_syncs, start, under_run
 
 # script, its steps, the steps whose loss is NaN/Inf, and the DataLoader that feeds its loop
 STYLES = [
@@ -23,6 +25,12 @@ STYLES = [
     ("grad_scaler.py", 5, [2], None),
     # the producer thread's next() is not the loop's wait, and its loader is not the loop's
     ("thread_loader.py", 4, [], None),
+    # a batch whose optimizer step raised (caught, skipped) is no step; detection goes on
+    ("caught_step_error.py", 9, [], {"num_workers": 0, "pin_memory": False, "batch_size": 4}),
+    # preprocessing in the body and a read before the forward are the step's
+    ("body_work.py", 12, [], {"num_workers": 0, "pin_memory": False, "batch_size": 4}),
+    # an evaluation with grad on (no eval(), no no_grad) between steps is no step
+    ("eval_with_grad.py", 6, [], {"num_workers": 0, "pin_memory": False, "batch_size": 8}),
 ]
 
 
@@ -53,3 +61,53 @@ def test_a_script_runs_as_under_python_and_its_steps_losses_and_syncs_are_found(
     assert report["loader"] == loader
     assert (report["input_wait_s"] > 0) == (loader is not None)
 
+
+
+def _run_both(script: str, tmp_path: Path) -> tuple[Any, dict[str, Any]]:
+    started = start(script, str(tmp_path / "plain.json"))
+    done, report = under_run(script, tmp_path, str(tmp_path / "run.json"))
+    plain = started.wait()
+    assert plain.returncode == done.returncode == 0, done.stderr.decode()
+    assert done.stdout == plain.stdout
+    assert (tmp_path / "run.json").read_text() == (tmp_path / "plain.json").read_text()
+    return json.loads((tmp_path / "run.json").read_text()), report
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_gan_s_batch_is_one_step_and_each_optimizer_has_its_loss_series(
+        tmp_path: Path) -> None:
+    kept, report = _run_both("gan.py", tmp_path)
+    assert report["steps"] == len(kept["d"]) == 5
+    series = report["losses_by_optimizer"]
+    assert list(series) == ["optimizer 0 (Adam)", "optimizer 1 (SGD)"]
+    assert series["optimizer 0 (Adam)"] == pytest.approx(kept["d"], rel=1e-6)
+    assert series["optimizer 1 (SGD)"] == pytest.approx(kept["g"], rel=1e-6)
+    # the step's loss: every backward() of the batch
+    total = [d + g for d, g in zip(kept["d"], kept["g"], strict=True)]
+    assert report["losses"] == pytest.approx(total, rel=1e-6)
+    assert found_syncs(report) == said_syncs("gan.py")
+
+
+def test_a_one_optimizer_report_has_no_series_by_optimizer(tmp_path: Path) -> None:
+    """(the JSON of a one-optimizer loop is as before)"""
+    out = tmp_path / "r.json"
+    done = subprocess.run([sys.executable, "-m", "asyncthrottle", "run", "--json", str(out),
+                           "manual_sgd.py", str(tmp_path / "o.json")], cwd=SCRIPTS, env=env(),
+                          capture_output=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    assert "losses_by_optimizer" not in json.loads(out.read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_spawned_workers_starting_and_joining_are_not_the_loop_s_time(tmp_path: Path) -> None:
+    """Each epoch's first next() starts the workers (seconds, spawned) and its last one joins
+    them: neither is loop time nor input wait."""
+    kept, report = _run_both("spawn_workers.py", tmp_path)
+    assert report["steps"] == len(kept) == 16
+    assert report["losses"] == pytest.approx(kept, rel=1e-6)
+    # the loop's time without the workers' start and join: a small part of the script's own
+    seconds = float((tmp_path / "run.json.seconds").read_text())
+    assert report["stats"]["wall_s"] < 0.3 * seconds, (report["stats"], seconds)
+    assert report["input_wait_s"] < report["stats"]["wall_s"]

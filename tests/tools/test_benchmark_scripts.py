@@ -235,13 +235,32 @@ def test_syncsites_cost_times_each_loop_and_the_audit_counts_only_the_reads(
 def test_run_cost_runs_each_script_plain_and_under_run() -> None:
     pytest.importorskip("torch")
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "run_cost.py"), "--steps", "3", "--rounds", "1", "--json"],
+        [sys.executable, str(ROOT / "benchmarks" / "run_cost.py"), "--what", "mnist,plain", "--steps", "3",
+         "--rounds", "1", "--json"],
         capture_output=True, text=True, timeout=900, check=False,
     )
     assert done.returncode == 0, done.stderr  # its own check: every process exited 0
     rows = json.loads(done.stdout)["rows"]
     assert [row["script"] for row in rows] == ["mnist", "plain"]
     assert all(row["plain_s"] > 0 and row["run_s"] > 0 and row["ratio"] > 0 for row in rows)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_run_cost_times_the_loops_of_a_step_and_of_an_evaluation_plain_and_under_run() -> None:
+    """#44's cost figures: the loop's own time, plain and under run, and run saw every step."""
+    pytest.importorskip("torch")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "run_cost.py"), "--what", "step,eval", "--rounds", "1",
+         "--repeats", "1", "--loop-steps", "5", "--batches", "3", "--json"],
+        capture_output=True, text=True, timeout=900, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert [row["loop"] for row in found["loops"]] == [
+        "step/tensors", "step/loader", "eval/eval+no_grad", "eval/eval+inference_mode", "eval/no_grad"]
+    assert found["report"]["steps"] == found["report"]["trained"] == 40
+    assert all(row["wall"]["plain_us"] > 0 and row["wall"]["run_us"] > 0 for row in found["loops"])
 
 
 def test_run_cost_refuses_an_unknown_script(capsys: pytest.CaptureFixture[str]) -> None:

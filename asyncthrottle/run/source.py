@@ -1,0 +1,122 @@
+"""One throttle the runner reads (its own, or a framework's callback), and the loss series it
+delivered: a few bytes a step, however long the run."""
+
+from __future__ import annotations
+
+import math
+from array import array
+from typing import Any
+
+from ..framework import ThrottleHooks
+
+__all__ = ["Source"]
+
+
+class _Series:
+    """Floats by step: 9 bytes a step (the value, and whether one was delivered)."""
+
+    def __init__(self) -> None:
+        self._values = array("d")
+        self._known = bytearray()
+
+    def put(self, step: int, value: float | None) -> None:
+        gap = step - len(self._values)
+        if gap < 0:
+            return
+        if gap:
+            self._values.extend([math.nan] * gap)
+            self._known.extend(bytes(gap))
+        self._values.append(math.nan if value is None else value)
+        self._known.append(value is not None)
+
+    def values(self, count: int) -> list[float | None]:
+        """The first ``count`` steps' values, None where none was delivered."""
+        known, values = self._known, self._values
+        return [values[k] if k < len(known) and known[k] else None for k in range(count)]
+
+
+class Source:
+    """A throttle the runner reads and the losses it delivered (host copies, made floats as they
+    arrive: no tensor is kept).
+
+    ``names``: the optimizers whose own loss each step also defers (``"loss:<k>"``), two or more
+    (a GAN); set by the runner as it learns them.
+    """
+
+    def __init__(self, hooks: ThrottleHooks, framework: str | None = None) -> None:
+        self.hooks = hooks
+        self.framework = framework
+        self.names: list[str] = []
+        self._loss = _Series()
+        self._each: dict[str, _Series] = {}
+        # between a step's hand-out and the throttle's next pause (see watch())
+        self.in_pass = False
+        hooks.throttle.on_complete(self._delivered)
+
+    def watch(self, sites: Any) -> None:
+        """Follow the throttle's steps from its notifications (a framework's callback runs them):
+        whether it is in a pass, and the sync audit's ``in_step`` (a dropped step's reads are
+        filed outside steps)."""
+        self.hooks.throttle.subscribe(_Watch(self, sites))
+
+    def _delivered(self, step: int, values: dict[str, Any]) -> None:
+        # a host copy: reading it never syncs (and the sync audit does not count the runner's reads)
+        self.put(step, values.get("loss"), {k: values.get(f"loss:{k}") for k in range(
+            len(self.names))})
+
+    def put(self, step: int, loss: Any, each: dict[int, Any]) -> None:
+        """Keep ``step``'s loss and each optimizer's (by position), as floats: host values only
+        (on a synchronous backend, the step's own tensors: reading them never syncs)."""
+        self._loss.put(step, _float(loss))
+        if len(self.names) > 1:
+            for k, name in enumerate(self.names):
+                self._each.setdefault(name, _Series()).put(step, _float(each.get(k)))
+
+    @property
+    def steps(self) -> int:
+        return self.hooks.throttle.stats.steps
+
+    def series(self) -> list[float | None]:
+        """Each step's loss (None where none was delivered); NaN and Inf stay floats."""
+        return self._loss.values(self.steps)
+
+    def by_optimizer(self) -> dict[str, list[float | None]]:
+        """With two or more optimizers, each one's loss series by its name (``"optimizer 0
+        (Adam)"``): the ``backward()`` calls before its ``step()``; ``{}`` with one."""
+        if len(self.names) < 2:
+            return {}
+        count = self.steps
+        return {name: self._each.get(name, _Series()).values(count) for name in self.names}
+
+
+class _Watch:
+    """A subscriber of a framework throttle's hand-outs, records, drops and pauses."""
+
+    def __init__(self, source: Source, sites: Any) -> None:
+        self._source, self._sites = source, sites
+
+    def on_handout(self, step: int, in_flight: int, now: float) -> None:
+        self._source.in_pass = True
+        if self._sites is not None:
+            self._sites.in_step = True
+
+    def on_record(self, step: int, event: Any, now: float) -> None:
+        if self._sites is not None:
+            self._sites.in_step = False
+
+    def on_drop(self, step: int) -> None:
+        if self._sites is not None and self._sites.in_step:
+            self._sites.discard_step()
+            self._sites.in_step = False
+
+    def on_pause(self, now: float) -> None:
+        self._source.in_pass = False
+
+
+def _float(value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError, RuntimeError):
+        return None

@@ -1,0 +1,46 @@
+"""What the runner must not change: the environment the script sets at its top, a compiled
+model's graphs, and the script's own warnings; and what it hears inside a framework's loop."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from _runs import SCRIPTS, env, python, under_run
+
+
+def test_an_environment_the_script_sets_at_its_top_is_the_one_torch_reads() -> None:
+    """torch is imported by the script, not before it: its OMP_NUM_THREADS holds."""
+    unset = {k: v for k, v in env().items() if k != "OMP_NUM_THREADS"}
+    runs = [subprocess.run([sys.executable, *args, "omp_at_top.py"], cwd=SCRIPTS, env=unset,
+                           capture_output=True, timeout=300, check=False)
+            for args in ([], ["-m", "asyncthrottle", "run"])]
+    assert [done.stdout for done in runs] == [b"threads 1\n"] * 2, runs[1].stderr.decode()
+
+
+def test_the_runner_imports_nothing_of_torch_before_the_script() -> None:
+    code = ("import sys; from asyncthrottle.run import session, script; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy')))")
+    done = subprocess.run([sys.executable, "-c", code], env=env(), capture_output=True,
+                          timeout=120, check=True)
+    assert done.stdout == b"[]\n"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_compiled_model_gets_the_same_graphs_and_no_warning(tmp_path: Path) -> None:
+    plain = python("compiled.py", str(tmp_path / "plain.json"))
+    done, report = under_run("compiled.py", tmp_path, str(tmp_path / "run.json"))
+    assert plain.returncode == done.returncode == 0, done.stderr.decode()
+    assert done.stdout == plain.stdout and done.stdout.startswith(b"graphs 2 breaks 0")
+    # nothing on stderr before the report that python did not print
+    assert done.stderr.decode().split("asyncthrottle run:")[0] == plain.stderr.decode()
+    assert report["steps"] == 4
+    kept = json.loads((tmp_path / "plain.json").read_text())
+    assert report["losses"] == pytest.approx(kept, rel=1e-6)
