@@ -13,10 +13,11 @@ from typing import Any
 from ..framework import ThrottleHooks
 from .imports import after_import
 from .patches import Patches
-from .report import collect, text
+from .report import collect
 from .script import Ending, locate, run, say, set_path0
 from .steps import Steps
 from .syncsites import SyncSites
+from .text import text
 
 __all__ = ["Options", "session"]
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..framework import ThrottleHooks
 
-__all__ = ["Source"]
+__all__ = ["Source", "device_of"]
 
 
 class _Series:
@@ -120,3 +120,22 @@ def _float(value: Any) -> float | None:
         return float(value)
     except (TypeError, ValueError, RuntimeError):
         return None
+
+
+def device_of(where: Any) -> Any:
+    """The device of a module's parameters, an optimizer's, or a tensor's (or a list's first):
+    None where none is found (the throttle then detects one)."""
+    if isinstance(where, (list, tuple)):
+        where = where[0] if where else None
+    device = getattr(where, "device", None)
+    if device is not None:
+        return device
+    groups = getattr(where, "param_groups", None)
+    if groups:
+        params = groups[0].get("params") or [None]
+        return getattr(params[0], "device", None)
+    parameters = getattr(where, "parameters", None)
+    if callable(parameters):
+        first = next(iter(parameters()), None)
+        return getattr(first, "device", None)
+    return None

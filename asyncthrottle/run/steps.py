@@ -3,7 +3,6 @@ its loader's batches."""
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 import weakref
@@ -12,7 +11,8 @@ from types import FrameType
 from typing import Any
 
 from ..framework import ThrottleHooks
-from .source import Source
+from .optimizers import Optimizers
+from .source import Source, device_of
 
 __all__ = ["Source", "Steps"]
 
@@ -57,8 +57,7 @@ class Steps:
         self.runner: Source | None = None
         self.thread = threading.main_thread().ident
         # the optimizers the script made (without one, each backward() is a step: manual SGD)
-        self.optimizers: weakref.WeakSet[Any] = weakref.WeakSet()
-        self.made_optimizer = False
+        self.optimizers = Optimizers()
         # >0 inside Trainer.fit/train: the framework's callback finds the steps there
         self.framework = 0
         self.framework_source: Source | None = None
@@ -75,11 +74,6 @@ class Steps:
         self.disarm: Callable[[], None] = _nothing
         # GradScaler.scale's outputs (by id) and what they scaled: taken by the backward() of one
         self.scaled: dict[int, tuple[weakref.ref[Any], Any]] = {}
-        # the optimizer steps running, by the frame that ran each (an exception leaves one)
-        self._frames: list[FrameType] = []
-        # the optimizers a done step stepped (None before the first), and each one's position
-        self._cycle: set[int] | None = None
-        self._position: dict[int, int] = {}
         # where the last done step's first forward was called: a forward elsewhere opens no step
         self.opener: Any = None
         self.last: Any = None
@@ -112,7 +106,7 @@ class Steps:
     def forward(self, grad: bool, module: Any, site: Any = None) -> None:
         """A module's forward begins, called from ``site`` (the script's code and line; armed
         only while the next one may open or end a step)."""
-        if self._frames and self._in_optimizer():
+        if self.optimizers.running():
             return
         if not grad:
             # an evaluation; a teacher's forward inside a step that has not trained yet stays
@@ -141,7 +135,7 @@ class Steps:
 
     def backward(self, tensors: Any) -> None:
         """``backward()`` is called on ``tensors`` (before autograd runs)."""
-        if self._frames and self._in_optimizer():
+        if self.optimizers.running():
             # a closure evaluated by optimizer.step(closure) (LBFGS): its first loss is the step's
             if self.inner_loss is None:
                 self.inner_loss = self._unscaled(tensors)
@@ -163,14 +157,14 @@ class Steps:
 
     def after_backward(self) -> None:
         self.arm()
-        if not self.made_optimizer:
+        if not self.optimizers.any:
             self._mark_tail()
 
     def optimizer_begin(self, optimizer: Any, frame: FrameType) -> None:
         """An optimizer (or a ``GradScaler``) steps, run by ``frame``: the step's update."""
-        if self._frames and self._in_optimizer():
+        if self.optimizers.running():
             # optimizer.step() inside GradScaler.step()
-            self._frames.append(frame)
+            self.optimizers.enter(frame)
             return
         self.seen["optimizer_steps"] += 1
         # the same optimizer again (LBFGS's step after step): a new step; another one, the same
@@ -178,7 +172,7 @@ class Steps:
             self._close()
         if not self.open:
             self._open(optimizer)
-        self._frames.append(frame)
+        self.optimizers.enter(frame)
         self.stepped.add(id(optimizer))
         self.heard = True
         self._assign(optimizer)
@@ -186,10 +180,7 @@ class Steps:
 
     def optimizer_end(self, frame: FrameType) -> None:
         """The optimizer step ``frame`` ran has returned (an unpaired end is ignored)."""
-        if not self._frames or self._frames[-1] is not frame:
-            return
-        self._frames.pop()
-        if self._frames or not self.open:
+        if not self.optimizers.leave(frame) or self.optimizers.nested or not self.open:
             return
         self.updated = True
         assert self.runner is not None
@@ -209,11 +200,6 @@ class Steps:
             if big is not small:
                 self.scaled[id(big)] = (weakref.ref(big), small)
 
-    def made(self, optimizer: Any) -> None:
-        """The script made ``optimizer``."""
-        self.made_optimizer = True
-        self.optimizers.add(optimizer)
-
     def fetch_begin(self) -> None:
         """The loop asks a DataLoader for a batch: the step of the last one has ended."""
         self._unhold()
@@ -221,7 +207,7 @@ class Steps:
         # without an update is accumulating gradients: its step goes on
         forwards_only = self.heard and not self.backwards and not self.stepped
         if self.open and (self._done() or forwards_only or self._failed()) and not (
-                self._frames and self._in_optimizer()):
+                self.optimizers.running()):
             self._close()
 
     def fetch_end(self, start: float, seconds: float, stopped: bool,
@@ -285,16 +271,13 @@ class Steps:
     # -- the step's life ------------------------------------------------------
 
     def _done(self) -> bool:
-        return self.updated or (not self.made_optimizer and self.backwards > 0)
+        return self.updated or (not self.optimizers.any and self.backwards > 0)
 
     def _complete(self) -> bool:
         """Done, and every optimizer of the cycle has stepped."""
         if not self.updated:
             return self._done()
-        expected = self._cycle
-        if expected is None:
-            expected = {id(optimizer) for optimizer in self.optimizers}
-        return expected <= self.stepped
+        return self.optimizers.complete(self.stepped)
 
     def _failed(self) -> bool:
         """An optimizer step of the open step raised (and the script went on): no update."""
@@ -326,7 +309,7 @@ class Steps:
         # the reads held since the batch was taken are this step's
         held, self.holding = self.holding, None
         if self.runner is None:
-            self.runner = Source(self._make(_device(where)))
+            self.runner = Source(self._make(device_of(where)))
             self.sources.append(self.runner)
         number = self.runner.hooks.begin()
         self._reset()
@@ -351,7 +334,7 @@ class Steps:
             self._pause(self.opened_at)
             return
         if self.updated:
-            self._cycle = set(self.stepped)
+            self.optimizers.learn(self.stepped)
         self.opener = self.first if self.first is not None else self.opener
         loss = None if self.lossless else (
             self.loss if self.loss is not None else self.inner_loss)
@@ -377,26 +360,12 @@ class Steps:
     def _assign(self, optimizer: Any) -> None:
         """The backward() values since the last optimizer step are ``optimizer``'s loss."""
         assert self.runner is not None
-        position = self._position.get(id(optimizer))
-        if position is None:
-            position = self._position[id(optimizer)] = len(self._position)
-            self.runner.names.append(f"optimizer {position} ({type(optimizer).__name__})")
+        position, name = self.optimizers.name(optimizer)
+        if name is not None:
+            self.runner.names.append(name)
         if self.pending is not None:
             self.each[position] = self.pending
             self.pending = None
-
-    def _in_optimizer(self) -> bool:
-        """An optimizer step is running (its frame is on this thread's stack); forgets those an
-        exception ended (a caught error in ``optimizer.step()``)."""
-        alive = set()
-        frame: FrameType | None = sys._getframe(1)
-        while frame is not None:
-            alive.add(id(frame))
-            frame = frame.f_back
-        frames = self._frames
-        while frames and id(frames[-1]) not in alive:
-            frames.pop()
-        return bool(frames)
 
     def _mark_tail(self) -> None:
         if self.sites is not None and not self.tail_marked:
@@ -426,25 +395,6 @@ class Steps:
             self._close()
         for source in self.sources:
             source.hooks.drain()
-
-
-def _device(where: Any) -> Any:
-    """The device of a module's parameters, an optimizer's, or a tensor's (or a list's first):
-    None where none is found (the throttle then detects one)."""
-    if isinstance(where, (list, tuple)):
-        where = where[0] if where else None
-    device = getattr(where, "device", None)
-    if device is not None:
-        return device
-    groups = getattr(where, "param_groups", None)
-    if groups:
-        params = groups[0].get("params") or [None]
-        return getattr(params[0], "device", None)
-    parameters = getattr(where, "parameters", None)
-    if callable(parameters):
-        first = next(iter(parameters()), None)
-        return getattr(first, "device", None)
-    return None
 
 
 def _nothing() -> None:

@@ -123,7 +123,7 @@ def _optimizers(steps: Steps, patches: Patches, compiling: Callable[[], bool]) -
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
             original(self, *args, **kwargs)
             if get_ident() == steps.thread:
-                steps.made(self)
+                steps.optimizers.made(self)
         return __init__
 
     patches.replace(optimizer.Optimizer, "__init__", make_init)

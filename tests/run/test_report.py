@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
-from asyncthrottle.run.report import _figure, _sync_lines, _syncs, collect, suggestions, text
+from asyncthrottle.run.advice import suggestions
+from asyncthrottle.run.report import _syncs, collect
+from asyncthrottle.run.text import _figure, _sync_lines, text
 
 
 def _row(site: str, call: str, count: int, in_step: bool, via: str | None = None,
@@ -140,7 +142,8 @@ SEEN = {"forwards": 0, "backwards": 0, "optimizer_steps": 0, "autograd_grad": 0,
 
 def _stats(steps: int, wall_s: float, verdict: str = "synchronous",
            sections: dict[str, float | None] | None = None) -> Any:
-    advice = "no steps yet" if verdict == "unknown" else "the loop body is the computation"
+    advice = ("too few steps to tell what limits the loop (a verdict needs 2 or more)"
+              if verdict == "unknown" else "the loop body is the computation")
     flat = {"steps": steps, "wall_s": wall_s, "wait_fraction": 0.0, "fetch_s": 0.0,
             "body_s": wall_s}
     return SimpleNamespace(steps=steps, wall_s=wall_s, steps_per_s=steps / wall_s if wall_s else 0.0,
@@ -227,7 +230,7 @@ def test_a_slow_step_s_rate_and_long_sections_read_right() -> None:
 def test_a_one_step_run_never_says_no_steps_yet() -> None:
     data, said = _report(_steps(_source(_stats(1, 0.5, verdict="unknown"), [1.0])))
     assert "no steps yet" not in said and "no steps yet" not in json.dumps(data)
-    assert data["verdict"] == "unknown" and "one step is too few" in data["advice"]
+    assert data["verdict"] == "unknown" and "too few steps to tell" in data["advice"]
     assert "python -m asyncthrottle run --trace trace.json train.py --lr 0.1" in said
 
 

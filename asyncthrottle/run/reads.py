@@ -1,0 +1,137 @@
+"""The patched reads: torch.Tensor's read methods, indexing by a mask, torch's read functions."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .patches import Patches
+    from .syncsites import SyncSites
+
+__all__ = ["patch_reads"]
+
+# torch.Tensor's read methods (all but indexing, which reads with a mask only) and torch's functions
+_TENSOR_READS = (
+    "item", "__bool__", "__float__", "__int__", "__index__", "tolist", "numpy", "__array__", "cpu",
+    "to", "__repr__", "__str__", "__format__", "nonzero", "argwhere", "masked_select", "unique",
+    "unique_consecutive", "equal", "allclose", "__contains__",
+)
+_TORCH_READS = ("nonzero", "argwhere", "masked_select", "unique", "unique_consecutive", "equal",
+                "allclose")
+
+_get_ident = threading.get_ident
+
+
+def patch_reads(sites: SyncSites, patches: Patches) -> None:
+    """Patch torch's reads through ``patches`` (whose ``undo()`` takes them away), each read of
+    the script's thread (``sites.thread``) told to ``sites.seen()``."""
+    import torch
+
+    for name in _TENSOR_READS:
+        patches.replace(torch.Tensor, name, functools.partial(_method, sites, name))
+    patches.replace(torch.Tensor, "__getitem__", functools.partial(_mask_read, sites))
+    for name in _TORCH_READS:
+        patches.replace(torch, name, functools.partial(_function, sites, name))
+    patches.replace(torch, "where", functools.partial(_where_read, sites))
+
+
+class _Read:
+    """A read method of ``torch.Tensor``: the read is seen as the method is looked up on a tensor
+    of the script's thread, and torch's own method is what the script then calls (so its
+    warnings, tracebacks and ``stacklevel`` are as without the audit); looked up on the class,
+    or while ``torch.compile`` traces, it is torch's method itself."""
+
+    __slots__ = ("_call", "_compiling", "_cuda", "_get", "_sites", "_to")
+
+    def __init__(self, sites: SyncSites, name: str, original: Any) -> None:
+        import torch
+
+        self._sites, self._cuda, self._call = sites, sites.cuda, f"Tensor.{name}"
+        self._get, self._to = original.__get__, name == "to"
+        self._compiling = torch.compiler.is_compiling
+
+    def __get__(self, tensor: Any, owner: Any = None) -> Any:
+        if tensor is None or self._compiling() or _get_ident() != self._sites.thread:
+            return self._get(tensor, owner)
+        bound, sites = self._get(tensor, owner), self._sites
+        if self._to and not self._cuda.on:
+            # off CUDA, a host tensor's to() is the script's host-to-device copy
+            return bound if tensor.is_cpu else functools.partial(
+                _copied, sites, bound, sys._getframe(1))
+        sites.seen(self._call, tensor, sys._getframe(1))
+        return bound
+
+
+def _method(sites: SyncSites, name: str, original: Any) -> _Read:
+    return _Read(sites, name, original)
+
+
+def _copied(sites: SyncSites, bound: Any, frame: FrameType, *args: Any, **kwargs: Any) -> Any:
+    """A device tensor's ``to()`` off CUDA: a read when it copies to the host and waits."""
+    out = bound(*args, **kwargs)
+    if not (kwargs.get("non_blocking") or any(a is True for a in args)) and out.is_cpu:
+        sites.seen("Tensor.to", None, frame)
+    return out
+
+
+def _mask_read(sites: SyncSites, original: Any) -> Callable[[Any, Any], Any]:
+    """``Tensor.__getitem__``: a read when the key is a boolean (or uint8) mask; any other key
+    costs one type test."""
+    import torch
+
+    tensor_type, masks = torch.Tensor, (torch.bool, torch.uint8)
+    compiling = torch.compiler.is_compiling
+
+    def getitem(tensor: Any, key: Any) -> Any:
+        # the type test first: an index of a compiled graph traces it and goes on
+        if key.__class__ is tensor_type and key.dtype in masks and not compiling() and (
+                _get_ident() == sites.thread):
+            sites.seen("Tensor.__getitem__", tensor, sys._getframe(1))
+        return original(tensor, key)
+
+    return _named(getitem, original, "Tensor.__getitem__")
+
+
+def _function(sites: SyncSites, name: str, original: Any) -> Callable[..., Any]:
+    """A torch function that reads (``torch.nonzero``)."""
+    import torch
+
+    compiling, call, tensor_type = torch.compiler.is_compiling, f"torch.{name}", torch.Tensor
+
+    def read(*args: Any, **kwargs: Any) -> Any:
+        if not compiling() and _get_ident() == sites.thread:
+            first = args[0] if args else kwargs.get("input")
+            sites.seen(call, first if isinstance(first, tensor_type) else None, sys._getframe(1))
+        return original(*args, **kwargs)
+
+    return _named(read, original, name)
+
+
+def _where_read(sites: SyncSites, original: Any) -> Callable[..., Any]:
+    """``torch.where``: a read in its one-argument form (``torch.where(cond)``) only."""
+    import torch
+
+    compiling, tensor_type = torch.compiler.is_compiling, torch.Tensor
+
+    def where(*args: Any, **kwargs: Any) -> Any:
+        if len(args) + len(kwargs) == 1 and not compiling() and _get_ident() == sites.thread:
+            first = args[0] if args else next(iter(kwargs.values()))
+            sites.seen("torch.where", first if isinstance(first, tensor_type) else None,
+                        sys._getframe(1))
+        return original(*args, **kwargs)
+
+    return _named(where, original, "where")
+
+
+def _named(wrapper: Callable[..., Any], original: Any, qualname: str) -> Callable[..., Any]:
+    """``wrapper`` named as ``torch.<qualname>``, so pickle finds it where it finds the
+    original."""
+    wrapper.__module__, wrapper.__qualname__ = "torch", qualname
+    wrapper.__name__ = qualname.rpartition(".")[2]
+    wrapper.__doc__ = original.__doc__
+    return wrapper

@@ -1,0 +1,171 @@
+"""The runner's report as text: what is printed on stderr at the script's exit."""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["text"]
+
+# the text shows at most this many sync sites and suggestions (the JSON keeps them all)
+_SHOWN = 20
+
+
+def text(data: dict[str, Any], *, rank: tuple[int, int] | None = None,
+         slowest: Any = None) -> str:
+    """The report as printed on stderr."""
+    who = f" (rank {rank[0]} of {rank[1]})" if rank is not None else ""
+    stats = data["stats"]
+    lines = [f"asyncthrottle run{who}: {data['script']}: {data['steps']} steps in "
+             f"{stats.get('wall_s', 0.0):.2f} s ({_figure(data['steps_per_s'])} steps/s), exit "
+             f"code {data['exit_code']}"]
+    if data["steps"] == 0:
+        lines.append(_nothing(data.get("seen") or {}, data["argv"]))
+    if data["error"] is not None:
+        lines.append(f"  the runner stopped finding steps after its own error: {data['error']}")
+    if data["steps"]:
+        lines += _verdict(data, stats) + _losses(data) + _sections(data)
+    if slowest is not None:
+        lines.append(f"  slowest rank: {slowest}")
+    lines += _sync_lines(data["syncs"])
+    if data["suggestions"]:
+        lines.append("  suggestions:")
+        lines += [f"    {k}. {said}" for k, said in enumerate(data["suggestions"][:_SHOWN], 1)]
+        lines += _more(len(data["suggestions"]), "suggestions")
+    lines += _trace(data)
+    return "\n".join(lines)
+
+
+def _nothing(seen: dict[str, int], argv: Sequence[str]) -> str:
+    """Why no step was found, from what the hooks saw."""
+    why = []
+    if seen.get("other_threads"):
+        why.append(f"{_times(seen['other_threads'], 'backward() or optimizer step() call')} ran "
+                   "on other threads (run hears only the main thread)")
+    if seen.get("autograd_grad") and not seen.get("backwards"):
+        why.append(f"torch.autograd.grad was called {_times(seen['autograd_grad'], 'time')} (no "
+                   "backward())")
+    if seen.get("processes"):
+        count = seen["processes"]
+        why.append(f"the script started {_times(count, 'process', 'es')} (mp.spawn, "
+                   "multiprocessing), whose steps run does not hear: run each under run, e.g. "
+                   f"torchrun --nproc-per-node={count} -m asyncthrottle run {shlex.join(argv)} "
+                   "with the script starting no processes of its own")
+    where = " on the main thread" if seen.get("other_threads") else ""
+    return f"  no training step found{where}: {'; '.join(why or [_main_thread(seen)])} (0 steps)"
+
+
+def _main_thread(seen: dict[str, int]) -> str:
+    """What the main thread did, when nothing else explains that no step was found."""
+    backwards, updates = seen.get("backwards", 0), seen.get("optimizer_steps", 0)
+    if backwards or updates:
+        return (f"backward() was called {_times(backwards, 'time')} and optimizers stepped "
+                f"{_times(updates, 'time')}, yet no step was recorded")
+    forwards = seen.get("forwards", 0)
+    ran = f"ran {_times(forwards, 'training forward')} but " if forwards else ""
+    return f"the script {ran}never called backward() or an optimizer's step()"
+
+
+def _times(count: int, noun: str, plural: str = "s") -> str:
+    return f"{count} {noun}{'' if count == 1 else plural}"
+
+
+def _trace(data: dict[str, Any]) -> list[str]:
+    trace = data.get("trace")
+    if trace is not None and trace.get("written"):
+        path = shlex.quote(trace["path"])
+        return [f"  the trace is in {trace['path']}: python -m asyncthrottle plot {path}"]
+    if trace is not None:
+        return ["  no trace written" + (" (no steps)" if not data["steps"] else "")]
+    if not data["steps"]:
+        return []
+    return ["  a trace: python -m asyncthrottle run --trace trace.json "
+            + shlex.join(data["argv"]) + "; then python -m asyncthrottle plot trace.json"]
+
+
+def _figure(value: float) -> str:
+    """``value`` to 3 significant digits, never in an exponent (``0.0417``, ``12.3``, ``1230``)."""
+    rounded = float(f"{value:.3g}")
+    if rounded == 0 or not math.isfinite(rounded):
+        return f"{rounded:g}"
+    return f"{rounded:.{max(0, 2 - math.floor(math.log10(abs(rounded))))}f}"
+
+
+def _duration(ms: float) -> str:
+    """A section's time: ms below a second, else seconds (``12.3 ms``, ``50.3 s``)."""
+    if abs(float(f"{ms:.3g}")) < 1000:
+        return f"{_figure(ms)} ms"
+    return f"{_figure(ms / 1000)} s"
+
+
+def _verdict(data: dict[str, Any], stats: dict[str, Any]) -> list[str]:
+    figures = (f"host waited {stats.get('wait_fraction', 0.0):.0%}, between steps (fetching) "
+               f"{_share(stats, 'fetch_s')}, loop body {_share(stats, 'body_s')}")
+    if stats.get("idle_fraction") is not None:
+        figures += f", device idle {stats['idle_fraction']:.0%}"
+    return [f"  verdict: {data['verdict']} ({figures}) -- {data['advice']}"]
+
+
+def _share(stats: dict[str, Any], name: str) -> str:
+    wall = stats.get("wall_s", 0.0)
+    return f"{stats.get(name, 0.0) / wall:.0%}" if wall else "-"
+
+
+def _losses(data: dict[str, Any]) -> list[str]:
+    """One ``loss:`` line, or one an optimizer when there are several."""
+    several = data.get("losses_by_optimizer")
+    if not several:
+        return [f"  loss: {_loss(data['losses'], data['nonfinite'], data['last_nonfinite'])}"]
+    ends = data["nonfinite_by_optimizer"]
+    return [f"  loss: {name}: "
+            f"{_loss(losses, ends[name]['nonfinite'], ends[name]['last_nonfinite'])}"
+            for name, losses in several.items()]
+
+
+def _loss(losses: Sequence[float | None], bad: Sequence[int], ended: str | None) -> str:
+    """First, last (``ended``: the last delivered loss's NaN/Inf), min and the NaN/Inf steps."""
+    known = [(step, v) for step, v in enumerate(losses) if v is not None]
+    nan = f"NaN/Inf at steps {_steps(bad)}" if bad else "no NaN/Inf"
+    if not known:
+        return (f"last {ended}, none finite" if ended else "none delivered") + f" ({nan})"
+    low = min(known, key=lambda pair: pair[1])
+    last = (f"{ended} (the last finite {known[-1][1]:.4g} at step {known[-1][0]})" if ended
+            else f"{known[-1][1]:.4g}")
+    return f"first {known[0][1]:.4g}, last {last}, min {low[1]:.4g} (step {low[0]}); {nan}"
+
+
+def _steps(steps: Sequence[int]) -> str:
+    shown = ", ".join(str(s) for s in steps[:10])
+    return shown + (f", ... ({len(steps)} in all)" if len(steps) > 10 else "")
+
+
+def _sections(data: dict[str, Any]) -> list[str]:
+    timed = ", ".join(f"{name} {_duration(ms)}" if ms is not None else f"{name} -"
+                      for name, ms in data["sections"].items())
+    wait = f"input wait {data['input_wait_s']:.3f} s ({data['input_wait_fraction']:.0%})"
+    return [f"  sections (median per step): {timed or 'none'}; {wait}"]
+
+
+def _sync_lines(syncs: list[dict[str, Any]] | None) -> list[str]:
+    """The sync table: the top sites (in steps first, then by count a step), at most
+    ``_SHOWN``."""
+    if syncs is None:
+        return ["  sync sites: not counted (asyncthrottle.run.syncsites is not available)"]
+    if not syncs:
+        return ["  sync sites: no host reads of device values by the script"]
+    shown = sorted(syncs, key=lambda row: (not row["in_step"], -row["per_step"]))[:_SHOWN]
+    named = [row["call"] + (f" (in {row['via']})" if row.get("via") else "") for row in shown]
+    width = max(len(row["site"]) for row in shown)
+    calls = max(len(call) for call in named)
+    lines = [f"  sync sites ({'site':<{width}}  {'call':<{calls}}  count  per step):"]
+    for row, call in zip(shown, named, strict=True):
+        where = "" if row["in_step"] else "  outside steps"
+        lines.append(f"    {row['site']:<{width}}  {call:<{calls}}  {row['count']:>5}  "
+                     f"{row['per_step']:>8.2f}{where}")
+    return lines + _more(len(syncs), "sites")
+
+
+def _more(count: int, what: str) -> list[str]:
+    return [f"    ... and {count - _SHOWN} more {what} (all in --json)"] if count > _SHOWN else []
