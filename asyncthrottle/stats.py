@@ -42,7 +42,7 @@ _ADVICE = {
     "balanced": "no single part dominates",
     "synchronous": "the backend runs each step to completion as it is issued (the CPU): nothing "
     "runs ahead, so there is nothing to throttle; the loop body is the computation itself",
-    "unknown": "no steps yet",
+    "unknown": "too few steps to tell what limits the loop (a verdict needs 2 or more)",
 }
 # host-bound, where the time between the steps of a step()/begin_step() loop outweighs the body
 _BETWEEN = (
@@ -209,7 +209,7 @@ class Stats(PartStats, _LoopStats):
     def summary(self) -> str:
         """A short human-readable report: the loop, then each part's lines, then the verdict."""
         lines = [
-            f"asyncthrottle: {self.steps} steps in {self.wall_s:.2f} s ({self.steps_per_s:.1f} "
+            f"asyncthrottle: {self.steps} steps in {self.wall_s:.2f} s ({self.steps_per_s:.3g} "
             f"steps/s), {self.completed} seen complete, max {self.max_in_flight} in flight",
             f"  host: waited {self.wait_s:.3f} s ({self.wait_fraction:.0%}) in {self.waits} waits, "
             f"fetching {self.fetch_s:.3f} s ({_share(self.fetch_s, self.wall_s)}), "

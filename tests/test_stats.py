@@ -98,4 +98,4 @@ def test_the_advice_is_no_figure_for_loggers() -> None:
         dev.launch(1 * MS)
     flat = thr.stats.as_dict()
     assert "verdict" in flat and "advice" not in flat and flat["between_s"] == 0.0
-    assert at.Stats().advice == "no steps yet"
+    assert at.Stats().advice == "too few steps to tell what limits the loop (a verdict needs 2 or more)"
