@@ -7,7 +7,7 @@ from pathlib import Path
 
 NEEDED = ["asyncthrottle/py.typed"] + [
     f"asyncthrottle/{package}/__init__.py"
-    for package in ("core", "parts", "backends", "testing", "bench")
+    for package in ("core", "parts", "backends", "testing", "bench", "run")
 ]
 # the studies' file names, in benchmarks/ or (where one lived before) in bench/
 STUDIES = {path.name for path in (Path(__file__).resolve().parents[1] / "benchmarks").glob("*.py")}

@@ -44,3 +44,27 @@ def test_a_compiled_model_gets_the_same_graphs_and_no_warning(tmp_path: Path) ->
     assert report["steps"] == 4
     kept = json.loads((tmp_path / "plain.json").read_text())
     assert report["losses"] == pytest.approx(kept, rel=1e-6)
+
+
+def test_torch_s_warning_in_a_hooked_call_is_printed_at_torch_s_line_as_under_python() -> None:
+    """The DataLoader's pin_memory warning on a machine without an accelerator (its iterator is
+    one of the runner's hooks)."""
+    plain = python("pin_memory_warning.py")
+    done = python("-m", "asyncthrottle", "run", "pin_memory_warning.py")
+    assert plain.returncode == done.returncode == 0, done.stderr.decode()
+    assert done.stdout == plain.stdout == b"done\n"
+    warned = done.stderr.decode().split("asyncthrottle run:")[0]
+    assert warned == plain.stderr.decode() and "torch/utils/data/dataloader.py" in warned
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_runner_holds_a_few_bytes_a_step() -> None:
+    """8,000 tiny steps: the process's traced memory grows by the float of each step's loss (and
+    its flag), not by a tensor a step."""
+    plain = python("many_steps.py", "8001")
+    done = python("-m", "asyncthrottle", "run", "many_steps.py", "8001")
+    assert plain.returncode == done.returncode == 0, done.stderr.decode()
+    grown = [float(process.stdout.split()[0]) for process in (plain, done)]
+    assert grown[1] - grown[0] < 40, grown
+    assert "many_steps.py: 8001 steps" in done.stderr.decode()
