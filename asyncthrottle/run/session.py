@@ -15,7 +15,7 @@ from .imports import after_import
 from .patches import Patches
 from .report import collect
 from .script import Ending, locate, run, say, set_path0
-from .steps import Steps
+from .steps import SAMPLE_EVERY, Steps
 from .syncsites import SyncSites
 from .text import text
 
@@ -46,6 +46,7 @@ def _throttle_options(options: Options) -> dict[str, Any]:
     # nonfinite=None: the report finds NaN/Inf in the delivered losses; nothing warns or raises
     # into the script
     return {"trace": TRACE_STEPS if options.trace else 0, "nonfinite": None,
+            "sample_every": SAMPLE_EVERY,
             "ranks_every": RANKS_EVERY if _rank() is not None else None}
 
 

@@ -14,8 +14,12 @@ from ..framework import ThrottleHooks
 from .optimizers import Optimizers
 from .source import Source, device_of
 
-__all__ = ["Source", "Steps"]
+__all__ = ["SAMPLE_EVERY", "Source", "Steps"]
 
+# the runner's throttle times every SAMPLE_EVERY-th step (sample_every=), and the runner enters
+# the phases of those and of the first _ALL_TIMED steps (a short run's sections too)
+SAMPLE_EVERY = 8
+_ALL_TIMED = 16
 # what the hooks saw, for a report that found no step: the keys of Steps.seen
 SEEN = ("forwards", "backwards", "optimizer_steps", "autograd_grad", "other_threads", "processes")
 
@@ -96,8 +100,11 @@ class Steps:
         self.heard = False
         self.tail_marked = False
         self.opened_at = 0.0
-        # the throttle's number of the open step
+        # the input wait of the batch that opened the step
+        self.waited = 0.0
+        # the throttle's number of the open step, and whether its phases are timed
         self.number = 0
+        self.timed = True
         # the call site of the step's first forward
         self.first: Any = None
 
@@ -110,18 +117,26 @@ class Steps:
             return
         if not grad:
             # an evaluation; a teacher's forward inside a step that has not trained yet stays
+            # (a batch with no training forward after it was an evaluation's: see fetch_begin)
             if not self.open or self._done():
                 self.leave()
                 self.disarm()
+            else:
+                self.heard = True
             return
         self.seen["forwards"] += 1
         self.last = site
-        if self.open and (self._complete() or self._failed()):
+        # a forward where this updated step's first one was: the next batch's (an optimizer made
+        # but not stepped yet leaves the first step incomplete)
+        again = self.updated and site == self.first
+        if self.open and (again or self._complete() or self._failed()):
             self._close()
         if not self.open:
             if self.opener is not None and site != self.opener:
-                # not where the steps begin: an evaluation with grad on, unless it trains
+                # not where the steps begin: an evaluation with grad on, unless it trains; its
+                # time is not the loop's
                 self._hold("forward")
+                self._pause()
                 self.disarm()
                 return
             if self.holding == "forward":
@@ -183,8 +198,9 @@ class Steps:
         if not self.optimizers.leave(frame) or self.optimizers.nested or not self.open:
             return
         self.updated = True
-        assert self.runner is not None
-        self.runner.hooks.end_phase()
+        if self.timed:
+            assert self.runner is not None
+            self.runner.hooks.end_phase()
         self.arm()
         if self._complete():
             self._mark_tail()
@@ -226,6 +242,8 @@ class Steps:
         self.input_wait += seconds
         if self.runner is not None and not self.open:
             self._open(None)
+            # the loader's wait for a batch that may turn out to be no step's
+            self.waited = seconds
             self.arm()
 
     def leave(self) -> None:
@@ -314,6 +332,9 @@ class Steps:
         number = self.runner.hooks.begin()
         self._reset()
         self.number = number
+        # the phases of the first steps and of the sampled ones (the ones the throttle times on a
+        # device): a section costs calls on every step it is entered
+        self.timed = number < _ALL_TIMED or number % SAMPLE_EVERY == 0
         self.opened_at = self.clock()
         self.open, self.paused = True, False
         self.loader = self._fetched or self.loader
@@ -330,6 +351,7 @@ class Steps:
             # no step: a batch that trained nothing (an evaluation's, a caught error's)
             if self.sites is not None:
                 self.sites.discard_step()
+            self.input_wait -= self.waited
             hooks.fail()
             self._pause(self.opened_at)
             return
@@ -354,8 +376,9 @@ class Steps:
             self.paused = True
 
     def _phase(self, name: str, *, collective: bool = False) -> None:
-        assert self.runner is not None
-        self.runner.hooks.phase(name, collective=collective)
+        if self.timed:
+            assert self.runner is not None
+            self.runner.hooks.phase(name, collective=collective)
 
     def _assign(self, optimizer: Any) -> None:
         """The backward() values since the last optimizer step are ``optimizer``'s loss."""

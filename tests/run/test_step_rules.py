@@ -1,0 +1,197 @@
+"""The step rules of ``run`` told directly (no script, no subprocess): what Steps makes of a GAN's
+two optimizers, a caught error in ``optimizer.step()``, a batch's work before its forward, an
+evaluation with grad on, and an epoch's end."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from asyncthrottle.framework import ThrottleHooks
+from asyncthrottle.run.steps import Steps
+from asyncthrottle.testing import FakeClock
+
+TRAIN, ELSEWHERE = ("train.py", 10), ("train.py", 30)
+
+
+class Optimizer:
+    def __init__(self) -> None:
+        self.param_groups = [{"params": [torch.zeros(1)]}]
+
+
+def _steps() -> tuple[Steps, FakeClock]:
+    clock = FakeClock()
+    steps = Steps(lambda device: ThrottleHooks(None, device=device, clock=clock, trace=0,
+                                               nonfinite=None), clock=clock)
+    return steps, clock
+
+
+def _update(steps: Steps, optimizer: Any) -> None:
+    frame = sys._getframe()
+    steps.optimizer_begin(optimizer, frame)
+    steps.optimizer_end(frame)
+
+
+def _raising_update(steps: Steps, optimizer: Any) -> None:
+    # optimizer.step() raised: its post hook never ran, and its frame is gone
+    steps.optimizer_begin(optimizer, sys._getframe())
+
+
+def _batch(steps: Steps, clock: FakeClock, seconds: float = 0.0) -> None:
+    steps.fetch_begin()
+    start = clock()
+    clock.advance(seconds)
+    steps.fetch_end(start, seconds, False, {"num_workers": 0})
+
+
+def _train(steps: Steps, optimizer: Any, loss: float, site: Any = TRAIN) -> None:
+    steps.forward(True, None, site)
+    steps.backward(torch.tensor(loss))
+    steps.after_backward()
+    _update(steps, optimizer)
+
+
+def _losses(steps: Steps) -> list[float | None]:
+    steps.finish()
+    assert steps.runner is not None
+    return steps.runner.series()
+
+
+def test_a_gan_batch_with_two_optimizers_is_one_step_with_each_optimizer_s_loss() -> None:
+    steps, clock = _steps()
+    d, g = Optimizer(), Optimizer()
+    steps.optimizers.made(d)
+    steps.optimizers.made(g)
+    for k in range(3):
+        _batch(steps, clock)
+        _train(steps, d, 1.0 + k)
+        _train(steps, g, 10.0 + k, site=("train.py", 20))
+    assert _losses(steps) == [11.0, 13.0, 15.0]
+    assert steps.runner is not None
+    assert steps.runner.by_optimizer() == {"optimizer 0 (Optimizer)": [1.0, 2.0, 3.0],
+                                          "optimizer 1 (Optimizer)": [10.0, 11.0, 12.0]}
+
+
+def test_without_a_loader_a_gan_s_steps_end_once_both_optimizers_stepped() -> None:
+    steps, _ = _steps()
+    d, g = Optimizer(), Optimizer()
+    steps.optimizers.made(d)
+    steps.optimizers.made(g)
+    for k in range(3):
+        _train(steps, d, 1.0 + k)
+        _train(steps, g, 10.0 + k, site=("train.py", 20))
+    assert _losses(steps) == [11.0, 13.0, 15.0]
+
+
+def test_an_optimizer_made_but_never_stepped_holds_no_step_open_after_the_first() -> None:
+    steps, _ = _steps()
+    used, unused = Optimizer(), Optimizer()
+    steps.optimizers.made(used)
+    steps.optimizers.made(unused)
+    for k in range(4):
+        _train(steps, used, float(k))
+    assert _losses(steps) == [0.0, 1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize("loader", [True, False])
+def test_a_caught_error_in_optimizer_step_drops_that_batch_and_detection_goes_on(
+        loader: bool) -> None:
+    steps, clock = _steps()
+    opt = Optimizer()
+    steps.optimizers.made(opt)
+    for k in range(5):
+        if loader:
+            _batch(steps, clock)
+        steps.forward(True, None, TRAIN)
+        steps.backward(torch.tensor(float(k)))
+        steps.after_backward()
+        (_raising_update if k == 2 else _update)(steps, opt)
+    assert _losses(steps) == [0.0, 1.0, 3.0, 4.0]
+
+
+def test_a_batch_s_work_before_its_forward_is_the_step_s_and_its_wait_the_input_wait() -> None:
+    steps, clock = _steps()
+    opt = Optimizer()
+    steps.optimizers.made(opt)
+    for k in range(4):
+        _batch(steps, clock, seconds=0.001)
+        # preprocessing: body time, not the loader's
+        clock.advance(0.002)
+        _train(steps, opt, float(k))
+    _losses(steps)
+    assert steps.runner is not None
+    stats = steps.runner.hooks.throttle.stats
+    # the first batch is taken before any step (not loop time: its step opens at its forward);
+    # the next three are the loop's wait, and their preprocessing their steps' time
+    assert steps.input_wait == pytest.approx(0.003)
+    assert stats.fetch_s == pytest.approx(0.003) and stats.body_s == pytest.approx(0.006)
+
+
+def test_a_forward_with_grad_elsewhere_than_the_steps_opens_no_step() -> None:
+    steps, clock = _steps()
+    opt = Optimizer()
+    steps.optimizers.made(opt)
+    for k in range(4):
+        _batch(steps, clock)
+        _train(steps, opt, float(k))
+        # an evaluation without no_grad or eval(): a forward, no backward
+        steps.forward(True, None, ELSEWHERE)
+        clock.advance(1.0)
+    assert _losses(steps) == [0.0, 1.0, 2.0, 3.0]
+    assert steps.runner is not None
+    # the evaluations' seconds are not the loop's
+    assert steps.runner.hooks.throttle.stats.wall_s < 1.0
+
+
+def test_an_epoch_s_last_next_is_neither_input_wait_nor_loop_time() -> None:
+    steps, clock = _steps()
+    opt = Optimizer()
+    steps.optimizers.made(opt)
+    for k in range(3):
+        _batch(steps, clock)
+        _train(steps, opt, float(k))
+    steps.fetch_begin()
+    start = clock()
+    # joining the workers
+    clock.advance(5.0)
+    steps.fetch_end(start, 5.0, True, {"num_workers": 2})
+    _losses(steps)
+    assert steps.runner is not None
+    assert steps.input_wait == 0.0
+    assert steps.runner.hooks.throttle.stats.wall_s < 1.0
+
+
+def test_a_teacher_s_forward_without_grad_inside_a_step_is_the_step_s() -> None:
+    steps, clock = _steps()
+    opt = Optimizer()
+    steps.optimizers.made(opt)
+    for k in range(3):
+        _batch(steps, clock)
+        # the teacher, under no_grad, before the student's forward
+        steps.forward(False, None, ("train.py", 5))
+        _train(steps, opt, float(k))
+    assert _losses(steps) == [0.0, 1.0, 2.0]
+
+
+def test_an_evaluation_without_grad_between_epochs_is_no_step_and_not_loop_time() -> None:
+    steps, clock = _steps()
+    opt = Optimizer()
+    steps.optimizers.made(opt)
+    for _epoch in range(2):
+        for k in range(3):
+            _batch(steps, clock)
+            _train(steps, opt, float(k))
+        for _ in range(4):
+            _batch(steps, clock, seconds=0.5)
+            steps.forward(False, None, ELSEWHERE)
+            clock.advance(1.0)
+    assert _losses(steps) == [0.0, 1.0, 2.0] * 2
+    assert steps.runner is not None
+    # of the evaluation, only its first batch's wait (0.5 s each time) is loop time: it is taken
+    # before anything says it is no step's; its forwards (4 s each time) are not
+    assert steps.runner.hooks.throttle.stats.wall_s == pytest.approx(1.0)
+    assert steps.input_wait == 0.0
