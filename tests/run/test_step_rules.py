@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch")
-
 from asyncthrottle.framework import ThrottleHooks
 from asyncthrottle.run.steps import Steps
 from asyncthrottle.testing import FakeClock
+
+torch = pytest.importorskip("torch")
 
 TRAIN, ELSEWHERE = ("train.py", 10), ("train.py", 30)
 
