@@ -62,6 +62,8 @@ class Steps:
         self.thread = threading.main_thread().ident
         # the optimizers the script made (without one, each backward() is a step: manual SGD)
         self.optimizers = Optimizers()
+        # a DataLoader fetches a batch on the loop's thread: what its dataset does is not heard
+        self.loading = False
         # >0 inside Trainer.fit/train: the framework's callback finds the steps there
         self.framework = 0
         self.framework_source: Source | None = None

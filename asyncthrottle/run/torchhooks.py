@@ -36,7 +36,8 @@ def install(steps: Steps, patches: Patches, clock: Callable[[], float] = time.pe
 
 
 def _heard(steps: Steps) -> bool:
-    return get_ident() == steps.thread and not steps.framework and steps.error is None
+    return (get_ident() == steps.thread and not steps.framework and not steps.loading
+            and steps.error is None)
 
 
 def _elsewhere(steps: Steps) -> None:
@@ -209,20 +210,16 @@ def _loader(steps: Steps, patches: Patches, clock: Callable[[], float]) -> None:
                 return original(self)
             if steps.framework:
                 return _framework_fetch(steps, original, self, clock, described)
-            sites = steps.sites
             _tell(steps, steps.fetch_begin)
             start = clock()
-            if sites is not None:
-                # the dataset's own reads (num_workers=0) stay on the host on any device
-                sites.loading = True
+            _loading(steps, True)
             try:
                 batch = original(self)
             except StopIteration:
                 _tell(steps, steps.fetch_end, start, clock() - start, True, described(self))
                 raise
             finally:
-                if sites is not None:
-                    sites.loading = False
+                _loading(steps, False)
             _tell(steps, steps.fetch_end, start, clock() - start, False, described(self))
             return batch
         return _next_data
@@ -231,10 +228,23 @@ def _loader(steps: Steps, patches: Patches, clock: Callable[[], float]) -> None:
         patches.replace(getattr(dataloader, name), "_next_data", make_next)
 
 
+def _loading(steps: Steps, on: bool) -> None:
+    """The loader fetches a batch on the loop's thread: its dataset's modules (a torchvision
+    transform) are no forwards of the script's, and its reads (num_workers=0) stay on the host on
+    any device."""
+    steps.loading = on
+    if steps.sites is not None:
+        steps.sites.loading = on
+
+
 def _framework_fetch(steps: Steps, original: Callable[..., Any], iterator: Any,
                      clock: Callable[[], float], described: Callable[[Any], Any]) -> Any:
     start = clock()
-    batch = original(iterator)
+    _loading(steps, True)
+    try:
+        batch = original(iterator)
+    finally:
+        _loading(steps, False)
     _tell(steps, steps.framework_fetch, clock() - start, described(iterator))
     return batch
 

@@ -31,6 +31,8 @@ STYLES = [
     ("body_work.py", 12, [], {"num_workers": 0, "pin_memory": False, "batch_size": 4}),
     # an evaluation with grad on (no eval(), no no_grad) between steps is no step
     ("eval_with_grad.py", 6, [], {"num_workers": 0, "pin_memory": False, "batch_size": 8}),
+    # a dataset's nn.Module transform is the loader's work; its reads and a logger's are no syncs
+    ("transforms_logger.py", 12, [], {"num_workers": 0, "pin_memory": False, "batch_size": 4}),
 ]
 
 
@@ -60,6 +62,10 @@ def test_a_script_runs_as_under_python_and_its_steps_losses_and_syncs_are_found(
     assert f"asyncthrottle run: {script}: {steps} steps" in done.stderr.decode()
     assert report["loader"] == loader
     assert (report["input_wait_s"] > 0) == (loader is not None)
+    # the loader's wait is within what the throttle counts between steps (gradient accumulation
+    # also takes a batch inside its step)
+    if script != "accumulation.py":
+        assert report["input_wait_s"] <= report["stats"]["fetch_s"] * 1.01 + 1e-4, report["stats"]
 
 
 
