@@ -47,7 +47,7 @@ def _training(steps: Steps, framework: str, original: Callable[..., Any],
         try:
             source, added = _source(steps, framework, trainer, make)
         except Exception as exc:
-            steps.error = exc
+            steps.stop_on(exc)
             return original(trainer, *args, **kwargs)
         steps.framework_begin(source)
         try:

@@ -25,8 +25,9 @@ class Optimizers:
         self.any = False
         self._cycle: set[int] | None = None
         self._position: dict[int, int] = {}
-        # the optimizer steps running, by the frame that runs each (an exception leaves one)
-        self._frames: list[FrameType] = []
+        # the optimizer steps running, by the frame that runs each (an exception leaves one);
+        # empty, running() is not called (a call less, every step)
+        self.frames: list[FrameType] = []
 
     def made(self, optimizer: Any) -> None:
         """The script made ``optimizer``."""
@@ -57,24 +58,24 @@ class Optimizers:
 
     def enter(self, frame: FrameType) -> None:
         """An optimizer step run by ``frame`` begins."""
-        self._frames.append(frame)
+        self.frames.append(frame)
 
     def leave(self, frame: FrameType) -> bool:
         """The step ``frame`` ran has returned; False for an unpaired end (ignored)."""
-        if not self._frames or self._frames[-1] is not frame:
+        if not self.frames or self.frames[-1] is not frame:
             return False
-        self._frames.pop()
+        self.frames.pop()
         return True
 
     @property
     def nested(self) -> bool:
         """An optimizer step is still running after the one that just returned."""
-        return bool(self._frames)
+        return bool(self.frames)
 
     def running(self) -> bool:
         """An optimizer step is running (its frame is on this thread's stack); forgets those an
         exception ended (a caught error in ``optimizer.step()``). Free when none runs."""
-        frames = self._frames
+        frames = self.frames
         if not frames:
             return False
         alive = set()

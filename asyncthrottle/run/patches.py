@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import CodeType
 from typing import Any
 
 __all__ = ["Patches"]
@@ -13,13 +14,20 @@ class Patches:
 
     def __init__(self) -> None:
         self._undo: list[Callable[[], None]] = []
+        # the code of every function put in torch's way: run eagerly, never compiled by Dynamo
+        self.codes: list[CodeType] = []
 
-    def replace(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
-        """Set ``owner.name`` to ``make(original)``; undo puts the original back."""
+    def replace(self, owner: Any, name: str, make: Callable[[Any], Any], *,
+                eager: bool = False) -> None:
+        """Set ``owner.name`` to ``make(original)``; undo puts the original back. ``eager``: see
+        :meth:`eager`."""
         # the class's own attribute, not one inherited: undo must not shadow a base's
         had = name in vars(owner)
         original = getattr(owner, name)
-        setattr(owner, name, make(original))
+        made = make(original)
+        if eager:
+            self.eager(made)
+        setattr(owner, name, made)
 
         def restore() -> None:
             if had:
@@ -28,6 +36,15 @@ class Patches:
                 delattr(owner, name)
 
         self._undo.append(restore)
+
+    def eager(self, function: Any) -> None:
+        """Keep ``function``'s code out of Dynamo (see :mod:`asyncthrottle.run.dynamo`): for a
+        function torch's own eager code calls (``Tensor.backward`` calls
+        ``torch.autograd.backward``), never one Dynamo traces inline (a module's forward hook,
+        a read), where a skipped function breaks the graph."""
+        code = getattr(function, "__code__", None)
+        if isinstance(code, CodeType) and code not in self.codes:
+            self.codes.append(code)
 
     def handle(self, handle: Any) -> None:
         """Keep a hook's handle (``handle.remove()`` at undo)."""

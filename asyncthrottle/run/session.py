@@ -11,6 +11,7 @@ from types import ModuleType
 from typing import Any
 
 from ..framework import ThrottleHooks
+from .dynamo import keep_out
 from .imports import after_import
 from .patches import Patches
 from .report import collect
@@ -108,6 +109,7 @@ def _install(steps: Steps, sites: Any, patches: Patches, options: Options,
         watch(steps, patches, lambda cls: cls(options.depth, **thr_options))
         if sites is not None:
             sites.start(patches)
+        keep_out(patches)
 
     after_import({"torch": torch_imported}, patches)
 

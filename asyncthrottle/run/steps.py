@@ -69,6 +69,9 @@ class Steps:
         self.framework_source: Source | None = None
         # an error of the runner's own (the hooks then stand aside; the report says so)
         self.error: Exception | None = None
+        # any of the three: the hooks hear nothing (kept by load(), stop_on() and the framework
+        # calls, read by every hook)
+        self.hushed = False
         self.open = False
         self.paused = True
         self.input_wait = 0.0
@@ -115,7 +118,7 @@ class Steps:
     def forward(self, grad: bool, module: Any, site: Any = None) -> None:
         """A module's forward begins, called from ``site`` (the script's code and line; armed
         only while the next one may open or end a step)."""
-        if self.optimizers.running():
+        if self.optimizers.frames and self.optimizers.running():
             return
         if not grad:
             # an evaluation; a teacher's forward inside a step that has not trained yet stays
@@ -147,12 +150,13 @@ class Steps:
         if self.first is None:
             self.first = site
         self.heard = True
-        self._phase("forward")
+        if self.timed:
+            self._phase("forward")
         self.disarm()
 
     def backward(self, tensors: Any) -> None:
         """``backward()`` is called on ``tensors`` (before autograd runs)."""
-        if self.optimizers.running():
+        if self.optimizers.frames and self.optimizers.running():
             # a closure evaluated by optimizer.step(closure) (LBFGS): its first loss is the step's
             if self.inner_loss is None:
                 self.inner_loss = self._unscaled(tensors)
@@ -163,7 +167,8 @@ class Steps:
             # a step opened by its backward: its forward was the last one heard
             self.first = self.last
         self.heard = True
-        self._phase("backward", collective=self.collective)
+        if self.timed:
+            self._phase("backward", collective=self.collective)
         value = self._unscaled(tensors)
         if value is None:
             self.lossless = True
@@ -179,7 +184,7 @@ class Steps:
 
     def optimizer_begin(self, optimizer: Any, frame: FrameType) -> None:
         """An optimizer (or a ``GradScaler``) steps, run by ``frame``: the step's update."""
-        if self.optimizers.running():
+        if self.optimizers.frames and self.optimizers.running():
             # optimizer.step() inside GradScaler.step()
             self.optimizers.enter(frame)
             return
@@ -193,7 +198,8 @@ class Steps:
         self.stepped.add(id(optimizer))
         self.heard = True
         self._assign(optimizer)
-        self._phase("optimizer")
+        if self.timed:
+            self._phase("optimizer")
 
     def optimizer_end(self, frame: FrameType) -> None:
         """The optimizer step ``frame`` ran has returned (an unpaired end is ignored)."""
@@ -225,7 +231,7 @@ class Steps:
         # without an update is accumulating gradients: its step goes on
         forwards_only = self.heard and not self.backwards and not self.stepped
         if self.open and (self._done() or forwards_only or self._failed()) and not (
-                self.optimizers.running()):
+                self.optimizers.frames and self.optimizers.running()):
             self._close()
 
     def fetch_end(self, start: float, seconds: float, stopped: bool,
@@ -267,14 +273,29 @@ class Steps:
 
     # -- frameworks -----------------------------------------------------------
 
+    def load(self, on: bool) -> None:
+        """A DataLoader fetches a batch on the loop's thread (``on``), or has fetched it."""
+        self.loading = on
+        self._hush()
+
+    def stop_on(self, error: Exception) -> None:
+        """The runner's own error: the hooks stand aside from now on (the report says so)."""
+        self.error = error
+        self._hush()
+
+    def _hush(self) -> None:
+        self.hushed = bool(self.framework or self.loading or self.error is not None)
+
     def framework_begin(self, source: Source) -> None:
         self.stop()
         self.framework += 1
+        self._hush()
         self.framework_source = source
         self.disarm()
 
     def framework_end(self, source: Source) -> None:
         self.framework -= 1
+        self._hush()
         if source not in self.sources:
             self.sources.append(source)
         if not self.framework:
@@ -378,9 +399,8 @@ class Steps:
             self.paused = True
 
     def _phase(self, name: str, *, collective: bool = False) -> None:
-        if self.timed:
-            assert self.runner is not None
-            self.runner.hooks.phase(name, collective=collective)
+        assert self.runner is not None
+        self.runner.hooks.phase(name, collective=collective)
 
     def _assign(self, optimizer: Any) -> None:
         """The backward() values since the last optimizer step are ``optimizer``'s loss."""

@@ -36,8 +36,9 @@ def install(steps: Steps, patches: Patches, clock: Callable[[], float] = time.pe
 
 
 def _heard(steps: Steps) -> bool:
-    return (get_ident() == steps.thread and not steps.framework and not steps.loading
-            and steps.error is None)
+    # (the per-step hooks -- the forward hook, the optimizer hooks, backward -- test this
+    # inline, and call their Steps method in a try of their own: a call less each, every step)
+    return get_ident() == steps.thread and not steps.hushed
 
 
 def _elsewhere(steps: Steps) -> None:
@@ -52,7 +53,7 @@ def _tell(steps: Steps, method: Callable[..., None], *args: Any) -> None:
     try:
         method(*args)
     except Exception as exc:
-        steps.error = exc
+        steps.stop_on(exc)
 
 
 def _forwards(steps: Steps, patches: Patches, compiling: Callable[[], bool]) -> None:
@@ -65,8 +66,11 @@ def _forwards(steps: Steps, patches: Patches, compiling: Callable[[], bool]) -> 
 
     def hook(mod: Any, args: Any) -> None:
         # first: Dynamo traces a global hook into a compiled module, and this returns at once
-        if not compiling() and _heard(steps):
-            _tell(steps, steps.forward, grad_enabled(), mod, _caller(sys._getframe(1), torch_file))
+        if not compiling() and get_ident() == steps.thread and not steps.hushed:
+            try:
+                steps.forward(grad_enabled(), mod, _caller(sys._getframe(1), torch_file))
+            except Exception as exc:
+                steps.stop_on(exc)
 
     def arm() -> None:
         # a global forward hook takes every module off torch's fast path: only while it may tell
@@ -89,7 +93,7 @@ def _forwards(steps: Steps, patches: Patches, compiling: Callable[[], bool]) -> 
             return original(self, mode)
         return train
 
-    patches.replace(torch.nn.Module, "train", make_train)
+    patches.replace(torch.nn.Module, "train", make_train, eager=True)
 
 
 def _caller(frame: Any, torch_file: str | None) -> tuple[Any, int] | None:
@@ -107,14 +111,20 @@ def _optimizers(steps: Steps, patches: Patches, compiling: Callable[[], bool]) -
     def before(opt: Any, args: Any, kwargs: Any) -> None:
         if compiling():
             return
-        if _heard(steps):
-            _tell(steps, steps.optimizer_begin, opt, sys._getframe(1))
+        if get_ident() == steps.thread and not steps.hushed:
+            try:
+                steps.optimizer_begin(opt, sys._getframe(1))
+            except Exception as exc:
+                steps.stop_on(exc)
         else:
             _elsewhere(steps)
 
     def after(opt: Any, args: Any, kwargs: Any) -> None:
-        if not compiling() and _heard(steps):
-            _tell(steps, steps.optimizer_end, sys._getframe(1))
+        if not compiling() and get_ident() == steps.thread and not steps.hushed:
+            try:
+                steps.optimizer_end(sys._getframe(1))
+            except Exception as exc:
+                steps.stop_on(exc)
 
     patches.handle(optimizer.register_optimizer_step_pre_hook(before))
     patches.handle(optimizer.register_optimizer_step_post_hook(after))
@@ -127,7 +137,7 @@ def _optimizers(steps: Steps, patches: Patches, compiling: Callable[[], bool]) -
                 steps.optimizers.made(self)
         return __init__
 
-    patches.replace(optimizer.Optimizer, "__init__", make_init)
+    patches.replace(optimizer.Optimizer, "__init__", make_init, eager=True)
 
 
 def _backward(steps: Steps, patches: Patches, compiling: Callable[[], bool]) -> None:
@@ -136,12 +146,14 @@ def _backward(steps: Steps, patches: Patches, compiling: Callable[[], bool]) -> 
     def make(original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-            if compiling():
-                return original(tensors, *args, **kwargs)
-            if not _heard(steps):
+            # (Dynamo does not trace into a backward() call: it runs it eagerly)
+            if get_ident() != steps.thread or steps.hushed:
                 _elsewhere(steps)
                 return original(tensors, *args, **kwargs)
-            _tell(steps, steps.backward, tensors)
+            try:
+                steps.backward(tensors)
+            except Exception as exc:
+                steps.stop_on(exc)
             try:
                 return original(tensors, *args, **kwargs)
             finally:
@@ -155,8 +167,8 @@ def _backward(steps: Steps, patches: Patches, compiling: Callable[[], bool]) -> 
             return original(*args, **kwargs)
         return grad
 
-    patches.replace(torch.autograd, "backward", make)
-    patches.replace(torch.autograd, "grad", make_grad)
+    patches.replace(torch.autograd, "backward", make, eager=True)
+    patches.replace(torch.autograd, "grad", make_grad, eager=True)
 
 
 def _scaler(steps: Steps, patches: Patches) -> None:
@@ -186,7 +198,7 @@ def _scaler(steps: Steps, patches: Patches) -> None:
         return step
 
     patches.replace(grad_scaler.GradScaler, "scale", make_scale)
-    patches.replace(grad_scaler.GradScaler, "step", make_step)
+    patches.replace(grad_scaler.GradScaler, "step", make_step, eager=True)
 
 
 def _loader(steps: Steps, patches: Patches, clock: Callable[[], float]) -> None:
@@ -225,14 +237,14 @@ def _loader(steps: Steps, patches: Patches, clock: Callable[[], float]) -> None:
         return _next_data
 
     for name in ("_SingleProcessDataLoaderIter", "_MultiProcessingDataLoaderIter"):
-        patches.replace(getattr(dataloader, name), "_next_data", make_next)
+        patches.replace(getattr(dataloader, name), "_next_data", make_next, eager=True)
 
 
 def _loading(steps: Steps, on: bool) -> None:
     """The loader fetches a batch on the loop's thread: its dataset's modules (a torchvision
     transform) are no forwards of the script's, and its reads (num_workers=0) stay on the host on
     any device."""
-    steps.loading = on
+    steps.load(on)
     if steps.sites is not None:
         steps.sites.loading = on
 
@@ -272,4 +284,4 @@ def _processes(steps: Steps, patches: Patches) -> None:
             original(self)
         return start
 
-    patches.replace(process.BaseProcess, "start", make)
+    patches.replace(process.BaseProcess, "start", make, eager=True)

@@ -46,6 +46,21 @@ def test_a_compiled_model_gets_the_same_graphs_and_no_warning(tmp_path: Path) ->
     assert report["losses"] == pytest.approx(kept, rel=1e-6)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_compiled_step_that_calls_backward_keeps_python_s_graphs_and_breaks(
+        tmp_path: Path) -> None:
+    """The backward inside the compiled function runs eagerly (a graph break under python too)
+    and calls the runner's wrapper: Dynamo compiles none of the runner's code."""
+    plain = python("compiled_step.py", str(tmp_path / "plain.json"))
+    done, report = under_run("compiled_step.py", tmp_path, str(tmp_path / "run.json"))
+    assert plain.returncode == done.returncode == 0, done.stderr.decode()
+    assert done.stdout == plain.stdout and done.stdout.startswith(b"graphs 2 breaks 1")
+    assert done.stderr.decode().split("asyncthrottle run:")[0] == plain.stderr.decode()
+    kept = json.loads((tmp_path / "plain.json").read_text())
+    assert report["steps"] == 3 and report["losses"] == pytest.approx(kept, rel=1e-6)
+
+
 def test_torch_s_warning_in_a_hooked_call_is_printed_at_torch_s_line_as_under_python() -> None:
     """The DataLoader's pin_memory warning on a machine without an accelerator (its iterator is
     one of the runner's hooks)."""
