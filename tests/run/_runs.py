@@ -35,6 +35,14 @@ def start(*args: str, cwd: Path = SCRIPTS) -> Done:
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE))
 
 
+def pair(plain: tuple[str, ...], run: tuple[str, ...], cwd: Path = SCRIPTS,
+         timeout: float = 300) -> tuple[subprocess.CompletedProcess[bytes],
+                                        subprocess.CompletedProcess[bytes]]:
+    """``python PLAIN`` and ``python RUN`` at once (each is seconds of importing torch)."""
+    first, second = start(*plain, cwd=cwd), start(*run, cwd=cwd)
+    return first.wait(timeout), second.wait(timeout)
+
+
 class Done:
     """A started process; ``wait()`` collects it (returncode, stdout, stderr)."""
 

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from _runs import SCRIPTS, env, python, under_run
+from _runs import SCRIPTS, env, pair, python, under_run
 
 
 def test_an_environment_the_script_sets_at_its_top_is_the_one_torch_reads() -> None:
@@ -64,8 +64,8 @@ def test_a_compiled_step_that_calls_backward_keeps_python_s_graphs_and_breaks(
 def test_torch_s_warning_in_a_hooked_call_is_printed_at_torch_s_line_as_under_python() -> None:
     """The DataLoader's pin_memory warning on a machine without an accelerator (its iterator is
     one of the runner's hooks)."""
-    plain = python("pin_memory_warning.py")
-    done = python("-m", "asyncthrottle", "run", "pin_memory_warning.py")
+    plain, done = pair(("pin_memory_warning.py",),
+                       ("-m", "asyncthrottle", "run", "pin_memory_warning.py"))
     assert plain.returncode == done.returncode == 0, done.stderr.decode()
     assert done.stdout == plain.stdout == b"done\n"
     warned = done.stderr.decode().split("asyncthrottle run:")[0]
@@ -77,8 +77,8 @@ def test_torch_s_warning_in_a_hooked_call_is_printed_at_torch_s_line_as_under_py
 def test_the_runner_holds_a_few_bytes_a_step() -> None:
     """8,000 tiny steps: the process's traced memory grows by the float of each step's loss (and
     its flag), not by a tensor a step."""
-    plain = python("many_steps.py", "8001")
-    done = python("-m", "asyncthrottle", "run", "many_steps.py", "8001")
+    plain, done = pair(("many_steps.py", "8001"),
+                       ("-m", "asyncthrottle", "run", "many_steps.py", "8001"))
     assert plain.returncode == done.returncode == 0, done.stderr.decode()
     grown = [float(process.stdout.split()[0]) for process in (plain, done)]
     assert grown[1] - grown[0] < 40, grown

@@ -13,7 +13,7 @@ import zipapp
 from pathlib import Path
 
 import pytest
-from _runs import SCRIPTS, env, python
+from _runs import SCRIPTS, env, pair, python
 
 from asyncthrottle.run import main
 
@@ -94,8 +94,7 @@ def test_a_script_that_raises_at_import_shows_its_traceback_and_status_1(
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_ctrl_c_prints_the_report_and_exits_as_python_does() -> None:
-    plain = python("interrupted.py")
-    done = python("-m", "asyncthrottle", "run", "interrupted.py")
+    plain, done = pair(("interrupted.py",), ("-m", "asyncthrottle", "run", "interrupted.py"))
     assert plain.returncode == done.returncode == -signal.SIGINT
     err = done.stderr.decode()
     assert "KeyboardInterrupt" in err and "asyncthrottle run: interrupted.py: 2 steps" in err
@@ -143,7 +142,7 @@ def test_a_module_runs_as_python_m_runs_it(tmp_path: Path) -> None:
 def _both(*args: str, cwd: Path = SCRIPTS
           ) -> tuple[subprocess.CompletedProcess[bytes], subprocess.CompletedProcess[bytes]]:
     """``python ARGS`` and ``python -m asyncthrottle run ARGS``."""
-    return python(*args, cwd=cwd), python(*_RUN, *args, cwd=cwd)
+    return pair(args, (*_RUN, *args), cwd=cwd)
 
 
 @pytest.mark.slow
@@ -230,8 +229,7 @@ def test_safe_path_leaves_sys_path_alone(tmp_path: Path) -> None:
     if sys.version_info < (3, 11):
         pytest.skip("-P is python 3.11's")
     (tmp_path / "show.py").write_text("import sys\nprint(sys.path[0])\n")
-    plain = python("-P", "show.py", cwd=tmp_path)
-    done = python("-P", *_RUN, "show.py", cwd=tmp_path)
+    plain, done = pair(("-P", "show.py"), ("-P", *_RUN, "show.py"), cwd=tmp_path)
     assert plain.returncode == done.returncode == 0, done.stderr.decode()
     assert done.stdout == plain.stdout and str(tmp_path).encode() not in done.stdout
 
@@ -299,8 +297,8 @@ def test_no_trace_is_written_without_steps_and_the_report_says_so(
 @pytest.mark.timeout(600)
 def test_ctrl_c_runs_atexit_and_ends_the_daemonic_children_then_dies_by_sigint(
         tmp_path: Path) -> None:
-    plain = python("ctrl_c_atexit.py", str(tmp_path / "plain"))
-    done = python(*_RUN, "ctrl_c_atexit.py", str(tmp_path / "run"))
+    plain, done = pair(("ctrl_c_atexit.py", str(tmp_path / "plain")),
+                       (*_RUN, "ctrl_c_atexit.py", str(tmp_path / "run")))
     assert plain.returncode == done.returncode == -signal.SIGINT, done.stderr.decode()
     # the atexit checkpoint was written after the report
     assert (tmp_path / "plain").read_text() == (tmp_path / "run").read_text() == "saved\n"
