@@ -3,7 +3,7 @@
 import atexit
 import multiprocessing
 import sys
-import time
+import threading
 from pathlib import Path
 
 
@@ -12,7 +12,8 @@ def checkpoint() -> None:
 
 
 def idle() -> None:
-    time.sleep(600)
+    # until the parent's exit stops it (a daemonic child)
+    threading.Event().wait()
 
 
 if __name__ == "__main__":
