@@ -46,6 +46,9 @@ def collect(steps: Steps, rows: Sequence[dict[str, Any]] | None, *, script: str,
         "seen": dict(steps.seen),
         "trace": None,
     }
+    timed = source.per_step() if source is not None else None
+    if timed is not None:
+        data["per_step"] = timed
     several = source.by_optimizer() if source is not None else {}
     if several:
         each = {name: _series(values, count) for name, values in several.items()}

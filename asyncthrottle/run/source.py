@@ -40,18 +40,26 @@ class Source:
     arrive: no tensor is kept).
 
     ``names``: the optimizers whose own loss each step also defers (``"loss:<k>"``), two or more
-    (a GAN); set by the runner as it learns them.
+    (a GAN); set by the runner as it learns them. ``direct``: the caller :meth:`put` s each
+    step's losses itself (the runner's steps on a synchronous device), and nothing listens to the
+    throttle's deliveries.
     """
 
-    def __init__(self, hooks: ThrottleHooks, framework: str | None = None) -> None:
+    def __init__(self, hooks: ThrottleHooks, framework: str | None = None, *,
+                 direct: bool = False) -> None:
         self.hooks = hooks
         self.framework = framework
         self.names: list[str] = []
         self._loss = _Series()
         self._each: dict[str, _Series] = {}
+        # each step's host time (its batch taken, or its first call, to its end) and its loader's
+        # wait, as float32 seconds (8 bytes a step; NaN: not timed)
+        self._step_s = array("f")
+        self._wait_s = array("f")
         # between a step's hand-out and the throttle's next pause (see watch())
         self.in_pass = False
-        hooks.throttle.on_complete(self._delivered)
+        if not direct:
+            hooks.throttle.on_complete(self._delivered)
 
     def watch(self, sites: Any) -> None:
         """Follow the throttle's steps from its notifications (a framework's callback runs them):
@@ -71,6 +79,28 @@ class Source:
         if len(self.names) > 1:
             for k, name in enumerate(self.names):
                 self._each.setdefault(name, _Series()).put(step, _float(each.get(k)))
+
+    def times(self, step: int, seconds: float, waited: float) -> None:
+        """Keep ``step``'s host time and its input wait (the runner's steps)."""
+        gap = step - len(self._step_s)
+        if gap:
+            if gap < 0:
+                return
+            self._step_s.extend([math.nan] * gap)
+            self._wait_s.extend([math.nan] * gap)
+        self._step_s.append(seconds)
+        self._wait_s.append(waited)
+
+    def per_step(self) -> dict[str, list[float | None]] | None:
+        """Each step's ``step_s`` and ``input_wait_s`` (None where not timed), or None where no
+        step was timed here (a framework's callback saw the steps)."""
+        if not self._step_s:
+            return None
+        count = self.steps
+        # float32 kept: 7 digits are what it holds
+        return {name: [None if k >= len(kept) or math.isnan(kept[k]) else float(f"{kept[k]:.7g}")
+                       for k in range(count)]
+                for name, kept in (("step_s", self._step_s), ("input_wait_s", self._wait_s))}
 
     @property
     def steps(self) -> int:

@@ -59,6 +59,10 @@ class Steps:
         self.clock = clock
         self.sources: list[Source] = []
         self.runner: Source | None = None
+        # the runner's device runs each step as it is issued (the CPU): a loss is read as its
+        # backward() is called (a host read, where an accelerator would defer a copy)
+        self.synchronous = False
+        self._item: Callable[[Any], Any] = _no_item
         self.thread = threading.main_thread().ident
         # the optimizers the script made (without one, each backward() is a step: manual SGD)
         self.optimizers = Optimizers()
@@ -350,7 +354,11 @@ class Steps:
         # the reads held since the batch was taken are this step's
         held, self.holding = self.holding, None
         if self.runner is None:
-            self.runner = Source(self._make(device_of(where)))
+            hooks = self._make(device_of(where))
+            self.synchronous = hooks.throttle.synchronous
+            if self.synchronous:
+                self._item = _base_item()
+            self.runner = Source(hooks, direct=self.synchronous)
             self.sources.append(self.runner)
         number = self.runner.hooks.begin()
         self._reset()
@@ -380,10 +388,11 @@ class Steps:
             return
         if self.updated:
             self.optimizers.learn(self.stepped)
+        self.runner.times(self.number, self.clock() - self.opened_at, self.waited)
         self.opener = self.first if self.first is not None else self.opener
         loss = None if self.lossless else (
             self.loss if self.loss is not None else self.inner_loss)
-        if hooks.throttle.synchronous:
+        if self.synchronous:
             # the step has run (the CPU): its values are on the host, no copy to wait for
             self.runner.put(self.number, loss, self.each)
             hooks.end()
@@ -428,7 +437,12 @@ class Steps:
         numel = getattr(tensors, "numel", None)
         if numel is None or numel() != 1:
             return None
-        return tensors.detach()
+        if not self.synchronous:
+            return tensors.detach()
+        try:
+            return float(self._item(tensors))
+        except (TypeError, ValueError, RuntimeError):
+            return None
 
     def finish(self) -> None:
         """The script ended: end the open step (the reads of a done step's tail are outside steps:
@@ -444,3 +458,15 @@ class Steps:
 
 def _nothing() -> None:
     pass
+
+
+def _base_item() -> Callable[[Any], Any]:
+    """torch's own ``item``, the tensor base class's: the sync audit's patch of ``torch.Tensor``
+    does not cover it, so the runner's read of a loss is not looked up as the script's."""
+    import torch
+
+    return torch._C.TensorBase.item  # type: ignore[no-any-return]
+
+
+def _no_item(tensor: Any) -> Any:
+    raise TypeError("no host read on an asynchronous device")

@@ -72,18 +72,9 @@ def _forwards(steps: Steps, patches: Patches, compiling: Callable[[], bool]) -> 
             except Exception as exc:
                 steps.stop_on(exc)
 
-    def arm() -> None:
-        # a global forward hook takes every module off torch's fast path: only while it may tell
-        if not handle:
-            handle.append(module.register_module_forward_pre_hook(hook))
-
-    def disarm() -> None:
-        if handle:
-            handle.pop().remove()
-
-    steps.arm, steps.disarm = arm, disarm
-    patches.call(disarm)
-    arm()
+    steps.arm, steps.disarm = _switch(module, hook, handle)
+    patches.call(steps.disarm)
+    steps.arm()
 
     def make_train(original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
@@ -94,6 +85,40 @@ def _forwards(steps: Steps, patches: Patches, compiling: Callable[[], bool]) -> 
         return train
 
     patches.replace(torch.nn.Module, "train", make_train, eager=True)
+
+
+def _switch(module: Any, hook: Callable[..., None],
+            handle: list[Any]) -> tuple[Callable[[], None], Callable[[], None]]:
+    """``arm()`` and ``disarm()`` of the global forward pre-hook: a global hook takes every module
+    off torch's fast path, so it is in place only while the next forward may open or end a step
+    (armed and disarmed once a step). The hook keeps one key in torch's dict of global forward
+    pre-hooks, put in and taken out again (a dict item each way, where registering makes and
+    removing drops a handle: three Python calls a step); a torch without that dict gets the
+    public register and remove."""
+    hooks = getattr(module, "_global_forward_pre_hooks", None)
+    if isinstance(hooks, dict):
+        # the key a handle would take (torch's hook ids are unique to the handle)
+        key = module.register_module_forward_pre_hook(hook)
+        key.remove()
+        ident = key.id
+
+        def arm() -> None:
+            hooks[ident] = hook
+
+        def disarm() -> None:
+            hooks.pop(ident, None)
+
+        return arm, disarm
+
+    def arm_public() -> None:
+        if not handle:
+            handle.append(module.register_module_forward_pre_hook(hook))
+
+    def disarm_public() -> None:
+        if handle:
+            handle.pop().remove()
+
+    return arm_public, disarm_public
 
 
 def _caller(frame: Any, torch_file: str | None) -> tuple[Any, int] | None:

@@ -155,7 +155,8 @@ def _source(stats: Any, series: list[float | None],
             each: dict[str, list[float | None]] | None = None) -> Any:
     throttle = SimpleNamespace(stats=stats, synchronous=True)
     return SimpleNamespace(hooks=SimpleNamespace(throttle=throttle), framework=None,
-                           series=lambda: series, by_optimizer=lambda: each or {})
+                           series=lambda: series, by_optimizer=lambda: each or {},
+                           per_step=lambda: None)
 
 
 def _steps(*sources: Any, **seen: int) -> Any:

@@ -195,3 +195,30 @@ def test_an_evaluation_without_grad_between_epochs_is_no_step_and_not_loop_time(
     # before anything says it is no step's; its forwards (4 s each time) are not
     assert steps.runner.hooks.throttle.stats.wall_s == pytest.approx(1.0)
     assert steps.input_wait == 0.0
+
+
+def test_each_step_s_host_time_and_input_wait_are_kept_by_step_and_a_dropped_batch_has_none(
+        ) -> None:
+    steps, clock = _steps()
+    opt = Optimizer()
+    steps.optimizers.made(opt)
+    for k in range(4):
+        _batch(steps, clock, seconds=0.001 * (k + 1))
+        clock.advance(0.01 * (k + 1))
+        if k == 2:
+            # a batch whose optimizer step raised: no step, and no time kept for it
+            steps.forward(True, None, TRAIN)
+            steps.backward(torch.tensor(1.0))
+            steps.after_backward()
+            _raising_update(steps, opt)
+            continue
+        _train(steps, opt, float(k))
+    _losses(steps)
+    assert steps.runner is not None
+    timed = steps.runner.per_step()
+    assert timed is not None
+    # the first batch is taken before any step, and so is the one after the dropped batch (the
+    # loop paused there): their steps open at their forwards, with no wait
+    assert timed["step_s"] == pytest.approx([0.0, 0.02, 0.0])
+    assert timed["input_wait_s"] == pytest.approx([0.0, 0.002, 0.0])
+    assert sum(timed["input_wait_s"]) == pytest.approx(steps.input_wait)
