@@ -10,6 +10,7 @@ from .parts.memory import MemoryBudget
 from .parts.nonfinite import NonFiniteError, NonFiniteWarning
 from .parts.syncaudit import SyncAdvice
 from .stats import Stats
+from .testing.forbid import SyncError
 from .throttle import Throttle, throttle
 from .values import Deferred, DonatedValueError
 from .view import Throttled
@@ -31,6 +32,7 @@ __all__ = [
     "Stats",
     "Subscriber",
     "SyncAdvice",
+    "SyncError",
     "Throttle",
     "ThrottleTimeout",
     "Throttled",

@@ -4,16 +4,22 @@ script."""
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Sequence
 
+from .guard import GUARD_EXIT
+
 __all__ = ["main"]
 
-_USAGE = "python -m asyncthrottle run [--json PATH] [--trace PATH] [--depth N] [--] " \
-         "(SCRIPT | -m MODULE) [ARGS...]"
+_USAGE = "python -m asyncthrottle run [--json PATH] [--trace PATH] [--depth N] " \
+         "[--max-syncs-per-step N] [--] (SCRIPT | -m MODULE) [ARGS...]"
 # run's options that take a value (the script's own arguments come after SCRIPT)
-_VALUED = ("--json", "--trace", "--depth")
+_VALUED = ("--json", "--trace", "--depth", "--max-syncs-per-step")
+_EXITS = (f"exit code: the script's own; 2: a usage error, or a script that cannot be opened; "
+          f"{GUARD_EXIT}: --max-syncs-per-step failed (a line over the limit, or no training step "
+          f"found) where the script itself exited 0")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -21,7 +27,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m asyncthrottle run", usage=_USAGE,
         description="Run a PyTorch training script unchanged, as python would, and report on "
                     "stderr at its exit: its steps, loss, verdict, sections, input wait, the "
-                    "lines that read device values (sync sites) and what to change.")
+                    "lines that read device values (sync sites) and what to change.",
+        epilog=_EXITS)
     parser.add_argument("--json", metavar="PATH", help="also write the report as JSON (schema 1)")
     parser.add_argument("--trace", metavar="PATH",
                         help="write a Chrome/Perfetto trace of the steps (ui.perfetto.dev, or "
@@ -29,6 +36,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--depth", metavar="N", type=_depth, default=None,
                         help="throttle the steps at depth N (an int >= 1); default: only observe, "
                              "never block")
+    parser.add_argument("--max-syncs-per-step", metavar="N", type=_limit, default=None,
+                        help="a CI check, with no GPU too: fail (exit code "
+                             f"{GUARD_EXIT}) when a line in the training steps reads device "
+                             "values more than N times a step on average (a number >= 0, e.g. "
+                             "0 or 0.5), or when no step is found; a script that fails keeps "
+                             "its own exit code")
     parser.add_argument("-m", metavar="MODULE", dest="module",
                         help="run a library module as a script, as python -m does")
     return parser
@@ -43,6 +56,18 @@ def _depth(value: str) -> int:
         raise argparse.ArgumentTypeError(f"--depth must be an int >= 1, got {value!r} (leave it "
                                          "out to only observe)")
     return depth
+
+
+def _limit(value: str) -> float:
+    try:
+        limit = float(value)
+    except ValueError:
+        limit = math.nan
+    if not 0 <= limit < math.inf:
+        raise argparse.ArgumentTypeError(
+            f"--max-syncs-per-step must be a finite number >= 0, got {value!r}: the reads a "
+            "line may make in a step on average, e.g. 0 (none) or 0.5 (every other step)")
+    return limit
 
 
 def _split(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
@@ -89,7 +114,8 @@ def _output(parser: argparse.ArgumentParser, option: str, value: str | None) -> 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the script and print the report; returns the script's exit status (2: a usage error,
-    or a script that cannot be opened, as python says).
+    or a script that cannot be opened, as python says; :data:`~.guard.GUARD_EXIT` where
+    ``--max-syncs-per-step`` failed and the script exited 0).
 
     Raises:
         KeyboardInterrupt: the script ended by Ctrl-C; raised after the report, so that python
@@ -106,7 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     trace_path = _output(parser, "--trace", options.trace)
     from .session import Options, session
 
-    chosen = Options(depth=options.depth, json=json_path, trace=trace_path)
+    chosen = Options(depth=options.depth, json=json_path, trace=trace_path,
+                     max_syncs_per_step=options.max_syncs_per_step)
     target = options.module or script
     assert target is not None
     return session(chosen, target, rest, module=options.module is not None)

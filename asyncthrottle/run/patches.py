@@ -24,6 +24,9 @@ class Patches:
         # the class's own attribute, not one inherited: undo must not shadow a base's
         had = name in vars(owner)
         original = getattr(owner, name)
+        # what undo puts back: the class's own attribute as it is, not what looking it up gives
+        # (a descriptor put there by another patch -- run's audit under forbid_syncs() -- stays)
+        kept = vars(owner)[name] if had else None
         made = make(original)
         if eager:
             self.eager(made)
@@ -31,7 +34,7 @@ class Patches:
 
         def restore() -> None:
             if had:
-                setattr(owner, name, original)
+                setattr(owner, name, kept)
             else:
                 delattr(owner, name)
 

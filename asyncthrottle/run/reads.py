@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from .patches import Patches
     from .syncsites import SyncSites
 
-__all__ = ["patch_reads"]
+__all__ = ["CALLS", "patch_reads"]
 
 # torch.Tensor's read methods (all but indexing, which reads with a mask only) and torch's functions
 _TENSOR_READS = (
@@ -23,6 +23,9 @@ _TENSOR_READS = (
 )
 _TORCH_READS = ("nonzero", "argwhere", "masked_select", "unique", "unique_consecutive", "equal",
                 "allclose")
+# every name a read is counted under (CUDA adds CUDA_SYNC): "Tensor.item", "torch.where", ...
+CALLS = (*(f"Tensor.{name}" for name in (*_TENSOR_READS, "__getitem__")),
+         *(f"torch.{name}" for name in (*_TORCH_READS, "where")))
 
 _get_ident = threading.get_ident
 

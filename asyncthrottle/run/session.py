@@ -12,6 +12,7 @@ from typing import Any
 
 from ..framework import ThrottleHooks
 from .dynamo import keep_out
+from .guard import exit_code, judge
 from .imports import after_import
 from .patches import Patches
 from .report import collect
@@ -31,11 +32,13 @@ RANKS_EVERY = 10
 
 
 class Options:
-    """``run``'s options: ``depth`` (None: observe only), ``json`` and ``trace`` paths."""
+    """``run``'s options: ``depth`` (None: observe only), ``json`` and ``trace`` paths,
+    ``max_syncs_per_step`` (the guard's limit; None: no guard)."""
 
     def __init__(self, depth: int | None = None, json: str | None = None,
-                 trace: str | None = None) -> None:
+                 trace: str | None = None, max_syncs_per_step: float | None = None) -> None:
         self.depth, self.json, self.trace = depth, json, trace
+        self.max_syncs_per_step = max_syncs_per_step
 
 
 def _rank() -> tuple[int, int] | None:
@@ -59,7 +62,7 @@ def _sites(file: str) -> SyncSites:
 def session(options: Options, target: str, args: list[str], module: bool) -> int:
     """Run the script under the hooks and report; returns the script's exit status (2: a
     script that cannot be opened, 1: a module, folder or zipapp with nothing to run, as python
-    says).
+    says; :data:`~.guard.GUARD_EXIT`: the script exited 0 and ``max_syncs_per_step`` failed).
 
     Raises:
         KeyboardInterrupt: after the report, where the script ended by Ctrl-C (see
@@ -91,9 +94,9 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
                 sites.stop()
             patches.undo()
     shown = ending.file if module and ending.file else file
-    _report(steps, sites, options, shown, ending, [target, *args] if not module
-            else ["-m", target, *args])
-    return ending.exit()
+    data = _report(steps, sites, options, shown, ending, [target, *args] if not module
+                   else ["-m", target, *args])
+    return exit_code(ending.exit(), data)
 
 
 def _install(steps: Steps, sites: Any, patches: Patches, options: Options,
@@ -115,9 +118,11 @@ def _install(steps: Steps, sites: Any, patches: Patches, options: Options,
 
 
 def _report(steps: Steps, sites: Any, options: Options, file: str, ending: Ending,
-            argv: list[str]) -> None:
+            argv: list[str]) -> dict[str, Any]:
+    """Write the report (stderr, ``--json``); returns its data."""
     rows = sites.rows(max(1, _count(steps))) if sites is not None else None
     data = collect(steps, rows, script=file, code=ending.code, argv=argv)
+    data.update(judge(data, options.max_syncs_per_step))
     rank = _rank()
     main = max(steps.sources, key=lambda s: s.hooks.throttle.stats.steps, default=None)
     slowest = _slowest(main, rank)
@@ -134,6 +139,7 @@ def _report(steps: Steps, sites: Any, options: Options, file: str, ending: Endin
     except Exception:
         pass
     say(text(data, rank=rank, slowest=slowest) + "\n")
+    return data
 
 
 def _slowest(main: Any, rank: tuple[int, int] | None) -> str | None:

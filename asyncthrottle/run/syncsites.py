@@ -4,7 +4,7 @@ that would sync on an accelerator."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -65,13 +65,19 @@ class SyncSites:
         loading: set by the caller: True while the DataLoader fetches a batch.
         thread: the id of the thread counted (the script's, from ``start()``; None: none).
         cuda: CUDA's side (``cuda.on`` once the script started CUDA).
+        on_read: told of each read before it is counted, ``on_read(call, where)`` (None: none);
+            what it raises leaves the read uncounted and reaches the script's line
+            (:func:`asyncthrottle.testing.forbid_syncs` raises there).
     """
 
-    def __init__(self, roots: Sequence[str], *, cuda: Any = None) -> None:
+    def __init__(self, roots: Sequence[str], *, cuda: Any = None,
+                 on_read: Callable[[str, Site], None] | None = None) -> None:
         """Args:
             roots: the script's folders (its sites are named relative to them).
             cuda: ``torch.cuda`` (None) or a stand-in with its ``_lazy_call`` and sync debug mode.
+            on_read: see the attribute.
         """
+        self.on_read = on_read
         self._frames = Frames(roots)
         self.loading = False
         self._in_step = self._marked = self._merged = False
@@ -162,6 +168,11 @@ class SyncSites:
                  "via": self._via(via), "file": path}
                 for (path, line, call, in_step, via), count in ordered]
 
+    def named(self, where: Site) -> tuple[str, str | None]:
+        """A read's site for display, ``file.py:LINE``, and its ``via`` (None: the script's own
+        read), as :meth:`rows` names them."""
+        return f"{self._frames.relative(where[0])}:{where[1]}", self._via(where[2])
+
     def _via(self, via: Where | None) -> str | None:
         return None if via is None else f"{self._frames.relative(via[0])}:{via[1]}"
 
@@ -218,7 +229,10 @@ class SyncSites:
         self.add(where, call)
 
     def add(self, where: Site, call: str) -> None:
-        """Count one read by ``call`` at ``where``, in the open step or outside steps."""
+        """Count one read by ``call`` at ``where``, in the open step or outside steps, once
+        ``on_read`` heard of it."""
+        if self.on_read is not None:
+            self.on_read(call, where)
         if self._in_step:
             part, key = self._part, (where[0], where[1], call, True, where[2])
             part[key] = part.get(key, 0) + 1

@@ -7,6 +7,8 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
+from .guard import GUARD_EXIT, NO_STEPS, OVER_LIMIT, PASSED
+
 __all__ = ["text"]
 
 # the text shows at most this many sync sites and suggestions (the JSON keeps them all)
@@ -35,6 +37,7 @@ def text(data: dict[str, Any], *, rank: tuple[int, int] | None = None,
         lines += [f"    {k}. {said}" for k, said in enumerate(data["suggestions"][:_SHOWN], 1)]
         lines += _more(len(data["suggestions"]), "suggestions")
     lines += _trace(data)
+    lines += _guard(data)
     return "\n".join(lines)
 
 
@@ -169,3 +172,28 @@ def _sync_lines(syncs: list[dict[str, Any]] | None) -> list[str]:
 
 def _more(count: int, what: str) -> list[str]:
     return [f"    ... and {count - _SHOWN} more {what} (all in --json)"] if count > _SHOWN else []
+
+
+def _guard(data: dict[str, Any]) -> list[str]:
+    """``--max-syncs-per-step``'s outcome, last (what a CI log shows): a line for each site over
+    the limit."""
+    outcome, limit = data.get("guard"), data.get("max_syncs_per_step")
+    if outcome is None or limit is None:
+        return []
+    head = f"  --max-syncs-per-step {limit:g}:"
+    if outcome == PASSED:
+        return [f"{head} passed: no sync site in the steps reads device values more than {limit:g} "
+                "times a step"]
+    code = data["exit_code"]
+    ends = (f"exit code {GUARD_EXIT}" if code == 0
+            else f"the script's own exit code {code} stands")
+    if outcome == OVER_LIMIT:
+        over = data["over_limit"]
+        lines = [f"{head} FAILED: {_times(len(over), 'sync site')} over the limit ({ends})"]
+        return lines + [f"    {row['site']} reads {row['call']}"
+                        + (f" (in {row['via']})" if row.get("via") else "")
+                        + f" {row['per_step']:.2f} times a step in steps, over the limit of "
+                          f"{limit:g}" for row in over]
+    why = ("no training step found, so its syncs per step cannot be judged" if outcome == NO_STEPS
+           else "the reads were not counted, so they cannot be judged")
+    return [f"{head} FAILED: {why} ({ends})"]

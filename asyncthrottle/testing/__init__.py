@@ -4,6 +4,9 @@ The host "launches" work of given durations; the device runs it in order on a
 fake timeline; events complete when fake time passes them; ``synchronize()``
 and the injected ``sleep`` advance the clock. Nothing here sleeps for real.
 
+:func:`forbid_syncs` fails a unit test at the first host read of a device value (a host-device
+sync on an accelerator), on a CPU-only CI machine too (:mod:`asyncthrottle.testing.forbid`).
+
 Example:
     >>> from asyncthrottle.testing import FakeDevice
     >>> dev = FakeDevice()
@@ -20,8 +23,9 @@ from typing import Any
 
 from ..core.waits import Block, Hybrid, Poll, Spin, SpinBlock, WaitStrategy
 from ..throttle import Throttle
+from .forbid import ForbidSyncs, SyncError, forbid_syncs
 
-__all__ = ["FakeClock", "FakeDevice", "FakeEvent"]
+__all__ = ["FakeClock", "FakeDevice", "FakeEvent", "ForbidSyncs", "SyncError", "forbid_syncs"]
 
 
 class FakeClock:
