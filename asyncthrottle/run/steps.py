@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
 from ..framework import ThrottleHooks
+from .losses import Losses
 from .optimizers import Optimizers
 from .source import Source, device_of
 
@@ -62,7 +62,6 @@ class Steps:
         # the runner's device runs each step as it is issued (the CPU): a loss is read as its
         # backward() is called (a host read, where an accelerator would defer a copy)
         self.synchronous = False
-        self._item: Callable[[Any], Any] = _no_item
         self.thread = threading.main_thread().ident
         # the optimizers the script made (without one, each backward() is a step: manual SGD)
         self.optimizers = Optimizers()
@@ -85,8 +84,8 @@ class Steps:
         self.seen = dict.fromkeys(SEEN, 0)
         self.arm: Callable[[], None] = _nothing
         self.disarm: Callable[[], None] = _nothing
-        # GradScaler.scale's outputs (by id) and what they scaled: taken by the backward() of one
-        self.scaled: dict[int, tuple[weakref.ref[Any], Any]] = {}
+        # the values backward() is called on, unscaled, as the step keeps them
+        self.losses = Losses()
         # where the last done step's first forward was called: a forward elsewhere opens no step
         self.opener: Any = None
         self.last: Any = None
@@ -163,7 +162,7 @@ class Steps:
         if self.optimizers.frames and self.optimizers.running():
             # a closure evaluated by optimizer.step(closure) (LBFGS): its first loss is the step's
             if self.inner_loss is None:
-                self.inner_loss = self._unscaled(tensors)
+                self.inner_loss = self.losses.value(tensors)
             return
         self.seen["backwards"] += 1
         self._enter(tensors)
@@ -173,7 +172,7 @@ class Steps:
         self.heard = True
         if self.timed:
             self._phase("backward", collective=self.collective)
-        value = self._unscaled(tensors)
+        value = self.losses.value(tensors)
         if value is None:
             self.lossless = True
         else:
@@ -216,17 +215,6 @@ class Steps:
         self.arm()
         if self._complete():
             self._mark_tail()
-
-    def scale(self, scaled: Any, original: Any) -> None:
-        """``GradScaler.scale(original)`` returned ``scaled``."""
-        pairs = (zip(scaled, original, strict=False) if isinstance(scaled, (list, tuple))
-                 else [(scaled, original)])
-        if len(self.scaled) > 64:
-            # outputs scaled and never given to backward()
-            self.scaled.clear()
-        for big, small in pairs:
-            if big is not small:
-                self.scaled[id(big)] = (weakref.ref(big), small)
 
     def fetch_begin(self) -> None:
         """The loop asks a DataLoader for a batch: the step of the last one has ended."""
@@ -356,8 +344,7 @@ class Steps:
         if self.runner is None:
             hooks = self._make(device_of(where))
             self.synchronous = hooks.throttle.synchronous
-            if self.synchronous:
-                self._item = _base_item()
+            self.losses.synchronous = self.synchronous
             self.runner = Source(hooks, direct=self.synchronous)
             self.sources.append(self.runner)
         number = self.runner.hooks.begin()
@@ -426,24 +413,6 @@ class Steps:
             self.sites.mark_tail()
             self.tail_marked = True
 
-    def _unscaled(self, tensors: Any) -> Any:
-        if isinstance(tensors, (list, tuple)):
-            if len(tensors) != 1:
-                return None
-            tensors = tensors[0]
-        kept = self.scaled.pop(id(tensors), None)
-        if kept is not None and kept[0]() is tensors:
-            tensors = kept[1]
-        numel = getattr(tensors, "numel", None)
-        if numel is None or numel() != 1:
-            return None
-        if not self.synchronous:
-            return tensors.detach()
-        try:
-            return float(self._item(tensors))
-        except (TypeError, ValueError, RuntimeError):
-            return None
-
     def finish(self) -> None:
         """The script ended: end the open step (the reads of a done step's tail are outside steps:
         no step followed) and deliver every step's values."""
@@ -458,15 +427,3 @@ class Steps:
 
 def _nothing() -> None:
     pass
-
-
-def _base_item() -> Callable[[Any], Any]:
-    """torch's own ``item``, the tensor base class's: the sync audit's patch of ``torch.Tensor``
-    does not cover it, so the runner's read of a loss is not looked up as the script's."""
-    import torch
-
-    return torch._C.TensorBase.item  # type: ignore[no-any-return]
-
-
-def _no_item(tensor: Any) -> Any:
-    raise TypeError("no host read on an asynchronous device")

@@ -204,7 +204,7 @@ def _scaler(steps: Steps, patches: Patches) -> None:
         def scale(self: Any, outputs: Any) -> Any:
             scaled = original(self, outputs)
             if _heard(steps):
-                _tell(steps, steps.scale, scaled, outputs)
+                _tell(steps, steps.losses.scale, scaled, outputs)
             return scaled
         return scale
 
