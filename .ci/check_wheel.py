@@ -1,11 +1,12 @@
-"""CI: the wheel holds every subpackage and the typing marker (a package left out of the build
-fails here), and none of the project's studies of ``benchmarks/``, which stay out of it."""
+"""CI: the wheel holds every subpackage, the typing marker and run's report schema (a package or
+data file left out of the build fails here), and none of the project's studies of
+``benchmarks/``, which stay out of it."""
 
 import sys
 import zipfile
 from pathlib import Path
 
-NEEDED = ["asyncthrottle/py.typed"] + [
+NEEDED = ["asyncthrottle/py.typed", "asyncthrottle/run/report.schema.json"] + [
     f"asyncthrottle/{package}/__init__.py"
     for package in ("core", "parts", "backends", "testing", "bench", "run")
 ]

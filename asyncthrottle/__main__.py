@@ -1,4 +1,4 @@
-"""The ``asyncthrottle`` command line: ``python -m asyncthrottle bench|plot|run [...]``."""
+"""The ``asyncthrottle`` command line: ``python -m asyncthrottle bench|plot|run|compare [...]``."""
 
 from __future__ import annotations
 
@@ -23,10 +23,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="asyncthrottle: bound how far the host runs ahead of an asynchronous device.",
     )
     parser.add_argument("--version", action="version", version=f"asyncthrottle {__version__}")
-    parser.add_argument("command", choices=["bench", "plot", "run"],
+    parser.add_argument("command", choices=["bench", "plot", "run", "compare"],
                         help="bench: measure the throttle on this machine (bench --help); plot: "
                              "draw an exported trace (plot --help); run: diagnose a training "
-                             "script, unchanged (run --help)")
+                             "script, unchanged (run --help); compare: what changed between two "
+                             "run --json reports (compare --help)")
     if not args or args[0].startswith("-"):
         # --help, --version, or a usage error: exits
         parser.parse_args(args)
@@ -36,6 +37,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .run import main as run_main
 
         return run_main(args[1:])
+    if args[0] == "compare":
+        from .run.compare import main as compare_main
+
+        return compare_main(args[1:])
     if args[0] == "plot":
         from .plot import main as plot_main
 

@@ -13,10 +13,10 @@ from .guard import GUARD_EXIT
 
 __all__ = ["main"]
 
-_USAGE = "python -m asyncthrottle run [--json PATH] [--trace PATH] [--depth N] " \
+_USAGE = "python -m asyncthrottle run [--json PATH] [--html PATH] [--trace PATH] [--depth N] " \
          "[--max-syncs-per-step N] [--] (SCRIPT | -m MODULE) [ARGS...]"
 # run's options that take a value (the script's own arguments come after SCRIPT)
-_VALUED = ("--json", "--trace", "--depth", "--max-syncs-per-step")
+_VALUED = ("--json", "--html", "--trace", "--depth", "--max-syncs-per-step")
 _EXITS = (f"exit code: the script's own; 2: a usage error, or a script that cannot be opened; "
           f"{GUARD_EXIT}: --max-syncs-per-step failed (a line over the limit, or no training step "
           f"found) where the script itself exited 0")
@@ -30,6 +30,9 @@ def _parser() -> argparse.ArgumentParser:
                     "lines that read device values (sync sites) and what to change.",
         epilog=_EXITS)
     parser.add_argument("--json", metavar="PATH", help="also write the report as JSON (schema 1)")
+    parser.add_argument("--html", metavar="PATH",
+                        help="also write the report as one self-contained HTML page (no network: "
+                             "attach it to an issue)")
     parser.add_argument("--trace", metavar="PATH",
                         help="write a Chrome/Perfetto trace of the steps (ui.perfetto.dev, or "
                              "python -m asyncthrottle plot PATH)")
@@ -70,6 +73,13 @@ def _limit(value: str) -> float:
     return limit
 
 
+def _typed(own: list[str], module: str | None) -> list[str]:
+    """run's own options as typed, for the report (``-m MODULE`` is the script's part)."""
+    if module is not None:
+        own = own[:-2] if own[-2:] == ["-m", module] else own[:-1]
+    return own
+
+
 def _split(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
     """run's own options, the script (None with ``-m`` or none given) and the script's
     arguments; ``--`` ends run's options, ``-mMODULE`` is ``-m MODULE``."""
@@ -91,9 +101,9 @@ def _split(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
 
 
 def _output(parser: argparse.ArgumentParser, option: str, value: str | None) -> str | None:
-    """``--json``/``--trace``'s file made absolute (where the command was typed, whatever the
-    script's ``os.chdir``); a path that cannot be written is a usage error, before the script
-    runs."""
+    """``--json``/``--html``/``--trace``'s file made absolute (where the command was typed,
+    whatever the script's ``os.chdir``); a path that cannot be written is a usage error, before
+    the script runs."""
     if value is None:
         return None
     path = os.path.abspath(value)
@@ -130,9 +140,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("name the script to run: SCRIPT [ARGS...] or -m MODULE [ARGS...]")
     json_path = _output(parser, "--json", options.json)
     trace_path = _output(parser, "--trace", options.trace)
+    html_path = _output(parser, "--html", options.html)
     from .session import Options, session
 
-    chosen = Options(depth=options.depth, json=json_path, trace=trace_path,
+    chosen = Options(depth=options.depth, json=json_path, html=html_path, trace=trace_path,
+                     typed=_typed(own, options.module),
                      max_syncs_per_step=options.max_syncs_per_step)
     target = options.module or script
     assert target is not None

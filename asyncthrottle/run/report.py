@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
+from importlib import resources
 from typing import Any
 
 from .advice import suggestions
 from .steps import Source, Steps
 
-__all__ = ["SCHEMA", "collect"]
+__all__ = ["SCHEMA", "collect", "schema"]
 
 SCHEMA = 1
+
+
+def schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of ``--json``'s report, schema 1: the package's
+    ``asyncthrottle/run/report.schema.json``, a new dict at each call. Validate a report with
+    it, e.g. ``jsonschema.validate(report, schema())``."""
+    text = resources.files("asyncthrottle.run").joinpath("report.schema.json").read_text("utf-8")
+    return json.loads(text)  # type: ignore[no-any-return]
 
 
 def collect(steps: Steps, rows: Sequence[dict[str, Any]] | None, *, script: str, code: int,

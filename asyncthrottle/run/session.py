@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from ..framework import ThrottleHooks
 from .dynamo import keep_out
 from .guard import exit_code, judge
+from .html import render as page
 from .imports import after_import
 from .patches import Patches
 from .report import collect
@@ -32,12 +34,16 @@ RANKS_EVERY = 10
 
 
 class Options:
-    """``run``'s options: ``depth`` (None: observe only), ``json`` and ``trace`` paths,
-    ``max_syncs_per_step`` (the guard's limit; None: no guard)."""
+    """``run``'s options: ``depth`` (None: observe only), ``json``, ``html`` and ``trace`` paths,
+    ``max_syncs_per_step`` (the guard's limit; None: no guard), ``typed``: all of them as typed
+    (``["--json", "r.json"]``)."""
 
     def __init__(self, depth: int | None = None, json: str | None = None,
-                 trace: str | None = None, max_syncs_per_step: float | None = None) -> None:
-        self.depth, self.json, self.trace = depth, json, trace
+                 trace: str | None = None, max_syncs_per_step: float | None = None,
+                 html: str | None = None, typed: list[str] | None = None) -> None:
+        self.depth, self.json, self.html, self.trace = depth, json, html, trace
+        # the options as typed: the report's ``options``
+        self.typed = list(typed or [])
         self.max_syncs_per_step = max_syncs_per_step
 
 
@@ -123,16 +129,13 @@ def _report(steps: Steps, sites: Any, options: Options, file: str, ending: Endin
     rows = sites.rows(max(1, _count(steps))) if sites is not None else None
     data = collect(steps, rows, script=file, code=ending.code, argv=argv)
     data.update(judge(data, options.max_syncs_per_step))
+    data["options"] = options.typed
     rank = _rank()
     main = max(steps.sources, key=lambda s: s.hooks.throttle.stats.steps, default=None)
     slowest = _slowest(main, rank)
     data["trace"] = _trace(main, options.trace, rank)
-    if options.json:
-        where = _per_rank(options.json, rank)
-        try:
-            Path(where).write_text(json.dumps(data, indent=1) + "\n")
-        except OSError as exc:
-            say(f"python -m asyncthrottle run: --json {where!r} could not be written ({exc})\n")
+    _write("--json", options.json, rank, lambda: json.dumps(data, indent=1) + "\n")
+    _write("--html", options.html, rank, lambda: page(data))
     # the script's last lines first (a closed or replaced stdout: nothing to flush)
     try:
         sys.stdout.flush()
@@ -140,6 +143,19 @@ def _report(steps: Steps, sites: Any, options: Options, file: str, ending: Endin
         pass
     say(text(data, rank=rank, slowest=slowest) + "\n")
     return data
+
+
+def _write(option: str, path: str | None, rank: tuple[int, int] | None,
+           made: Callable[[], str]) -> None:
+    """Write ``made()`` to ``option``'s file (this rank's); a file that cannot be written is said,
+    and the report goes on."""
+    if path is None:
+        return
+    where = _per_rank(path, rank)
+    try:
+        Path(where).write_text(made(), encoding="utf-8")
+    except OSError as exc:
+        say(f"python -m asyncthrottle run: {option} {where!r} could not be written ({exc})\n")
 
 
 def _slowest(main: Any, rank: tuple[int, int] | None) -> str | None:

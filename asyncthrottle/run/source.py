@@ -92,8 +92,8 @@ class Source:
         self._wait_s.append(waited)
 
     def per_step(self) -> dict[str, list[float | None]] | None:
-        """Each step's ``step_s`` and ``input_wait_s`` (None where not timed), or None where no
-        step was timed here (a framework's callback saw the steps)."""
+        """Each step's ``step_s`` and ``input_wait_s`` (None where not timed: a framework's steps
+        have no wait each), or None where no step was timed."""
         if not self._step_s:
             return None
         count = self.steps
@@ -124,13 +124,19 @@ class _Watch:
 
     def __init__(self, source: Source, sites: Any) -> None:
         self._source, self._sites = source, sites
+        # the open step's hand-out (its host time runs to its record)
+        self._began = math.nan
 
     def on_handout(self, step: int, in_flight: int, now: float) -> None:
         self._source.in_pass = True
+        self._began = now
         if self._sites is not None:
             self._sites.in_step = True
 
     def on_record(self, step: int, event: Any, now: float) -> None:
+        # the framework's step, from its batch handed out to its end (its loader's wait for it is
+        # the framework's, not told by step)
+        self._source.times(step, now - self._began, math.nan)
         if self._sites is not None:
             self._sites.in_step = False
 

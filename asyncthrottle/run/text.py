@@ -21,10 +21,10 @@ def text(data: dict[str, Any], *, rank: tuple[int, int] | None = None,
     who = f" (rank {rank[0]} of {rank[1]})" if rank is not None else ""
     stats = data["stats"]
     lines = [f"asyncthrottle run{who}: {data['script']}: {data['steps']} steps in "
-             f"{stats.get('wall_s', 0.0):.2f} s ({_figure(data['steps_per_s'])} steps/s), exit "
+             f"{stats.get('wall_s', 0.0):.2f} s ({figure(data['steps_per_s'])} steps/s), exit "
              f"code {data['exit_code']}"]
     if data["steps"] == 0:
-        lines.append(_nothing(data.get("seen") or {}, data["argv"]))
+        lines.append(nothing_found(data.get("seen") or {}, data["argv"]))
     if data["error"] is not None:
         lines.append(f"  the runner stopped finding steps after its own error: {data['error']}")
     if data["steps"]:
@@ -41,7 +41,7 @@ def text(data: dict[str, Any], *, rank: tuple[int, int] | None = None,
     return "\n".join(lines)
 
 
-def _nothing(seen: dict[str, int], argv: Sequence[str]) -> str:
+def nothing_found(seen: dict[str, int], argv: Sequence[str]) -> str:
     """Why no step was found, from what the hooks saw."""
     why = []
     if seen.get("other_threads"):
@@ -88,7 +88,7 @@ def _trace(data: dict[str, Any]) -> list[str]:
             + shlex.join(data["argv"]) + "; then python -m asyncthrottle plot trace.json"]
 
 
-def _figure(value: float) -> str:
+def figure(value: float) -> str:
     """``value`` to 3 significant digits, never in an exponent (``0.0417``, ``12.3``, ``1230``)."""
     rounded = float(f"{value:.3g}")
     if rounded == 0 or not math.isfinite(rounded):
@@ -96,11 +96,11 @@ def _figure(value: float) -> str:
     return f"{rounded:.{max(0, 2 - math.floor(math.log10(abs(rounded))))}f}"
 
 
-def _duration(ms: float) -> str:
+def duration(ms: float) -> str:
     """A section's time: ms below a second, else seconds (``12.3 ms``, ``50.3 s``)."""
     if abs(float(f"{ms:.3g}")) < 1000:
-        return f"{_figure(ms)} ms"
-    return f"{_figure(ms / 1000)} s"
+        return f"{figure(ms)} ms"
+    return f"{figure(ms / 1000)} s"
 
 
 def _verdict(data: dict[str, Any], stats: dict[str, Any]) -> list[str]:
@@ -120,17 +120,18 @@ def _losses(data: dict[str, Any]) -> list[str]:
     """One ``loss:`` line, or one an optimizer when there are several."""
     several = data.get("losses_by_optimizer")
     if not several:
-        return [f"  loss: {_loss(data['losses'], data['nonfinite'], data['last_nonfinite'])}"]
+        said = loss_summary(data["losses"], data["nonfinite"], data["last_nonfinite"])
+        return [f"  loss: {said}"]
     ends = data["nonfinite_by_optimizer"]
     return [f"  loss: {name}: "
-            f"{_loss(losses, ends[name]['nonfinite'], ends[name]['last_nonfinite'])}"
+            f"{loss_summary(losses, ends[name]['nonfinite'], ends[name]['last_nonfinite'])}"
             for name, losses in several.items()]
 
 
-def _loss(losses: Sequence[float | None], bad: Sequence[int], ended: str | None) -> str:
+def loss_summary(losses: Sequence[float | None], bad: Sequence[int], ended: str | None) -> str:
     """First, last (``ended``: the last delivered loss's NaN/Inf), min and the NaN/Inf steps."""
     known = [(step, v) for step, v in enumerate(losses) if v is not None]
-    nan = f"NaN/Inf at steps {_steps(bad)}" if bad else "no NaN/Inf"
+    nan = f"NaN/Inf at steps {steps_named(bad)}" if bad else "no NaN/Inf"
     if not known:
         return (f"last {ended}, none finite" if ended else "none delivered") + f" ({nan})"
     low = min(known, key=lambda pair: pair[1])
@@ -139,13 +140,13 @@ def _loss(losses: Sequence[float | None], bad: Sequence[int], ended: str | None)
     return f"first {known[0][1]:.4g}, last {last}, min {low[1]:.4g} (step {low[0]}); {nan}"
 
 
-def _steps(steps: Sequence[int]) -> str:
+def steps_named(steps: Sequence[int]) -> str:
     shown = ", ".join(str(s) for s in steps[:10])
     return shown + (f", ... ({len(steps)} in all)" if len(steps) > 10 else "")
 
 
 def _sections(data: dict[str, Any]) -> list[str]:
-    timed = ", ".join(f"{name} {_duration(ms)}" if ms is not None else f"{name} -"
+    timed = ", ".join(f"{name} {duration(ms)}" if ms is not None else f"{name} -"
                       for name, ms in data["sections"].items())
     wait = f"input wait {data['input_wait_s']:.3f} s ({data['input_wait_fraction']:.0%})"
     return [f"  sections (median per step): {timed or 'none'}; {wait}"]

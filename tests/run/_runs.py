@@ -11,11 +11,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import jsonschema
+
+from asyncthrottle.run.report import schema
+from asyncthrottle.run.validate import problems
+
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 ROOT = Path(__file__).resolve().parents[2]
 # a line's own statement of its host read: "# host-device sync: Tensor.item 1.0" (per step, in
 # steps) or "# host-device sync: Tensor.tolist outside 1" (a count, outside steps)
 _SAID = re.compile(r"# host-device sync: (\S+) (?:(outside) (\d+)|([\d.]+))")
+_SCHEMA = schema()
 
 
 def env() -> dict[str, str]:
@@ -54,12 +60,31 @@ class Done:
         return subprocess.CompletedProcess(self.process.args, self.process.returncode, out, err)
 
 
+def valid(report: dict[str, Any]) -> dict[str, Any]:
+    """``report``, once it is valid against run's report schema (``report.schema.json``): every
+    report a test makes passes here, checked by ``jsonschema`` and by the package's own
+    validator (``compare``'s). The schema accepts fields it does not describe (newer ones), so
+    this also checks that it describes each of the report's fields: a field added to the report
+    is added to ``report.schema.json``."""
+    jsonschema.validate(report, _SCHEMA, cls=jsonschema.Draft202012Validator)
+    assert problems(report, _SCHEMA) == []
+    undescribed = sorted(set(report) - set(_SCHEMA["properties"]))
+    assert not undescribed, f"describe {undescribed} in asyncthrottle/run/report.schema.json"
+    return report
+
+
+def read_report(path: Path) -> dict[str, Any]:
+    """The ``run --json`` report at ``path``, validated (:func:`valid`)."""
+    return valid(json.loads(path.read_text()))
+
+
 def under_run(script: str, tmp: Path, *args: str) -> tuple[subprocess.CompletedProcess[bytes],
                                                           dict[str, Any]]:
-    """``python -m asyncthrottle run --json`` on the script; the process and its JSON report."""
+    """``python -m asyncthrottle run --json`` on the script; the process and its JSON report
+    (validated; {} where none was written)."""
     report = tmp / "report.json"
     done = python("-m", "asyncthrottle", "run", "--json", str(report), script, *args)
-    return done, json.loads(report.read_text()) if report.exists() else {}
+    return done, read_report(report) if report.exists() else {}
 
 
 def said_syncs(script: str) -> list[dict[str, Any]]:

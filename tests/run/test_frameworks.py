@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from _runs import SCRIPTS, env, found_syncs, said_syncs, start, under_run
+from _runs import SCRIPTS, env, found_syncs, read_report, said_syncs, start, under_run
 
 # script, the framework it trains with, its optimizer steps
 TRAINERS = [("hf_train.py", "transformers", 4), ("lightning_fit.py", "lightning", 6)]
@@ -72,12 +72,16 @@ def test_a_trainer_runs_as_under_python_with_the_library_s_callback_once(
     assert ran["callbacks"] == [*kept["callbacks"], "ThrottleCallback"]
     assert json.loads((tmp_path / "own.json").read_text())["callbacks"].count(
         "ThrottleCallback") == 1
-    for found, process in ((report, done), (json.loads(own_report.read_text()), owned)):
+    for found, process in ((report, done), (read_report(own_report), owned)):
         assert (found["steps"], found["framework"], found["error"]) == (steps, framework, None)
         # the framework's loop takes its batches from a DataLoader: the loader's wait is heard
         assert found["input_wait_s"] > 0 and found["loader"] is not None, found["loader"]
         # the losses the script recorded (the Trainer's logged loss, training_step's output)
         assert found["losses"] == pytest.approx(kept["losses"], rel=1e-6)
+        # each step's host time, from the callback's hand-out to its end (no wait each)
+        timed = found["per_step"]
+        assert len(timed["step_s"]) == steps and all(t > 0 for t in timed["step_s"])
+        assert timed["input_wait_s"] == [None] * steps
         # every read at the script's lines: its own, told in steps and outside them by the
         # callback's steps, and the framework's, at the line that trains, via the framework's
         assert all(row["site"].startswith(f"{script}:") for row in found["syncs"])
@@ -103,7 +107,7 @@ def test_under_torchrun_each_rank_reports_and_rank_0_names_the_slow_rank(tmp_pat
     assert done.returncode == 0, done.stderr.decode()
     err = done.stderr.decode()
     for rank, path in ((0, report), (1, tmp_path / "ddp.rank1.json")):
-        found = json.loads(path.read_text())
+        found = read_report(path)
         kept = json.loads((tmp_path / f"losses.{rank}").read_text())
         assert found["steps"] == len(kept) == 30
         assert found["losses"] == pytest.approx(kept, rel=1e-6)
@@ -113,7 +117,7 @@ def test_under_torchrun_each_rank_reports_and_rank_0_names_the_slow_rank(tmp_pat
     # one report per rank; rank 0's names rank 1
     assert err.count("asyncthrottle run (rank ") == 2 and err.count("slowest rank:") == 1
     assert "  slowest rank: 1 (" in err
-    assert json.loads(report.read_text())["stats"]["slowest_rank"] == 1
+    assert read_report(report)["stats"]["slowest_rank"] == 1
 
 
 @pytest.mark.slow

@@ -10,10 +10,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from _runs import valid
 
 from asyncthrottle.run.advice import suggestions
 from asyncthrottle.run.report import _syncs, collect
-from asyncthrottle.run.text import _figure, _sync_lines, text
+from asyncthrottle.run.text import _sync_lines, figure, text
 
 
 def _row(site: str, call: str, count: int, in_step: bool, via: str | None = None,
@@ -169,7 +170,7 @@ def _report(steps: Any, rows: list[dict[str, Any]] | None = None,
     data = collect(steps, rows if rows is not None else [], script="train.py", code=0,
                    argv=["train.py", "--lr", "0.1"])
     data["trace"] = trace
-    return data, text(data)
+    return valid(data), text(data)
 
 
 def test_the_json_keeps_its_fields_and_adds_seen_trace_files_and_where_the_loss_ended() -> None:
@@ -216,7 +217,7 @@ def test_a_loss_that_ends_in_nan_is_last_nan_with_the_last_finite_named() -> Non
     (1 / 24, "0.0417"), (0.0, "0"), (12.345, "12.3"), (1.0, "1.00"), (999.7, "1000"),
     (12345.0, "12300"), (0.0009996, "0.00100")])
 def test_figures_have_3_significant_digits_and_no_exponent(value: float, shown: str) -> None:
-    assert _figure(value) == shown
+    assert figure(value) == shown
 
 
 def test_a_slow_step_s_rate_and_long_sections_read_right() -> None:

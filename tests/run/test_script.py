@@ -3,7 +3,6 @@ its traceback without the runner's frames, Ctrl-C; and bad input gets a clear er
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import stat
@@ -13,7 +12,7 @@ import zipapp
 from pathlib import Path
 
 import pytest
-from _runs import SCRIPTS, env, pair, python
+from _runs import SCRIPTS, env, pair, python, read_report
 
 from asyncthrottle.run import main
 
@@ -88,7 +87,7 @@ def test_a_script_that_raises_at_import_shows_its_traceback_and_status_1(
     # the traceback starts at the script (its absolute path, as python says): no runner frame
     assert trace.splitlines()[1] == f'  File "{SCRIPTS / "raises_at_import.py"}", line 4, in <module>'
     assert "asyncthrottle" not in trace and trace.endswith("RuntimeError: no data here\n")
-    assert " 0 steps" in report and json.loads((tmp_path / "r.json").read_text())["steps"] == 0
+    assert " 0 steps" in report and read_report(tmp_path / "r.json")["steps"] == 0
 
 
 @pytest.mark.slow
@@ -134,7 +133,7 @@ def test_a_module_runs_as_python_m_runs_it(tmp_path: Path) -> None:
     assert done.stdout.decode().split() == [
         f"[{str(package / 'train.py')!r},", "'a',", "'-m']", "__main__", "pkg", "pkg.train",
         str(tmp_path), "helper"]
-    report = json.loads((tmp_path / "r.json").read_text())
+    report = read_report(tmp_path / "r.json")
     assert (report["steps"], report["argv"]) == (3, ["-m", "pkg.train", "a", "-m"])
     assert "asyncthrottle run: " in done.stderr.decode() and ": 3 steps in" in done.stderr.decode()
 
@@ -182,8 +181,7 @@ def test_an_attached_module_and_dashes_end_run_s_options(tmp_path: Path) -> None
     attached = python(*_RUN, "--json", "r.json", "-mpkg.train", "a", "--json", cwd=tmp_path)
     assert plain.returncode == attached.returncode == 0, attached.stderr.decode()
     assert attached.stdout == plain.stdout
-    assert json.loads((tmp_path / "r.json").read_text())["argv"] == ["-m", "pkg.train", "a",
-                                                                     "--json"]
+    assert read_report(tmp_path / "r.json")["argv"] == ["-m", "pkg.train", "a", "--json"]
     # after --, the script (here one whose name starts with a dash) and its arguments
     (tmp_path / "-dash.py").write_text("import sys\nprint(sys.argv)\n")
     plain = python("--", "-dash.py", "--depth", cwd=tmp_path)
@@ -242,7 +240,7 @@ def test_relative_outputs_land_where_the_command_was_typed(tmp_path: Path) -> No
     done = python(*_RUN, "--json", "r.json", "--trace", "t.json", str(SCRIPTS / "chdir_outputs.py"),
                   "elsewhere", cwd=tmp_path)
     assert done.returncode == 0 and done.stdout == b"elsewhere\n", done.stderr.decode()
-    report = json.loads((tmp_path / "r.json").read_text())
+    report = read_report(tmp_path / "r.json")
     assert report["trace"] == {"path": str(tmp_path / "t.json"), "written": True}
     assert report["steps"] == 2 and (tmp_path / "t.json").exists()
     assert not (tmp_path / "elsewhere" / "r.json").exists()
@@ -286,10 +284,10 @@ def test_no_trace_is_written_without_steps_and_the_report_says_so(
     assert main(["--json", str(tmp_path / "r.json"), "--trace", str(trace), "never_trains.py",
                  "0"]) == 0
     assert not trace.exists()
-    report = json.loads((tmp_path / "r.json").read_text())
+    report = read_report(tmp_path / "r.json")
     assert report["trace"] == {"path": str(trace), "written": False}
     assert main(["--json", str(tmp_path / "r.json"), "never_trains.py", "0"]) == 0
-    assert json.loads((tmp_path / "r.json").read_text())["trace"] is None
+    assert read_report(tmp_path / "r.json")["trace"] is None
     capsys.readouterr()
 
 

@@ -1,0 +1,358 @@
+"""``python -m asyncthrottle compare BEFORE.json AFTER.json``: the speed, the sync sites removed,
+added, changed and moved?, the verdicts, whether the losses agree, the two ``--fail-*`` rules,
+``--json OUT``, and a clear error for each file that is no run report."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _runs import SCRIPTS, read_report, start, valid
+
+from asyncthrottle.__main__ import main as cli
+from asyncthrottle.run.compare import FAILED, UNUSABLE, main, more_often
+
+
+def _row(site: str, call: str, count: int, steps: int, in_step: bool = True,
+         via: str | None = None) -> dict[str, Any]:
+    return {"site": site, "call": call, "count": count, "per_step": count / steps,
+            "in_step": in_step, "via": via, "file": f"/abs/{site.rpartition(':')[0]}"}
+
+
+def _report(steps: int = 8, steps_per_s: float = 100.0, losses: list[float | None] | None = None,
+            syncs: list[dict[str, Any]] | None = None, script: str = "train.py",
+            verdict: str = "synchronous") -> dict[str, Any]:
+    """A report of run's shape (as loader_loop.py's, cut down), validated."""
+    return valid({
+        "schema": 1, "script": script, "argv": [script], "exit_code": 0, "steps": steps,
+        "steps_per_s": steps_per_s,
+        "losses": [1.0 / (k + 1) for k in range(steps)] if losses is None else losses,
+        "nonfinite": [], "last_nonfinite": None,
+        "syncs": [_row("train.py:25", "Tensor.item", steps, steps)] if syncs is None else syncs,
+        "verdict": verdict, "advice": "the advice", "sections": {"forward": 0.35, "backward": 0.65},
+        "input_wait_s": 0.002, "input_wait_fraction": 0.05,
+        "loader": {"num_workers": 0, "pin_memory": False, "batch_size": 6},
+        "framework": None, "error": None,
+        "stats": {"steps": steps, "wall_s": steps / steps_per_s if steps_per_s else 0.0,
+                  "steps_per_s": steps_per_s, "verdict": verdict, "in_flight_hist_0": 0},
+        "seen": {"forwards": steps, "backwards": steps, "optimizer_steps": steps,
+                 "autograd_grad": 0, "other_threads": 0, "processes": 0},
+        "trace": None, "suggestions": []})
+
+
+def _files(tmp_path: Path, before: Any, after: Any) -> tuple[str, str]:
+    paths = []
+    for name, data in (("before.json", before), ("after.json", after)):
+        path = tmp_path / name
+        path.write_text(data if isinstance(data, str) else json.dumps(data))
+        paths.append(str(path))
+    return paths[0], paths[1]
+
+
+def _compare(tmp_path: Path, before: Any, after: Any, *flags: str) -> tuple[int, dict[str, Any]]:
+    """``compare`` run in-process with ``--json``: its exit status and its JSON."""
+    out = tmp_path / "out.json"
+    code = main([*_files(tmp_path, before, after), "--json", str(out), *flags])
+    return code, json.loads(out.read_text())
+
+
+def test_the_speed_its_ratio_and_the_verdicts(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    code, found = _compare(tmp_path, _report(steps_per_s=80.0),
+                           _report(steps_per_s=100.0, verdict="input-bound"))
+    said = capsys.readouterr()
+    assert code == 0 and said.err == ""
+    assert found["speed_ratio"] == pytest.approx(1.25) and found["verdict_changed"]
+    assert (found["before"]["steps_per_s"], found["after"]["steps_per_s"]) == (80.0, 100.0)
+    lines = said.out.splitlines()
+    assert lines[0] == f"asyncthrottle compare: {tmp_path / 'before.json'} -> " \
+                       f"{tmp_path / 'after.json'} (train.py)"
+    assert lines[1] == "  speed: 80.0 -> 100 steps/s (x1.25, +25%); steps 8 -> 8"
+    assert lines[2] == "  verdict: synchronous -> input-bound"
+    assert "  sync sites: no change (1 the same)" in lines
+
+
+def test_sites_removed_added_changed_and_moved_by_their_key(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]
+                                                            ) -> None:
+    before = _report(syncs=[_row("train.py:25", "Tensor.item", 8, 8),
+                            _row("train.py:26", "Tensor.item", 8, 8),
+                            _row("train.py:40", "Tensor.__float__", 2, 8, in_step=False),
+                            _row("train.py:50", "Tensor.tolist", 1, 8, in_step=False),
+                            _row("train.py:60", "Tensor.item", 8, 8,
+                                 via="transformers/trainer.py:2257"),
+                            _row("train.py:70", "Tensor.cpu", 1, 8, in_step=False)])
+    after = _report(syncs=[_row("train.py:30", "Tensor.__bool__", 16, 8),
+                           _row("train.py:40", "Tensor.__float__", 4, 8, in_step=False),
+                           _row("train.py:49", "Tensor.tolist", 1, 8, in_step=False),
+                           # the same site and call as a framework's read before: the line's own
+                           _row("train.py:60", "Tensor.item", 8, 8),
+                           _row("train.py:70", "Tensor.cpu", 1, 8, in_step=False)])
+    code, found = _compare(tmp_path, before, after)
+    assert code == 0
+    changes = [(c["change"], (c["before"] or {}).get("site"), (c["after"] or {}).get("site"),
+                c["call"], c["via"], c["in_step"]) for c in found["syncs"]["changes"]]
+    item, via = "Tensor.item", "transformers/trainer.py:2257"
+    assert changes == [
+        ("added", None, "train.py:30", "Tensor.__bool__", None, True),
+        # two in-step Tensor.item sites of train.py gone and one new: no pair is certain
+        ("removed", "train.py:25", None, item, None, True),
+        ("removed", "train.py:26", None, item, None, True),
+        # a framework's read and the line's own read at one site are two keys (via)
+        ("removed", "train.py:60", None, item, via, True),
+        ("added", None, "train.py:60", item, None, True),
+        ("changed", "train.py:40", "train.py:40", "Tensor.__float__", None, False),
+        # the only tolist of train.py outside steps gone, and the only new one: moved?
+        ("moved?", "train.py:50", "train.py:49", "Tensor.tolist", None, False)]
+    assert found["syncs"]["unchanged"] == 1
+    assert found["syncs"]["changes"][5]["after"] == {"site": "train.py:40", "count": 4,
+                                                     "per_step": 0.5}
+    out = capsys.readouterr().out
+    assert "  sync sites (7 changed, 1 the same):" in out
+    table = out[out.index("    change"):].splitlines()
+    assert table[0].split() == ["change", "site", "call", "before", "after"]
+    assert table[1].split() == ["added", "train.py:30", "Tensor.__bool__", "-", "16,", "2.00/step"]
+    assert table[4].split()[:4] == ["removed", "train.py:60", "Tensor.item", "(in"]
+    assert f"Tensor.item (in {via})" in table[4]
+    assert table[7].split() == ["moved?", "train.py:50", "->", "train.py:49", "Tensor.tolist",
+                                "1,", "0.12/step", "1,", "0.12/step", "outside", "steps"]
+
+
+def test_equal_and_differing_losses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, found = _compare(tmp_path, _report(), _report())
+    assert found["losses"] == {"agree": "equal", "before_steps": 8, "after_steps": 8,
+                               "compared_steps": 8, "max_abs_diff": 0.0, "at_step": 0,
+                               "null_in_one": []}
+    assert "  loss: equal (8 steps)" in capsys.readouterr().out
+    before = _report(steps=4, losses=[2.0, 1.5, None, 1.0])
+    after = _report(steps=5, losses=[2.0, 1.25, 0.5, 1.0, 0.75])
+    code, found = _compare(tmp_path, before, after)
+    assert code == 0
+    assert found["losses"] == {"agree": "differ", "before_steps": 4, "after_steps": 5,
+                               "compared_steps": 4, "max_abs_diff": 0.25, "at_step": 1,
+                               "null_in_one": [2]}
+    line = next(line for line in capsys.readouterr().out.splitlines() if "loss:" in line)
+    assert line == ("  loss: differ (4 steps before, 5 after): largest difference 0.25 at step 1 "
+                    "(1.5 -> 1.25) over 4 common steps; a loss in one only (null in the other) "
+                    "at steps 2")
+
+
+def test_more_often_is_a_higher_rate_that_another_step_count_cannot_make() -> None:
+    assert more_often(8, 8, 9, 8) and not more_often(8, 8, 8, 8)
+    # a read every 10 steps: 10 in 100 steps, 5 in 41 (4.1 at the same rate, plus the rounding)
+    assert not more_often(10, 100, 5, 41)
+    # once, at the first step, whatever the steps
+    assert not more_often(1, 100, 1, 50)
+    # every step before, twice a step after, with another step count
+    assert not more_often(100, 100, 50, 50) and more_often(100, 100, 100, 50)
+    # no steps before: the count alone
+    assert more_often(0, 0, 1, 5) and not more_often(2, 0, 2, 5)
+
+
+def test_fail_on_new_syncs_fails_for_a_new_or_more_frequent_read_in_steps(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _report(syncs=[_row("train.py:25", "Tensor.item", 8, 8),
+                            _row("train.py:40", "Tensor.cpu", 8, 8),
+                            _row("train.py:50", "Tensor.tolist", 1, 8, in_step=False)])
+    after = _report(syncs=[_row("train.py:25", "Tensor.item", 16, 8),
+                           _row("train.py:39", "Tensor.cpu", 24, 8),
+                           _row("train.py:31", "Tensor.__bool__", 1, 8),
+                           # outside steps: never the rule's
+                           _row("train.py:50", "Tensor.tolist", 9, 8, in_step=False)])
+    code, found = _compare(tmp_path, before, after, "--fail-on-new-syncs")
+    assert code == FAILED == 1
+    rule = found["rules"][0]
+    assert (rule["rule"], rule["passed"]) == ("--fail-on-new-syncs", False)
+    assert rule["why"] == [
+        "train.py:39 Tensor.cpu (moved? from train.py:40) reads more often in steps: 24 in 8 "
+        "steps, 3.00 a step, BEFORE 8 in 8 steps, 1.00 a step",
+        "train.py:25 Tensor.item reads more often in steps: 16 in 8 steps, 2.00 a step, BEFORE "
+        "8 in 8 steps, 1.00 a step",
+        "train.py:31 Tensor.__bool__ reads in steps (1 in 8 steps, 0.12 a step), a site BEFORE "
+        "did not read in steps"]
+    out = capsys.readouterr().out
+    assert f"  --fail-on-new-syncs: FAILED: {rule['why'][0]}\n    {rule['why'][1]}" in out
+
+
+def test_fail_on_new_syncs_passes_for_fewer_reads_and_another_step_count(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _report(steps=100, syncs=[_row("train.py:25", "Tensor.item", 100, 100),
+                                       _row("train.py:30", "Tensor.__bool__", 10, 100)])
+    # item gone; the every-10-steps branch reads 5 times in 41 steps; a read moved outside
+    after = _report(steps=41, syncs=[_row("train.py:30", "Tensor.__bool__", 5, 41),
+                                     _row("train.py:70", "Tensor.item", 1, 41, in_step=False)])
+    code, found = _compare(tmp_path, before, after, "--fail-on-new-syncs")
+    assert code == 0 and found["rules"][0]["passed"] and found["exit_code"] == 0
+    assert ("  --fail-on-new-syncs: passed: no site reads in steps where BEFORE did not, nor more "
+            "often") in capsys.readouterr().out
+
+
+def test_fail_on_new_syncs_cannot_check_without_counts(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    before = _report()
+    before["syncs"] = None
+    code, found = _compare(tmp_path, before, _report(), "--fail-on-new-syncs")
+    assert code == FAILED and found["syncs"] is None
+    out = capsys.readouterr().out
+    assert "  sync sites: not compared (BEFORE counted none: syncs is null)" in out
+    assert "--fail-on-new-syncs: FAILED: cannot check: BEFORE counted no sync sites" in out
+
+
+def test_fail_if_slower_fails_beyond_its_percent_and_passes_within(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, found = _compare(tmp_path, _report(steps_per_s=200.0), _report(steps_per_s=180.0),
+                           "--fail-if-slower", "5")
+    assert code == FAILED and found["rules"][0]["rule"] == "--fail-if-slower 5"
+    assert ("  --fail-if-slower 5: FAILED: AFTER 180 steps/s against BEFORE 200: 10.0% slower, "
+            "more than the 5% allowed") in capsys.readouterr().out
+    code, found = _compare(tmp_path, _report(steps_per_s=200.0), _report(steps_per_s=195.0),
+                           "--fail-if-slower", "5")
+    assert code == 0 and found["rules"][0]["why"] == [
+        "AFTER 195 steps/s against BEFORE 200: 2.5% slower"]
+    code, found = _compare(tmp_path, _report(steps_per_s=200.0), _report(steps_per_s=250.0),
+                           "--fail-if-slower", "0")
+    assert code == 0 and found["rules"][0]["why"][0].endswith("25.0% faster")
+    # no steps before: nothing to compare the speed with
+    code, found = _compare(tmp_path, _report(steps=0, steps_per_s=0.0, syncs=[]), _report(),
+                           "--fail-if-slower", "5")
+    assert code == FAILED and "BEFORE found no steps" in found["rules"][0]["why"][0]
+    assert found["speed_ratio"] is None
+    assert "(no ratio: BEFORE found no steps)" in capsys.readouterr().out
+
+
+def test_both_rules_failing_are_both_said(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    after = _report(steps_per_s=50.0, syncs=[_row("train.py:25", "Tensor.item", 16, 8)])
+    code, found = _compare(tmp_path, _report(), after, "--fail-on-new-syncs",
+                           "--fail-if-slower", "10")
+    assert code == FAILED and [rule["passed"] for rule in found["rules"]] == [False, False]
+    out = capsys.readouterr().out
+    assert "--fail-on-new-syncs: FAILED" in out and "--fail-if-slower 10: FAILED" in out
+
+
+@pytest.mark.parametrize("pct", ["-1", "abc", "nan"])
+def test_a_bad_percent_is_a_usage_error(tmp_path: Path, pct: str,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([*_files(tmp_path, _report(), _report()), "--fail-if-slower", pct])
+    assert exited.value.code == 2
+    assert f"--fail-if-slower takes a percent >= 0 (5 fails AFTER more than 5% slower), got " \
+           f"{pct!r}" in capsys.readouterr().err
+
+
+_SCHEMA_2 = json.dumps({"schema": 2, "steps": 3})
+
+
+@pytest.mark.parametrize(("after", "said"), [
+    (None, "does not exist: pass the file python -m asyncthrottle run --json PATH SCRIPT wrote"),
+    ("asyncthrottle run: train.py: 8 steps", "is not JSON (Expecting value: line 1 column 1"),
+    ("[1, 2]", 'is JSON but not a run report (no "schema" key): pass the file'),
+    ('{"steps": 3}', 'is JSON but not a run report (no "schema" key)'),
+    ('{"traceEvents": []}', "is a trace (run --trace), not a report: pass the file"),
+    (_SCHEMA_2, "has schema 2, and asyncthrottle "),
+    ('{"schema": true}', "has schema True"),
+    ("folder", "is a folder: pass the file"),
+])
+def test_a_file_that_is_no_run_report_is_a_clear_error(tmp_path: Path, after: str | None,
+                                                       said: str,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    before_path, after_path = _files(tmp_path, _report(), "{}")
+    Path(after_path).unlink()
+    if after == "folder":
+        Path(after_path).mkdir()
+    elif after is not None:
+        Path(after_path).write_text(after)
+    assert main([before_path, after_path]) == UNUSABLE == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"python -m asyncthrottle compare: AFTER {after_path!r} ")
+    assert said in err
+    if after == _SCHEMA_2:
+        assert "reads schema 1: compare it with the asyncthrottle that wrote it, or run the " \
+               "script again under this one" in err
+
+
+def test_a_report_of_the_wrong_shape_names_what_is_wrong(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = _report()
+    broken["steps"] = "8"
+    del broken["syncs"][0]["call"]
+    assert main(list(_files(tmp_path, broken, _report()))) == UNUSABLE
+    err = capsys.readouterr().err
+    assert f"BEFORE {str(tmp_path / 'before.json')!r} is not a run report of schema 1 (" in err
+    assert "at $.steps: '8' is not of type integer" in err
+    assert "at $.syncs[0]: the required field 'call' is missing" in err
+    assert err.rstrip().endswith("wrote, unchanged")
+
+
+def test_reports_of_different_scripts_are_compared_with_a_warning(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, found = _compare(tmp_path, _report(script="train.py"), _report(script="other.py"))
+    assert code == 0
+    out, err = capsys.readouterr()
+    assert err == ("python -m asyncthrottle compare: warning: BEFORE ran train.py and AFTER ran "
+                   "other.py: the reports are of different scripts (compared all the same)\n")
+    assert found["warnings"] == [err.split("warning: ", 1)[1].rstrip()]
+    assert "(train.py -> other.py)" in out.splitlines()[0] and "  loss: equal" in out
+    # the same script named another way: no warning
+    _compare(tmp_path, _report(script="train.py"), _report(script="./train.py"))
+    assert capsys.readouterr().err == ""
+
+
+def test_the_json_out_and_one_that_cannot_be_written(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    code, found = _compare(tmp_path, _report(), _report(steps_per_s=90.0), "--fail-if-slower",
+                           "20")
+    assert code == 0
+    assert set(found) == {"compare", "before", "after", "speed_ratio", "verdict_changed",
+                          "losses", "syncs", "rules", "warnings", "exit_code"}
+    assert (found["compare"], found["exit_code"], found["rules"][0]["passed"]) == (1, 0, True)
+    assert found["before"] == {"path": str(tmp_path / "before.json"), "script": "train.py",
+                               "steps": 8, "steps_per_s": 100.0, "verdict": "synchronous"}
+    capsys.readouterr()
+    missing = tmp_path / "no_folder" / "out.json"
+    assert main([*_files(tmp_path, _report(), _report()), "--json", str(missing)]) == UNUSABLE
+    assert f"--json {str(missing)!r} could not be written" in capsys.readouterr().err
+
+
+def test_compare_is_the_command_line_s_fourth_command(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(["compare", *_files(tmp_path, _report(), _report())]) == 0
+    assert capsys.readouterr().out.startswith("asyncthrottle compare: ")
+    with pytest.raises(SystemExit):
+        cli(["--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert "{bench,plot,run,compare}" in said
+    assert "compare: what changed between two run --json reports (compare --help)" in said
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_removing_a_loss_item_in_a_real_script_compares_as_one_read_removed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """item_every_step.py and item_removed.py (its .item() line removed), each run as train.py:
+    the read is gone, the read after the loop moved up a line, the losses equal."""
+    started = []
+    for name in ("item_every_step", "item_removed"):
+        (tmp_path / name).mkdir()
+        shutil.copy(SCRIPTS / f"{name}.py", tmp_path / name / "train.py")
+        started.append(start("-m", "asyncthrottle", "run", "--json", str(tmp_path / f"{name}.json"),
+                             "train.py", cwd=tmp_path / name))
+    for process in started:
+        done = process.wait()
+        assert done.returncode == 0, done.stderr.decode()
+    before, after = (str(tmp_path / f"{name}.json") for name in ("item_every_step", "item_removed"))
+    assert read_report(Path(before))["steps"] == read_report(Path(after))["steps"] == 6
+    out = tmp_path / "out.json"
+    assert main([before, after, "--fail-on-new-syncs", "--json", str(out)]) == 0
+    found = json.loads(out.read_text())
+    assert found["losses"]["agree"] == "equal" and capsys.readouterr().err == ""
+    assert [(c["change"], c["call"], c["before"]["site"], (c["after"] or {}).get("site"))
+            for c in found["syncs"]["changes"]] == [
+        ("removed", "Tensor.item", "train.py:21", None),
+        ("moved?", "Tensor.__float__", "train.py:22", "train.py:21")]
+    # the other way round, the read is new in the steps
+    assert main([after, before, "--fail-on-new-syncs"]) == FAILED
+    assert "FAILED: train.py:21 Tensor.item reads in steps (6 in 6 steps" in capsys.readouterr().out
