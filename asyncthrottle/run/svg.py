@@ -364,14 +364,13 @@ def _above(lines: Sequence[Line], reduced: list[list[tuple[float, float] | None]
 
 
 def _peaks_named(peaks: list[tuple[float, str]], unit: str) -> str | None:
-    """The legend's note on the values above a cut axis: the 3 largest, and how many more."""
+    """The legend's note on the values above a cut axis: the largest, and how many more (one line
+    of an SVG text, which does not wrap: each mark names its own in its title)."""
     if not peaks:
         return None
-    worst = sorted(peaks, reverse=True)[:3]
-    named = "; ".join(f"{where}: {number(peak)}{' ' + unit if unit else ''}"
-                      for peak, where in worst)
-    more = f" and {len(peaks) - len(worst)} more" if len(peaks) > len(worst) else ""
-    return f"\u25b2 above the axis: {named}{more}"
+    peak, where = max(peaks)
+    more = f" and {len(peaks) - 1} more" if len(peaks) > 1 else ""
+    return f"\u25b2 above the axis: {where}: {number(peak)}{' ' + unit if unit else ''}{more}"
 
 
 def _legend(lines: Sequence[Line], marks: Sequence[Marks], size: int,
