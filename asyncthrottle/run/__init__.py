@@ -13,10 +13,11 @@ from .guard import GUARD_EXIT
 
 __all__ = ["main"]
 
-_USAGE = "python -m asyncthrottle run [--json PATH] [--html PATH] [--trace PATH] [--depth N] " \
-         "[--max-syncs-per-step N] [--] (SCRIPT | -m MODULE) [ARGS...]"
+_USAGE = "python -m asyncthrottle run [--json PATH] [--html PATH] [--trace PATH] " \
+         "[--suggest PATH] [--depth N] [--max-syncs-per-step N] [--] (SCRIPT | -m MODULE) " \
+         "[ARGS...]"
 # run's options that take a value (the script's own arguments come after SCRIPT)
-_VALUED = ("--json", "--html", "--trace", "--depth", "--max-syncs-per-step")
+_VALUED = ("--json", "--html", "--trace", "--suggest", "--depth", "--max-syncs-per-step")
 _EXITS = (f"exit code: the script's own; 2: a usage error, or a script that cannot be opened; "
           f"{GUARD_EXIT}: --max-syncs-per-step failed (a line over the limit, or no training step "
           f"found) where the script itself exited 0")
@@ -36,6 +37,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--trace", metavar="PATH",
                         help="write a Chrome/Perfetto trace of the steps (ui.perfetto.dev, or "
                              "python -m asyncthrottle plot PATH)")
+    parser.add_argument("--suggest", metavar="PATH",
+                        help="write the suggested rewrites that are certain (a value read only to "
+                             "be logged, a NaN check) as one patch: apply it in the script's "
+                             "folder with patch -p1 < PATH or git apply PATH")
     parser.add_argument("--depth", metavar="N", type=_depth, default=None,
                         help="throttle the steps at depth N (an int >= 1); default: only observe, "
                              "never block")
@@ -101,9 +106,9 @@ def _split(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
 
 
 def _output(parser: argparse.ArgumentParser, option: str, value: str | None) -> str | None:
-    """``--json``/``--html``/``--trace``'s file made absolute (where the command was typed,
-    whatever the script's ``os.chdir``); a path that cannot be written is a usage error, before
-    the script runs."""
+    """``--json``/``--html``/``--trace``/``--suggest``'s file made absolute (where the command
+    was typed, whatever the script's ``os.chdir``); a path that cannot be written is a usage
+    error, before the script runs."""
     if value is None:
         return None
     path = os.path.abspath(value)
@@ -141,10 +146,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     json_path = _output(parser, "--json", options.json)
     trace_path = _output(parser, "--trace", options.trace)
     html_path = _output(parser, "--html", options.html)
+    suggest_path = _output(parser, "--suggest", options.suggest)
     from .session import Options, session
 
     chosen = Options(depth=options.depth, json=json_path, html=html_path, trace=trace_path,
-                     typed=_typed(own, options.module),
+                     suggest=suggest_path, typed=_typed(own, options.module),
                      max_syncs_per_step=options.max_syncs_per_step)
     target = options.module or script
     assert target is not None

@@ -7,11 +7,12 @@ import re
 from typing import Any
 
 from .receivers import receivers
+from .text import duration
 
-__all__ = ["suggestions"]
+__all__ = ["OFTEN", "recovers", "suggestions"]
 
 # a read in at least this share of the steps is suggested away
-_OFTEN = 0.5
+OFTEN = 0.5
 # the loop's share of time in its loader's next() from which the loader is suggested
 _INPUT = 0.3
 # what each kind of host read is, and what to do instead
@@ -66,12 +67,17 @@ _SPELLING = {"__float__": "float({name})", "__int__": "int({name})", "__bool__":
 
 def suggestions(data: dict[str, Any], *, synchronous: bool) -> list[str]:
     """What to change, most costly first: the reads made in most steps (a framework's own read
-    between its steps too, once a step or more), then the loader."""
-    said = []
-    for row in data["syncs"] or []:
-        via = row.get("via")
-        if row["per_step"] >= _OFTEN and (row["in_step"] or (via and row["per_step"] >= 1)):
-            said.append(_read(row) if via is None else _framework_read(row))
+    between its steps too, once a step or more), then the loader. Where the device runs ahead
+    (not ``synchronous``) the reads that blocked the host longest a step come first (those not
+    timed last); on a synchronous device, where no read waits, the most frequent. Each read's
+    suggestion says what a fix recovers at most (:func:`recovers`)."""
+    rows = [row for row in data["syncs"] or [] if row["per_step"] >= OFTEN and (
+        row["in_step"] or (row.get("via") and row["per_step"] >= 1))]
+    if not synchronous:  # sorted is stable: by count a step within equal times
+        rows = sorted(rows, key=lambda row: (row.get("blocked_per_step_s") is None,
+                                             -(row.get("blocked_per_step_s") or 0.0)))
+    said = [(_read(row) if row.get("via") is None else _framework_read(row))
+            + _recovery(row, data, synchronous) for row in rows]
     loader = data["loader"]
     if loader is not None and (data["verdict"] == "input-bound"
                                or data["input_wait_fraction"] >= _INPUT):
@@ -79,6 +85,62 @@ def suggestions(data: dict[str, Any], *, synchronous: bool) -> list[str]:
     if data["verdict"] not in ("synchronous", "unknown", "device-bound", "balanced"):
         said.append(f"the verdict, {data['verdict']}: {data['advice']}")
     return said
+
+
+def recovers(row: dict[str, Any], data: dict[str, Any], *,
+             synchronous: bool) -> float | None:
+    """The most seconds a step that removing the read of ``row`` (a ``syncs`` row of the report
+    ``data``) can save: the time it blocked a step, ``blocked_per_step_s`` (a read can save no
+    more than the host waited in it), and where the device is timed (``stats``'
+    ``device_ms_mean``) no more than the step's time beyond the device's (``wall_s / steps``
+    less the device's time a step: a device busy all the step stays the limit). None: not
+    known (the read was not timed, or the device is ``synchronous``: its reads wait for
+    nothing the report can time)."""
+    blocked = row.get("blocked_per_step_s")
+    if synchronous or blocked is None:
+        return None
+    step, device = _step_s(data), _device_s(data)
+    if step is None or device is None:
+        return float(blocked)
+    return min(float(blocked), max(0.0, step - device))
+
+
+def _recovery(row: dict[str, Any], data: dict[str, Any], synchronous: bool) -> str:
+    """What a fix of ``row``'s read recovers at most, as said after its advice."""
+    if synchronous:
+        return ("; a fix recovers at most the time the read blocks, on an accelerator (this "
+                "device is synchronous: its reads wait for nothing)")
+    most = recovers(row, data, synchronous=False)
+    if most is None:
+        return "; a fix recovers at most the time the read blocks (not timed)"
+    step, device = _step_s(data), _device_s(data)
+    share = f" ({_share(most / step)} of the step)" if step else ""
+    said = f"; a fix recovers at most {_ms(most)} a step{share}"
+    blocked = float(row["blocked_per_step_s"])
+    if device is not None and step and most < blocked:
+        return (f"{said}: it blocks {_ms(blocked)} a step, but the device is busy "
+                f"{_ms(device)} of the {_ms(step)} step")
+    return f"{said}, the time it blocks"
+
+
+def _step_s(data: dict[str, Any]) -> float | None:
+    """The loop's seconds a step (its ``wall_s`` over the steps; None without)."""
+    wall, steps = (data.get("stats") or {}).get("wall_s"), data.get("steps") or 0
+    return wall / steps if wall and steps > 0 else None
+
+
+def _device_s(data: dict[str, Any]) -> float | None:
+    """The device's seconds a step, from the sampled steps (None: not timed)."""
+    ms = (data.get("stats") or {}).get("device_ms_mean")
+    return ms / 1000 if ms is not None else None
+
+
+def _ms(seconds: float) -> str:
+    return duration(seconds * 1000)
+
+
+def _share(fraction: float) -> str:
+    return "under 1%" if 0 < fraction < 0.005 else f"{fraction:.0%}"
 
 
 def _read(row: dict[str, Any]) -> str:

@@ -22,7 +22,9 @@ class CudaSyncs:
     """CUDA's side of :class:`~asyncthrottle.run.syncsites.SyncSites`: once the script starts
     CUDA, its sync debug mode warns (``"warn"``) and a read counts when it synced (a read inside
     torch's own code at the script's line that called torch), a sync outside every patched read
-    as :data:`CUDA_SYNC`.
+    as :data:`CUDA_SYNC`. A read is timed from its lookup (``pend``) and its time filed at
+    its first sync (its row's ``blocked_s``: the host's wait for the device); a
+    :data:`CUDA_SYNC` is not timed.
 
     Attributes:
         on: True once the script's CUDA has started (its warnings then decide what counts).
@@ -73,18 +75,21 @@ class CudaSyncs:
         self.on = False
         self._pending = None
 
-    def pend(self, call: str, frame: FrameType) -> None:
+    def pend(self, call: str, frame: FrameType) -> bool:
         """A read looked up by ``frame`` (of the script's thread): kept for CUDA's warning to
-        name, at the script's frame that called torch for a read in torch's code."""
+        name, at the script's frame that called torch for a read in torch's code. True: kept
+        (the read is timed; its first sync files the time it blocked); False: a read inside
+        the script's read, which that one names."""
         if self._frames.kind_of(frame.f_code.co_filename) == TORCH:
             caller = self._frames.caller(frame)
             if caller is None or (self._pending is not None and self._synced_lasti < 0 and (
                     self._pending[1:] == (id(caller), caller.f_lineno))):
-                return  # a read inside the script's read (repr's item()): that one names it
+                return False  # a read inside the script's read (repr's item()): that one names it
             frame = caller
         self._pending, self._synced_lasti = (call, id(frame), frame.f_lineno), -1
         if self._audit is not None:
             self._audit.install()
+        return True
 
     def _started(self) -> None:
         """CUDA initialises (torch's lazy init calls this): its sync warnings now decide."""
@@ -102,6 +107,7 @@ class CudaSyncs:
         made it, else count it under :data:`CUDA_SYNC`."""
         if self._sites.loading:
             return
+        self._sites.timer.synced()
         where = self._frames.where(frame, through_torch=True)
         if where is None:
             return

@@ -6,7 +6,7 @@ import functools
 import sys
 import threading
 from collections.abc import Callable
-from types import FrameType
+from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -28,6 +28,7 @@ CALLS = (*(f"Tensor.{name}" for name in (*_TENSOR_READS, "__getitem__")),
          *(f"torch.{name}" for name in (*_TORCH_READS, "where")))
 
 _get_ident = threading.get_ident
+_setprofile = sys.setprofile
 
 
 def patch_reads(sites: SyncSites, patches: Patches) -> None:
@@ -35,21 +36,31 @@ def patch_reads(sites: SyncSites, patches: Patches) -> None:
     the script's thread (``sites.thread``) told to ``sites.seen()``."""
     import torch
 
+    # torch's read methods written in Python (__repr__, unique): the timer waits for their
+    # frame's return
+    codes = {code for name in _TENSOR_READS
+             if isinstance(code := getattr(getattr(torch.Tensor, name), "__code__", None),
+                           CodeType)}
+    sites.timer.know(_Read.__get__.__code__, frozenset(codes),
+                     torch._C._autograd._profiler_enabled)
     for name in _TENSOR_READS:
         patches.replace(torch.Tensor, name, functools.partial(_method, sites, name))
     patches.replace(torch.Tensor, "__getitem__", functools.partial(_mask_read, sites))
     for name in _TORCH_READS:
         patches.replace(torch, name, functools.partial(_function, sites, name))
-    patches.replace(torch, "where", functools.partial(_where_read, sites))
+    patches.replace(torch, "where", functools.partial(_function, sites, "where",
+                                                      one_argument=True))
 
 
 class _Read:
     """A read method of ``torch.Tensor``: the read is seen as the method is looked up on a tensor
     of the script's thread, and torch's own method is what the script then calls (so its
     warnings, tracebacks and ``stacklevel`` are as without the audit); looked up on the class,
-    or while ``torch.compile`` traces, it is torch's method itself."""
+    or while ``torch.compile`` traces, it is torch's method itself. A counted read's time
+    blocked is taken by ``sites.timer``'s profile function, installed here as the lookup's last
+    act (see :class:`~asyncthrottle.run.blocked.ReadTimer`)."""
 
-    __slots__ = ("_call", "_compiling", "_cuda", "_get", "_sites", "_to")
+    __slots__ = ("_call", "_compiling", "_cuda", "_get", "_profile", "_sites", "_timer", "_to")
 
     def __init__(self, sites: SyncSites, name: str, original: Any) -> None:
         import torch
@@ -57,17 +68,27 @@ class _Read:
         self._sites, self._cuda, self._call = sites, sites.cuda, f"Tensor.{name}"
         self._get, self._to = original.__get__, name == "to"
         self._compiling = torch.compiler.is_compiling
+        self._timer = sites.timer
+        self._profile = sites.timer.profile
 
     def __get__(self, tensor: Any, owner: Any = None) -> Any:
-        if tensor is None or self._compiling() or _get_ident() != self._sites.thread:
+        if _get_ident() != self._sites.thread:
             return self._get(tensor, owner)
-        bound, sites = self._get(tensor, owner), self._sites
-        if self._to and not self._cuda.on:
+        if tensor is None or self._compiling():
+            got = self._get(tensor, owner)
+        elif self._to and not self._cuda.on:
             # off CUDA, a host tensor's to() is the script's host-to-device copy
-            return bound if tensor.is_cpu else functools.partial(
-                _copied, sites, bound, sys._getframe(1))
-        sites.seen(self._call, tensor, sys._getframe(1))
-        return bound
+            bound = self._get(tensor, owner)
+            got = bound if tensor.is_cpu else functools.partial(
+                _copied, self._sites, bound, sys._getframe(1))
+        else:
+            got, frame = self._get(tensor, owner), sys._getframe(1)
+            if self._sites.seen(self._call, tensor, frame) and self._sites.time_read(got, frame):
+                _setprofile(self._profile)
+                return got
+        if self._timer.paused and self._timer.resume():
+            _setprofile(self._profile)  # a lookup inside a timed read (str's __repr__)
+        return got
 
 
 def _method(sites: SyncSites, name: str, original: Any) -> _Read:
@@ -76,9 +97,12 @@ def _method(sites: SyncSites, name: str, original: Any) -> _Read:
 
 def _copied(sites: SyncSites, bound: Any, frame: FrameType, *args: Any, **kwargs: Any) -> Any:
     """A device tensor's ``to()`` off CUDA: a read when it copies to the host and waits."""
+    clock = sites.clock
+    start = clock()
     out = bound(*args, **kwargs)
-    if not (kwargs.get("non_blocking") or any(a is True for a in args)) and out.is_cpu:
-        sites.seen("Tensor.to", None, frame)
+    if not (kwargs.get("non_blocking") or any(a is True for a in args)) and out.is_cpu and (
+            sites.seen("Tensor.to", None, frame) and sites.timing()):
+        sites.blocked(clock() - start)
     return out
 
 
@@ -93,42 +117,40 @@ def _mask_read(sites: SyncSites, original: Any) -> Callable[[Any, Any], Any]:
     def getitem(tensor: Any, key: Any) -> Any:
         # the type test first: an index of a compiled graph traces it and goes on
         if key.__class__ is tensor_type and key.dtype in masks and not compiling() and (
-                _get_ident() == sites.thread):
-            sites.seen("Tensor.__getitem__", tensor, sys._getframe(1))
+                _get_ident() == sites.thread) and sites.seen(
+                    "Tensor.__getitem__", tensor, sys._getframe(1)) and sites.timing():
+            start = sites.clock()
+            try:
+                return original(tensor, key)
+            finally:
+                sites.blocked(sites.clock() - start)
         return original(tensor, key)
 
     return _named(getitem, original, "Tensor.__getitem__")
 
 
-def _function(sites: SyncSites, name: str, original: Any) -> Callable[..., Any]:
-    """A torch function that reads (``torch.nonzero``)."""
+def _function(sites: SyncSites, name: str, original: Any, *,
+              one_argument: bool = False) -> Callable[..., Any]:
+    """A torch function that reads (``torch.nonzero``); with ``one_argument``, in its
+    one-argument form only (``torch.where(cond)``)."""
     import torch
 
     compiling, call, tensor_type = torch.compiler.is_compiling, f"torch.{name}", torch.Tensor
 
     def read(*args: Any, **kwargs: Any) -> Any:
-        if not compiling() and _get_ident() == sites.thread:
-            first = args[0] if args else kwargs.get("input")
-            sites.seen(call, first if isinstance(first, tensor_type) else None, sys._getframe(1))
+        if (not one_argument or len(args) + len(kwargs) == 1) and not compiling() and (
+                _get_ident() == sites.thread):
+            first = args[0] if args else kwargs.get("input", kwargs.get("condition"))
+            if sites.seen(call, first if isinstance(first, tensor_type) else None,
+                          sys._getframe(1)) and sites.timing():
+                start = sites.clock()
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    sites.blocked(sites.clock() - start)
         return original(*args, **kwargs)
 
     return _named(read, original, name)
-
-
-def _where_read(sites: SyncSites, original: Any) -> Callable[..., Any]:
-    """``torch.where``: a read in its one-argument form (``torch.where(cond)``) only."""
-    import torch
-
-    compiling, tensor_type = torch.compiler.is_compiling, torch.Tensor
-
-    def where(*args: Any, **kwargs: Any) -> Any:
-        if len(args) + len(kwargs) == 1 and not compiling() and _get_ident() == sites.thread:
-            first = args[0] if args else next(iter(kwargs.values()))
-            sites.seen("torch.where", first if isinstance(first, tensor_type) else None,
-                        sys._getframe(1))
-        return original(*args, **kwargs)
-
-    return _named(where, original, "where")
 
 
 def _named(wrapper: Callable[..., Any], original: Any, qualname: str) -> Callable[..., Any]:

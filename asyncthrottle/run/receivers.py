@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["receivers"]
+__all__ = ["read_targets", "receivers"]
 
 # the calls that make a read of their first argument, by the read (``float(x)``: ``__float__``)
 _BUILTINS = {"__float__": ("float",), "__int__": ("int",), "__index__": ("int", "range"),
@@ -42,7 +42,7 @@ def _parsed(file: str, line: int, call: str) -> list[str]:
     if tree is None:
         return []
     hits = [(read, target) for node in ast.walk(tree) if _spans(node, line)
-            for read, target in _targets(node, call) if _spans(read, line)]
+            for read, target in read_targets(node, call) if _spans(read, line)]
     starting = [hit for hit in hits if hit[0].lineno == line]
     if not starting and hits:
         span = min(_span(read) for read, _ in hits)
@@ -74,7 +74,7 @@ def _span(node: ast.expr | ast.stmt) -> int:
     return (node.end_lineno or node.lineno) - node.lineno
 
 
-def _targets(node: ast.AST, call: str) -> Iterator[tuple[ast.expr | ast.stmt, ast.expr]]:
+def read_targets(node: ast.AST, call: str) -> Iterator[tuple[ast.expr | ast.stmt, ast.expr]]:
     """The reads ``node`` makes with ``call``: each read's own node and what it reads."""
     if isinstance(node, ast.Call):
         func = node.func

@@ -102,12 +102,15 @@ def _syncs(rows: Sequence[dict[str, Any]], tail: Sequence[dict[str, Any]],
            steps: int) -> list[dict[str, Any]]:
     """The audit's rows, sorted by count per step, with the sites read only after the last step's
     update (no step followed: after the script's loop) moved out of the steps. ``file``: the
-    site's file (absolute; None where the audit did not give it)."""
+    site's file (absolute; None where the audit did not give it); ``blocked_s``: the seconds
+    the row's timed reads blocked (None: none timed), ``blocked_per_step_s`` that a step."""
     counts: dict[tuple[str, str, str | None, bool], int] = {}
+    blocked: dict[tuple[str, str, str | None, bool], float] = {}
     files: dict[str, str | None] = {}
     for row in rows:
         key = (row["site"], row["call"], row.get("via"), bool(row["in_step"]))
         counts[key] = counts.get(key, 0) + row["count"]
+        _add_blocked(blocked, key, row.get("blocked_s"))
         files[row["site"]] = files.get(row["site"]) or row.get("file")
     for row in tail:
         inside = (row["site"], row["call"], row.get("via"), True)
@@ -116,11 +119,23 @@ def _syncs(rows: Sequence[dict[str, Any]], tail: Sequence[dict[str, Any]],
         if counts.get(inside, 0) == row["count"]:
             counts[inside] = 0
             counts[outside] = counts.get(outside, 0) + row["count"]
-    out = [{"site": site, "call": call, "count": count,
-            "per_step": count / steps if steps else 0.0, "in_step": inside, "via": via,
-            "file": files.get(site)}
-           for (site, call, via, inside), count in counts.items() if count > 0]
+            _add_blocked(blocked, outside, blocked.pop(inside, None))
+    out = []
+    for (site, call, via, in_step), count in counts.items():
+        seconds = blocked.get((site, call, via, in_step))
+        if count > 0:
+            out.append({"site": site, "call": call, "count": count,
+                        "per_step": count / steps if steps else 0.0, "in_step": in_step,
+                        "via": via, "file": files.get(site), "blocked_s": seconds,
+                        "blocked_per_step_s": seconds / steps if seconds is not None and steps
+                        else None})
     return sorted(out, key=lambda row: (-row["per_step"], row["site"], row["via"] or ""))
+
+
+def _add_blocked(blocked: dict[Any, float], key: Any, seconds: float | None) -> None:
+    """``seconds`` blocked (None: not timed) added to ``key``'s."""
+    if seconds is not None:
+        blocked[key] = blocked.get(key, 0.0) + seconds
 
 
 def _plain(value: Any) -> Any:

@@ -17,6 +17,7 @@ from .guard import exit_code, judge
 from .html import render as page
 from .imports import after_import
 from .patches import Patches
+from .patchfile import patches as rewrites
 from .report import collect
 from .script import Ending, locate, run, say, set_path0
 from .steps import SAMPLE_EVERY, Steps
@@ -36,12 +37,14 @@ RANKS_EVERY = 10
 class Options:
     """``run``'s options: ``depth`` (None: observe only), ``json``, ``html`` and ``trace`` paths,
     ``max_syncs_per_step`` (the guard's limit; None: no guard), ``typed``: all of them as typed
-    (``["--json", "r.json"]``)."""
+    (``["--json", "r.json"]``), ``suggest``: the patch's path (None: none written)."""
 
     def __init__(self, depth: int | None = None, json: str | None = None,
                  trace: str | None = None, max_syncs_per_step: float | None = None,
-                 html: str | None = None, typed: list[str] | None = None) -> None:
+                 html: str | None = None, typed: list[str] | None = None,
+                 suggest: str | None = None) -> None:
         self.depth, self.json, self.html, self.trace = depth, json, html, trace
+        self.suggest = suggest
         # the options as typed: the report's ``options``
         self.typed = list(typed or [])
         self.max_syncs_per_step = max_syncs_per_step
@@ -81,6 +84,8 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
         say(f"python -m asyncthrottle run: {exc}\n")
         return 2 if isinstance(exc, FileNotFoundError) else 1
     sites = _sites(file)
+    # the sites' folder (and the patch's), before the script's os.chdir
+    root = str(Path(file).resolve().parent)
     thr_options = _throttle_options(options)
 
     def make(device: Any) -> ThrottleHooks:
@@ -101,7 +106,7 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
             patches.undo()
     shown = ending.file if module and ending.file else file
     data = _report(steps, sites, options, shown, ending, [target, *args] if not module
-                   else ["-m", target, *args])
+                   else ["-m", target, *args], root=root)
     return exit_code(ending.exit(), data)
 
 
@@ -124,8 +129,9 @@ def _install(steps: Steps, sites: Any, patches: Patches, options: Options,
 
 
 def _report(steps: Steps, sites: Any, options: Options, file: str, ending: Ending,
-            argv: list[str]) -> dict[str, Any]:
-    """Write the report (stderr, ``--json``); returns its data."""
+            argv: list[str], *, root: str) -> dict[str, Any]:
+    """Write the report (stderr, ``--json``, ``--html``, ``--suggest``'s patch); returns its
+    data."""
     rows = sites.rows(max(1, _count(steps))) if sites is not None else None
     data = collect(steps, rows, script=file, code=ending.code, argv=argv)
     data.update(judge(data, options.max_syncs_per_step))
@@ -134,6 +140,8 @@ def _report(steps: Steps, sites: Any, options: Options, file: str, ending: Endin
     main = max(steps.sources, key=lambda s: s.hooks.throttle.stats.steps, default=None)
     slowest = _slowest(main, rank)
     data["trace"] = _trace(main, options.trace, rank)
+    patch = _suggest(data, root)
+    _write("--suggest", options.suggest, rank, lambda: patch)
     _write("--json", options.json, rank, lambda: json.dumps(data, indent=1) + "\n")
     _write("--html", options.html, rank, lambda: page(data))
     # the script's last lines first (a closed or replaced stdout: nothing to flush)
@@ -156,6 +164,19 @@ def _write(option: str, path: str | None, rank: tuple[int, int] | None,
         Path(where).write_text(made(), encoding="utf-8")
     except OSError as exc:
         say(f"python -m asyncthrottle run: {option} {where!r} could not be written ({exc})\n")
+
+
+def _suggest(data: dict[str, Any], root: str) -> str:
+    """The report's ``patches`` (:func:`~.patchfile.patches`, each sync site's in ``root``);
+    returns the patch of the certain rewrites (``""``: none). A failure is said, and the report
+    goes on without them."""
+    try:
+        data["patches"], patch = rewrites(data["syncs"], root)
+    except Exception as exc:  # the report matters more than its patches
+        say(f"python -m asyncthrottle run: the suggested rewrites failed ({exc!r}); please "
+            "report it\n")
+        data["patches"], patch = [], ""
+    return patch
 
 
 def _slowest(main: Any, rank: tuple[int, int] | None) -> str | None:

@@ -3,11 +3,14 @@ that would sync on an accelerator."""
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from .blocked import ReadTimer
 from .cudasyncs import CUDA_SYNC, CudaSyncs
 from .frames import Frames, Site, Where
 from .reads import patch_reads
@@ -20,6 +23,12 @@ __all__ = ["CUDA_SYNC", "SyncSites"]
 _COPIES = ("Tensor.cpu", "Tensor.to")
 # a count's key: path, line, call, in a step, via
 Key = tuple[str, int, str, bool, Where | None]
+# what is known of a key's reads: [how many, how many were timed, the nanoseconds those blocked]
+Count = list[int]
+# where a timed read's nanoseconds go: its count, and the step state it was counted in
+Filed = tuple[Count, int]
+
+_getprofile = sys.getprofile
 
 
 class SyncSites:
@@ -61,6 +70,14 @@ class SyncSites:
     (a prefetch thread's ``cpu()``) blocks that thread, not the loop, and is neither in a step
     nor outside one; the input wait tells of a slow producer.
 
+    Each counted read is timed: the wall time the script's thread spent in it, on CUDA the
+    sync's wait (a row's ``blocked_s``). A method read is timed by a profile function installed
+    at its lookup and removed as its call ends (:class:`~asyncthrottle.run.blocked.ReadTimer`:
+    not while another profile function is installed, a profiler's, nor while torch's profiler
+    runs), a read function by the runner's wrapper around it. A read inside a timed read is
+    part of it; a read whose step opened or closed while it ran, and a ``CUDA sync``, are not
+    timed.
+
     Attributes:
         loading: set by the caller: True while the DataLoader fetches a batch.
         thread: the id of the thread counted (the script's, from ``start()``; None: none).
@@ -71,20 +88,33 @@ class SyncSites:
     """
 
     def __init__(self, roots: Sequence[str], *, cuda: Any = None,
-                 on_read: Callable[[str, Site], None] | None = None) -> None:
+                 on_read: Callable[[str, Site], None] | None = None,
+                 clock: Callable[[], int] = time.perf_counter_ns) -> None:
         """Args:
             roots: the script's folders (its sites are named relative to them).
             cuda: ``torch.cuda`` (None) or a stand-in with its ``_lazy_call`` and sync debug mode.
             on_read: see the attribute.
+            clock: nanoseconds, for the time blocked in reads (``time.perf_counter_ns``).
         """
         self.on_read = on_read
         self._frames = Frames(roots)
         self.loading = False
         self._in_step = self._marked = self._merged = False
-        self._counts: dict[Key, int] = {}
+        self._counts: dict[Key, Count] = {}
         # the open (or last) step's reads: the part before mark_tail() and the one after it
-        self._parts: list[dict[Key, int]] = [{}]
+        self._parts: list[dict[Key, Count]] = [{}]
         self._part = self._parts[0]
+        # each change of the step state (a read timed across one is not filed)
+        self._state = 0
+        # the read counted last, and the one being timed (None on CUDA until it synced)
+        self._last: Filed | None = None
+        self._timed: Filed | None = None
+        self._timing = False
+        # on CUDA, the nanoseconds of a read C called at once (float(loss)), whose end was
+        # heard before its sync's warning (it comes as torch's binding returns): the next add()'s
+        self._unfiled: tuple[int, int] | None = None
+        self.clock = clock
+        self.timer = ReadTimer(self.blocked, clock)
         self.thread: int | None = None
         self._started = False
         self._copy: tuple[int, Site] | None = None
@@ -103,6 +133,7 @@ class SyncSites:
         if value == self._in_step:
             return
         self._in_step = value
+        self._state += 1
         if value:
             self._part = {}
             self._parts = [self._part]
@@ -114,20 +145,20 @@ class SyncSites:
         """The step opened last was none: its reads (so far) are outside steps."""
         if self._merged:
             self._merge(-1)
-        counts = self._counts
         for part in self._parts:
-            for (path, line, call, _, via), count in part.items():
-                key = (path, line, call, False, via)
-                counts[key] = counts.get(key, 0) + count
+            _fold(self._counts, {(path, line, call, False, via): count
+                                 for (path, line, call, _, via), count in part.items()})
         self._part = {}
         self._parts = [self._part]
         self._marked = False
+        self._state += 1
 
     def mark_tail(self) -> None:
         """The open step's tail starts: :meth:`tail_rows` gives its reads from now on."""
         self._part = {}
         self._parts.append(self._part)
         self._marked = True
+        self._state += 1
 
     def tail_rows(self) -> list[dict[str, Any]]:
         """The rows of the reads in the step since :meth:`mark_tail` (none before a mark in the
@@ -135,14 +166,8 @@ class SyncSites:
         return self._format(self._part, 1) if self._marked else []
 
     def _merge(self, sign: int) -> None:
-        counts = self._counts
         for part in self._parts:
-            for key, count in part.items():
-                total = counts.get(key, 0) + sign * count
-                if total:
-                    counts[key] = total
-                else:
-                    counts.pop(key, None)
+            _fold(self._counts, part, sign)
         self._merged = sign > 0
 
     # -- the report ----------------------------------------------------------------------------
@@ -151,22 +176,29 @@ class SyncSites:
         """One row per site, call, in/out of steps and ``via``, the most frequent first;
         ``per_step`` is ``count / steps`` (0.0 for 0 steps); ``via``: the installed package's
         ``file.py:LINE`` that made the read, or None for the script's own; ``file``: the
-        site's absolute path (``site`` is for display)."""
+        site's absolute path (``site`` is for display); ``blocked_s``: the seconds its timed
+        reads blocked (None: none was timed), ``blocked_per_step_s`` that over ``steps`` (None
+        for 0 steps)."""
         counts = dict(self._counts)
         if self._in_step:
             for part in self._parts:
-                for key, count in part.items():
-                    counts[key] = counts.get(key, 0) + count
+                _fold(counts, part)
         return self._format(counts, steps)
 
-    def _format(self, counts: dict[Key, int], steps: int) -> list[dict[str, Any]]:
+    def _format(self, counts: dict[Key, Count], steps: int) -> list[dict[str, Any]]:
         ordered = sorted(counts.items(), key=lambda item: (
-            -item[1], self._frames.relative(item[0][0]), item[0][1], item[0][2], not item[0][3],
-            self._via(item[0][4]) or ""))
-        return [{"site": f"{self._frames.relative(path)}:{line}", "call": call, "count": count,
-                 "per_step": count / steps if steps > 0 else 0.0, "in_step": in_step,
-                 "via": self._via(via), "file": path}
-                for (path, line, call, in_step, via), count in ordered]
+            -item[1][0], self._frames.relative(item[0][0]), item[0][1], item[0][2],
+            not item[0][3], self._via(item[0][4]) or ""))
+        rows = []
+        for (path, line, call, in_step, via), (count, timed, ns) in ordered:
+            blocked = ns / 1e9 if timed else None
+            rows.append({
+                "site": f"{self._frames.relative(path)}:{line}", "call": call, "count": count,
+                "per_step": count / steps if steps > 0 else 0.0, "in_step": in_step,
+                "via": self._via(via), "file": path, "blocked_s": blocked,
+                "blocked_per_step_s": blocked / steps if blocked is not None and steps > 0
+                else None})
+        return rows
 
     def named(self, where: Site) -> tuple[str, str | None]:
         """A read's site for display, ``file.py:LINE``, and its ``via`` (None: the script's own
@@ -204,38 +236,98 @@ class SyncSites:
 
     # -- counting ------------------------------------------------------------------------------
 
-    def seen(self, call: str, tensor: Any, frame: FrameType) -> None:
+    def seen(self, call: str, tensor: Any, frame: FrameType) -> bool:
         """A read (``call``, of ``tensor`` if known) of the script's thread is about to run,
-        called from ``frame``: count it (off CUDA), or keep it for CUDA's warning to name."""
+        called from ``frame``: count it (off CUDA), or keep it for CUDA's warning to name.
+        True: it was counted, or is kept (the caller times it: :meth:`timing`)."""
         if self.loading:
-            return
+            return False
         if call == "Tensor.__repr__" and self._str == (id(frame), frame.f_lasti):
             self._str = None
-            return  # str(x) calls repr(x)
+            return False  # str(x) calls repr(x)
         self._str = (id(frame), frame.f_lasti) if call == "Tensor.__str__" else None
         if self.cuda.on:
-            self.cuda.pend(call, frame)
-            return
+            self._unfiled = None
+            return self.cuda.pend(call, frame)
         where = self._frames.where(frame, through_torch=False)
         if where is None:
-            return
+            return False
         copy, self._copy = self._copy, None
         if copy is not None and copy == (id(frame), where) and call not in _COPIES:
-            return  # x.cpu().numpy(): one read
+            return False  # x.cpu().numpy(): one read
         if tensor is not None and self._frames.host_only(frame.f_code, tensor):
-            return
+            return False
         if call in _COPIES:
             self._copy = (id(frame), where)
         self.add(where, call)
+        return True
 
     def add(self, where: Site, call: str) -> None:
         """Count one read by ``call`` at ``where``, in the open step or outside steps, once
-        ``on_read`` heard of it."""
+        ``on_read`` heard of it; the read being timed (on CUDA: its first sync) is filed
+        here."""
         if self.on_read is not None:
             self.on_read(call, where)
-        if self._in_step:
-            part, key = self._part, (where[0], where[1], call, True, where[2])
-            part[key] = part.get(key, 0) + 1
+        in_step = self._in_step
+        counts = self._part if in_step else self._counts
+        key = (where[0], where[1], call, in_step, where[2])
+        count = counts.get(key)
+        if count is None:
+            count = counts[key] = [0, 0, 0]
+        count[0] += 1
+        unfiled, self._unfiled = self._unfiled, None
+        if call != CUDA_SYNC:
+            self._last = (count, self._state)
+            if self._timing and self._timed is None:
+                self._timed = self._last
+            elif unfiled is not None and unfiled[1] == self._state:
+                count[1] += 1
+                count[2] += unfiled[0]
+
+    # -- the time blocked ----------------------------------------------------------------------
+
+    def timing(self) -> bool:
+        """The read just seen (:meth:`seen` said True) is to be timed: True when no other read
+        is (one that may end, ends: see :meth:`ReadTimer.release`); :meth:`blocked` follows."""
+        if self._timing and not self.timer.release():
+            return False
+        self._timing, self._unfiled = True, None
+        self._timed = None if self.cuda.on else self._last
+        return True
+
+    def time_read(self, bound: Any, frame: FrameType) -> bool:
+        """Time the read just seen whose method ``bound`` the script's ``frame`` looked up, when
+        no profile function but the timer's is installed (a script under ``cProfile`` keeps its
+        own) and torch's profiler is off (its Python tracer is one too). True: the caller
+        installs ``self.timer.profile`` (``sys.setprofile``)."""
+        timer = self.timer
+        installed = _getprofile()
+        if (installed is None or installed is timer.profile) and not timer.profiling() and (
+                self.timing()):
+            return timer.arm(bound, frame)
+        return False
+
+    def blocked(self, ns: int | None) -> None:
+        """The read timed ended, having blocked ``ns`` nanoseconds (None: not timed): filed
+        where it was counted, unless the step opened or closed since."""
+        filed, self._timed, self._timing = self._timed, None, False
+        if ns is None:
+            return
+        if filed is not None:
+            if filed[1] == self._state:
+                filed[0][1] += 1
+                filed[0][2] += ns
+        elif self.cuda.on:
+            self._unfiled = (ns, self._state)
+
+
+def _fold(into: dict[Key, Count], counts: dict[Key, Count], sign: int = 1) -> None:
+    """Add ``counts`` (``sign`` -1: take them away) to ``into``, whose lists stay as they were
+    (a copy of ``into`` shares them); a key of no read leaves."""
+    for key, (count, timed, ns) in counts.items():
+        had = into.get(key, (0, 0, 0))
+        total = [had[0] + sign * count, had[1] + sign * timed, had[2] + sign * ns]
+        if total[0]:
+            into[key] = total
         else:
-            counts, key = self._counts, (where[0], where[1], call, False, where[2])
-            counts[key] = counts.get(key, 0) + 1
+            into.pop(key, None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import shlex
 from collections.abc import Sequence
 from typing import Any
@@ -13,6 +14,8 @@ __all__ = ["text"]
 
 # the text shows at most this many sync sites and suggestions (the JSON keeps them all)
 _SHOWN = 20
+# ...and this many lines of a suggestion's diff (--suggest writes them all)
+_DIFF_SHOWN = 20
 
 
 def text(data: dict[str, Any], *, rank: tuple[int, int] | None = None,
@@ -32,10 +35,7 @@ def text(data: dict[str, Any], *, rank: tuple[int, int] | None = None,
     if slowest is not None:
         lines.append(f"  slowest rank: {slowest}")
     lines += _sync_lines(data["syncs"])
-    if data["suggestions"]:
-        lines.append("  suggestions:")
-        lines += [f"    {k}. {said}" for k, said in enumerate(data["suggestions"][:_SHOWN], 1)]
-        lines += _more(len(data["suggestions"]), "suggestions")
+    lines += _suggestions(data)
     lines += _trace(data)
     lines += _guard(data)
     return "\n".join(lines)
@@ -154,7 +154,7 @@ def _sections(data: dict[str, Any]) -> list[str]:
 
 def _sync_lines(syncs: list[dict[str, Any]] | None) -> list[str]:
     """The sync table: the top sites (in steps first, then by count a step), at most
-    ``_SHOWN``."""
+    ``_SHOWN``; where a shown row's reads were timed, the time they blocked a step."""
     if syncs is None:
         return ["  sync sites: not counted (asyncthrottle.run.syncsites is not available)"]
     if not syncs:
@@ -163,12 +163,22 @@ def _sync_lines(syncs: list[dict[str, Any]] | None) -> list[str]:
     named = [row["call"] + (f" (in {row['via']})" if row.get("via") else "") for row in shown]
     width = max(len(row["site"]) for row in shown)
     calls = max(len(call) for call in named)
-    lines = [f"  sync sites ({'site':<{width}}  {'call':<{calls}}  count  per step):"]
-    for row, call in zip(shown, named, strict=True):
+    blocked = [_blocked(row.get("blocked_per_step_s")) for row in shown]
+    head = "blocked"
+    wide = max(len(head), *map(len, blocked)) if any(blocked) else 0
+    lines = [f"  sync sites ({'site':<{width}}  {'call':<{calls}}  count  per step"
+             + (f"  {head:>{wide}}" if wide else "") + "):"]
+    for row, call, time in zip(shown, named, blocked, strict=True):
         where = "" if row["in_step"] else "  outside steps"
         lines.append(f"    {row['site']:<{width}}  {call:<{calls}}  {row['count']:>5}  "
-                     f"{row['per_step']:>8.2f}{where}")
+                     f"{row['per_step']:>8.2f}" + (f"  {time or '-':>{wide}}" if wide else "")
+                     + where)
     return lines + _more(len(syncs), "sites")
+
+
+def _blocked(seconds: float | None) -> str:
+    """A row's time blocked a step (``0.12 ms/step``; empty: not timed)."""
+    return "" if seconds is None else f"{duration(seconds * 1000)}/step"
 
 
 def _more(count: int, what: str) -> list[str]:
@@ -198,3 +208,83 @@ def _guard(data: dict[str, Any]) -> list[str]:
     why = ("no training step found, so its syncs per step cannot be judged" if outcome == NO_STEPS
            else "the reads were not counted, so they cannot be judged")
     return [f"{head} FAILED: {why} ({ends})"]
+
+
+def _suggestions(data: dict[str, Any]) -> list[str]:
+    """The suggestions, with the diff of each certain rewrite (the report's ``patches``) under its
+    own: its hunks not shown above (the import, the loop's wrap), at most ``_DIFF_SHOWN`` lines;
+    then where the patch of them all is, or how to get it."""
+    said = data["suggestions"]
+    if not said:
+        return []
+    diffs = [entry for entry in data.get("patches") or [] if entry.get("diff")]
+    lines, shown = ["  suggestions:"], set[str]()
+    for k, line in enumerate(said[:_SHOWN], 1):
+        lines.append(f"    {k}. {line}")
+        entry = next((e for e in diffs if line.startswith(f"{e['site']} ")), None)
+        if entry is not None:
+            diffs.remove(entry)
+            lines += _diff(entry["diff"], shown, _suggest_path(data))
+    lines += _more(len(said), "suggestions")
+    return lines + _patch(data)
+
+
+def _diff(diff: str, shown: set[str], path: str | None) -> list[str]:
+    """``diff``'s lines, indented, less its file header and hunks already in ``shown`` (which
+    gains the rest), at most ``_DIFF_SHOWN``."""
+    header, *hunks = _hunks(diff)
+    rows = [] if "\n".join(header) in shown else header
+    shown.add("\n".join(header))
+    again = 0
+    for hunk in hunks:
+        body = "\n".join(hunk[1:])
+        again += body in shown
+        if body not in shown:
+            shown.add(body)
+            rows += hunk
+    if again:
+        rows.append(f"(and {_times(again, 'change')} shown above)")
+    lines = [f"       {row}".rstrip() for row in rows[:_DIFF_SHOWN]]
+    if len(rows) > _DIFF_SHOWN:
+        whole = f"the whole patch is in {path}" if path else "--suggest PATH writes the whole patch"
+        lines.append(f"       ... {_times(len(rows) - _DIFF_SHOWN, 'more line')}: {whole}")
+    return lines
+
+
+def _hunks(diff: str) -> list[list[str]]:
+    """A one-file unified diff's file header (``---``, ``+++``), then each hunk, as lines."""
+    parts: list[list[str]] = [[]]
+    for row in diff.splitlines():
+        if row.startswith("@@"):
+            parts.append([])
+        parts[-1].append(row)
+    return parts
+
+
+def _patch(data: dict[str, Any]) -> list[str]:
+    """Where ``--suggest`` wrote the patch and how to apply it; without ``--suggest``, the
+    command that writes it (where a rewrite is certain)."""
+    certain = sum(1 for entry in data.get("patches") or [] if entry.get("diff"))
+    path = _suggest_path(data)
+    if path is None:
+        return [f"  the {_times(certain, 'certain rewrite')} as one patch: python -m asyncthrottle "
+                f"run --suggest fix.patch {shlex.join(data['argv'])}"] if certain else []
+    if not certain:
+        return [f"  --suggest {path}: no rewrite is certain, the file is empty (the suggestions "
+                "say what to change)"]
+    folder = os.path.dirname(data["script"])
+    where = f" -d {shlex.quote(folder)}" if folder else ""
+    them = "it" if certain == 1 else "them"
+    return [f"  --suggest {path}: {_times(certain, 'certain rewrite')}; apply {them}: patch -p1"
+            f"{where} < {shlex.quote(path)} (or git apply in {folder or 'this folder'})"]
+
+
+def _suggest_path(data: dict[str, Any]) -> str | None:
+    """``--suggest``'s path as typed (None: not given)."""
+    typed = list(data.get("options") or [])
+    for k, option in enumerate(typed):
+        if option == "--suggest" and k + 1 < len(typed):
+            return str(typed[k + 1])
+        if option.startswith("--suggest="):
+            return str(option.partition("=")[2])
+    return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -12,27 +13,48 @@ from typing import Any
 import pytest
 from _runs import valid
 
-from asyncthrottle.run.advice import suggestions
+from asyncthrottle.run.advice import recovers, suggestions
 from asyncthrottle.run.report import _syncs, collect
 from asyncthrottle.run.text import _sync_lines, figure, text
 
 
 def _row(site: str, call: str, count: int, in_step: bool, via: str | None = None,
-         ) -> dict[str, Any]:
+         blocked_s: float | None = None) -> dict[str, Any]:
     return {"site": site, "call": call, "count": count, "per_step": count / 10, "in_step": in_step,
-            "via": via}
+            "via": via, "blocked_s": blocked_s,
+            "blocked_per_step_s": blocked_s / 10 if blocked_s is not None else None}
+
+
+# what a read suggested on a synchronous device says a fix recovers
+SYNC = ("; a fix recovers at most the time the read blocks, on an accelerator (this device is "
+        "synchronous: its reads wait for nothing)")
 
 
 def test_a_site_read_only_after_the_last_step_is_outside_steps_and_a_loop_line_stays_in() -> None:
-    rows = [_row("t.py:5", "Tensor.item", 10, True), _row("t.py:9", "Tensor.tolist", 1, True)]
+    rows = [_row("t.py:5", "Tensor.item", 10, True, blocked_s=0.5),
+            _row("t.py:9", "Tensor.tolist", 1, True, blocked_s=0.25)]
     # after the last step's update: line 5's tenth read (the loop's), line 9's only read
-    tail = [_row("t.py:5", "Tensor.item", 1, True), _row("t.py:9", "Tensor.tolist", 1, True)]
+    tail = [_row("t.py:5", "Tensor.item", 1, True, blocked_s=0.05),
+            _row("t.py:9", "Tensor.tolist", 1, True, blocked_s=0.25)]
     assert _syncs(rows, tail, 10) == [
         {"site": "t.py:5", "call": "Tensor.item", "count": 10, "per_step": 1.0, "in_step": True,
-         "via": None, "file": None},
+         "via": None, "file": None, "blocked_s": 0.5, "blocked_per_step_s": 0.05},
         {"site": "t.py:9", "call": "Tensor.tolist", "count": 1, "per_step": 0.1,
-         "in_step": False, "via": None, "file": None},
+         "in_step": False, "via": None, "file": None, "blocked_s": 0.25,
+         "blocked_per_step_s": 0.025},
     ]
+
+
+def test_rows_merged_add_their_time_blocked_and_untimed_rows_stay_untimed() -> None:
+    rows = [_row("t.py:5", "Tensor.item", 6, True, blocked_s=0.5),
+            _row("t.py:5", "Tensor.item", 4, True, blocked_s=0.25),  # one display site, 2 files
+            _row("t.py:5", "Tensor.item", 2, True, blocked_s=None),
+            _row("t.py:7", "CUDA sync", 3, True)]
+    tail = [_row("t.py:7", "CUDA sync", 3, True)]  # read only after the last update: moved out
+    assert [(r["site"], r["count"], r["in_step"], r["blocked_s"], r["blocked_per_step_s"])
+            for r in _syncs(rows, tail, 10)] == [("t.py:5", 12, True, 0.75, 0.075),
+                                                 ("t.py:7", 3, False, None, None)]
+    assert _syncs(rows[:1], [], 0)[0]["blocked_per_step_s"] is None  # no steps
 
 
 def test_a_line_s_own_read_and_its_read_via_a_package_stay_two_rows() -> None:
@@ -62,9 +84,9 @@ def test_a_read_every_step_is_suggested_with_the_name_its_line_reads(tmp_path: P
     said = suggestions(_data(syncs), synchronous=True)
     assert said == [
         f"{script}:2 calls loss.item() every step: thr.defer(loss) instead, or read it every 50 "
-        "steps",
+        "steps" + SYNC,
         f"{script}:3 branches on `if loss > 9:` every step: a branch on a device value syncs: compute it "
-        "on the device (torch.where), or check it every 50 steps",
+        "on the device (torch.where), or check it every 50 steps" + SYNC,
     ]
 
 
@@ -102,7 +124,8 @@ def test_a_framework_s_own_read_is_suggested_with_its_setting_not_thr_defer(
     often = "4 times a step" if row["count"] == 40 else "every step"
     assert suggestions(_data([row]), synchronous=True) == [
         f"{row['site']} calls {package}, whose {row['via']} reads a device value ({row['call']}) "
-        f"{often}: {owner}'s own read, not the script's, so thr.defer cannot move it: {advice}"]
+        f"{often}: {owner}'s own read, not the script's, so thr.defer cannot move it: {advice}"
+        + SYNC]
 
 
 def test_another_package_s_read_is_suggested_with_a_host_value_or_its_setting() -> None:
@@ -111,7 +134,8 @@ def test_another_package_s_read_is_suggested_with_a_host_value_or_its_setting() 
     assert suggestions(_data([row]), synchronous=True) == [
         "t.py:3 calls tqdm, whose tqdm/std.py:1432 reads a device value (Tensor.__str__) every "
         "step: tqdm's read, not the line's own: hand tqdm a host value (one thr.defer delivered) "
-        "instead of a tensor, or look for the tqdm setting that makes it, or call it less often"]
+        "instead of a tensor, or look for the tqdm setting that makes it, or call it less often"
+        + SYNC]
     single = _row("t.py:3", "Tensor.item", 10, True, "fakefw.py:7")  # a one-file package
     assert suggestions(_data([single]), synchronous=True)[0].startswith(
         "t.py:3 calls fakefw, whose fakefw.py:7 reads")
@@ -357,7 +381,7 @@ def test_two_reads_on_a_line_are_both_deferred(tmp_path: Path) -> None:
     script.write_text("import torch\nx = a.item() + b.item()\n")
     row = {**_row("train.py:2", "Tensor.item", 10, True), "file": str(script)}
     assert suggestions(_data([row]), synchronous=True)[0].endswith(
-        "every step: thr.defer((a, b)) instead, or read it every 50 steps")
+        "every step: thr.defer((a, b)) instead, or read it every 50 steps" + SYNC)
 
 
 def test_a_read_spread_over_lines_is_found_from_any_of_them(tmp_path: Path) -> None:
@@ -384,3 +408,75 @@ def test_a_file_that_no_longer_parses_falls_back_to_the_line_s_text(tmp_path: Pa
     (tmp_path / "other").mkdir()
     assert _said(tmp_path / "other", "def (:\nprint(3)\n", "Tensor.item") == (
         "train.py:2 calls the value.item()")
+
+
+# -- the time blocked: what a fix can recover ----------------------------------------------------
+
+
+def _ahead(rows: list[dict[str, Any]], *, step_ms: float = 10.0,
+           device_ms: float | None = None) -> dict[str, Any]:
+    """A report of 10 steps of ``step_ms`` each on a device that runs ahead (``device_ms`` a
+    step where its steps were timed)."""
+    stats = {"wall_s": step_ms / 100, **({"device_ms_mean": device_ms} if device_ms else {})}
+    return _data(rows, steps=10, stats=stats, verdict="balanced")
+
+
+def _read_rows() -> list[dict[str, Any]]:
+    """In the report's order, by count a step: a frequent read that blocks little, an untimed
+    one, a rare one that blocks long."""
+    return [_row("t.py:3", "Tensor.item", 30, True, blocked_s=0.001),  # 0.1 ms a step
+            _row("t.py:5", "Tensor.item", 20, True),
+            _row("t.py:9", "Tensor.item", 10, True, blocked_s=0.02)]  # 2 ms a step
+
+
+def test_reads_are_ranked_by_time_blocked_where_the_device_runs_ahead_else_by_count() -> None:
+    ahead = suggestions(_ahead(_read_rows()), synchronous=False)
+    assert [said.split()[0] for said in ahead] == ["t.py:9", "t.py:3", "t.py:5"]
+    synchronous = suggestions(_ahead(_read_rows()), synchronous=True)
+    assert [said.split()[0] for said in synchronous] == ["t.py:3", "t.py:5", "t.py:9"]
+    assert all(said.endswith(SYNC) for said in synchronous)
+
+
+@pytest.mark.parametrize(("device_ms", "said"), [
+    (None, "a fix recovers at most 2.00 ms a step (20% of the step), the time it blocks"),
+    (9.5, "a fix recovers at most 0.500 ms a step (5% of the step): it blocks 2.00 ms a step, "
+          "but the device is busy 9.50 ms of the 10.0 ms step"),
+    (12.0, "a fix recovers at most 0 ms a step (0% of the step): it blocks 2.00 ms a step, but "
+           "the device is busy 12.0 ms of the 10.0 ms step"),
+    (7.0, "a fix recovers at most 2.00 ms a step (20% of the step), the time it blocks"),
+])
+def test_a_read_s_suggestion_says_what_a_fix_recovers_at_most(device_ms: float | None,
+                                                              said: str) -> None:
+    rows = _read_rows()
+    data = _ahead(rows, device_ms=device_ms)
+    assert suggestions(data, synchronous=False)[0].endswith(f"; {said}")
+    assert suggestions(data, synchronous=False)[2].endswith(
+        "; a fix recovers at most the time the read blocks (not timed)")
+    assert recovers(rows[1], data, synchronous=False) is None
+    assert recovers(rows[2], data, synchronous=True) is None
+
+
+@pytest.mark.parametrize("device_ms", [None, 0.5, 5.0, 9.9, 10.0, 50.0])
+@pytest.mark.parametrize("blocked_ms", [0.0, 0.01, 1.0, 9.0, 10.0])
+def test_what_a_fix_recovers_never_exceeds_the_time_blocked(device_ms: float | None,
+                                                            blocked_ms: float) -> None:
+    row = _row("t.py:9", "Tensor.item", 10, True, blocked_s=blocked_ms / 100)
+    data = _ahead([row], device_ms=device_ms)
+    most = recovers(row, data, synchronous=False)
+    assert most is not None and 0 <= most <= row["blocked_per_step_s"]
+    if device_ms is not None:
+        assert most <= max(0.0, (10.0 - device_ms) / 1000)
+    promised = re.search(r"recovers at most ([\d.]+) ms a step", suggestions(
+        data, synchronous=False)[0])
+    assert promised is not None and float(promised.group(1)) <= float(figure(blocked_ms))
+
+
+def test_the_sync_table_gives_the_time_blocked_a_step_where_timed() -> None:
+    rows = [_row("t.py:3", "Tensor.item", 30, True, blocked_s=0.0012),
+            _row("t.py:5", "Tensor.__bool__", 20, True)]
+    assert _sync_lines(rows) == [
+        "  sync sites (site    call             count  per step        blocked):",
+        "    t.py:3  Tensor.item         30      3.00  0.120 ms/step",
+        "    t.py:5  Tensor.__bool__     20      2.00              -",
+    ]
+    assert "blocked" not in _sync_lines([rows[1]])[0]

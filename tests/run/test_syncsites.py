@@ -10,6 +10,7 @@ import io
 import os
 import pickle
 import re
+import sys
 import threading
 import traceback
 import warnings
@@ -160,6 +161,7 @@ def test_to_the_host_from_a_device_tensor_is_a_read_unless_non_blocking(sites: S
     assert sorted(counted(sites)) == sorted(
         [(site(copy), "Tensor.to", 1, False), (site(copy_as), "Tensor.to", 1, False),
          (site(like), "Tensor.to", 1, False)])
+    assert all(row["blocked_s"] is not None for row in sites.rows(1))  # each copy timed
 
 
 def test_reads_in_steps_and_outside_are_two_rows_and_per_step_divides_by_steps(sites: SyncSites) -> None:
@@ -494,7 +496,7 @@ import torch
 class Syncing(torch.Tensor):
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
-        if getattr(func, "__name__", "") in ("item", "tolist"):
+        if getattr(func, "__name__", "") in ("item", "tolist", "__float__"):
             warnings.warn({SYNC_MESSAGE!r}, UserWarning, stacklevel=2)
         return super().__torch_function__(func, types, args, kwargs or {{}})
 """
@@ -541,6 +543,35 @@ def test_on_cuda_a_read_counts_when_it_synced_and_a_sync_outside_reads_is_named_
         (site(through_torch), "Tensor.tolist", 2, True),  # torch's own read, at the script's line
     ])
     assert cuda.mode == 0 and warnings.showwarning is hook and warnings.filters == filters
+
+
+def test_on_cuda_a_read_s_time_blocked_is_filed_at_its_sync_and_a_cuda_sync_has_none(
+    cuda: FakeCuda,
+) -> None:
+    ticks = iter(range(0, 10**9, 1000))  # ns: each timed read is one step of the clock
+    audit, patches = SyncSites([str(HERE)], cuda=cuda, clock=lambda: next(ticks)), Patches()
+    audit.start(patches)
+    try:
+        cuda.initialise()
+        synced = torch.Tensor._make_subclass(Syncing, torch.ones(2))
+        read = lambda: synced.sum().item()  # noqa: E731
+        # C calls __float__ at once: the read's end is heard before its sync's warning
+        convert = lambda: float(synced.sum())  # noqa: E731
+        host = lambda: X.sum().item()  # noqa: E731  no sync: nothing filed, no row
+        bare = lambda: warnings.warn(SYNC_MESSAGE, UserWarning, stacklevel=1)  # noqa: E731
+        for _ in range(2):
+            read(), convert(), host(), bare()
+    finally:
+        audit.stop()
+        patches.undo()
+    rows = {(r["site"], r["call"]): (r["count"], r["blocked_s"]) for r in audit.rows(2)}
+    assert rows.keys() == {(site(read), "Tensor.item"), (site(convert), "Tensor.__float__"),
+                           (site(bare), CUDA_SYNC)}
+    assert rows[site(read), "Tensor.item"] == (2, 2e-06)  # a tick each
+    # torch looks __float__ up on the class to hand it to __torch_function__: a tick more each
+    assert rows[site(convert), "Tensor.__float__"] == (2, 4e-06)
+    assert rows[site(bare), CUDA_SYNC] == (2, None)
+    assert sys.getprofile() is None
 
 
 def test_on_cuda_never_started_stop_leaves_no_queued_call(cuda: FakeCuda) -> None:
