@@ -40,6 +40,26 @@ class _Sink:
 
 writer = logger = _Sink()
 """,
+    # A report that python -m asyncthrottle run --json wrote, as report.json (a real run of a tiny script).
+    "report": """
+import pathlib as _pathlib
+import subprocess as _subprocess
+import sys as _sys
+
+if not _pathlib.Path("report.json").exists():
+    _pathlib.Path("_train.py").write_text(
+        "import torch\\n"
+        "model = torch.nn.Linear(2, 1)\\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\\n"
+        "for _ in range(3):\\n"
+        "    loss = model(torch.randn(4, 2)).pow(2).mean()\\n"
+        "    opt.zero_grad()\\n"
+        "    loss.backward()\\n"
+        "    opt.step()\\n"
+        "    print(loss.item())\\n")
+    _subprocess.run([_sys.executable, "-m", "asyncthrottle", "run", "--json", "report.json", "_train.py"],
+                    check=True, capture_output=True)
+""",
     # JAX: a jitted step on a small state, and a loader of numpy batches.
     "jax": """
 import asyncthrottle as at
