@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import pytest
+from once import once
 
 from asyncthrottle.run.report import schema
 from asyncthrottle.run.validate import problems
@@ -85,6 +87,31 @@ def under_run(script: str, tmp: Path, *args: str) -> tuple[subprocess.CompletedP
     report = tmp / "report.json"
     done = python("-m", "asyncthrottle", "run", "--json", str(report), script, *args)
     return done, read_report(report) if report.exists() else {}
+
+
+class SharedRuns:
+    """Runs under ``python -m asyncthrottle run`` that several tests read, each made once a test
+    session (:func:`once.once`, across pytest-xdist's workers too): keyed by the script, its
+    arguments and whether run writes the page (``--html``). Each run's outputs lie in a folder of
+    its own: ``report.json`` and, with ``html``, ``report.html``. A test that reads a shared run
+    only reads it (the process, the report, the files)."""
+
+    def __init__(self, factory: pytest.TempPathFactory) -> None:
+        self.factory = factory
+
+    def run(self, script: str, *args: str, html: bool = False) -> tuple[
+            subprocess.CompletedProcess[bytes], dict[str, Any], Path]:
+        """``run --json FOLDER/report.json [--html FOLDER/report.html] SCRIPT ARGS``, made at the
+        session's first call: the process, its report (validated, {} where none was written) and
+        FOLDER."""
+
+        def make(folder: Path) -> tuple[subprocess.CompletedProcess[bytes], dict[str, Any], Path]:
+            report = folder / "report.json"
+            page = ("--html", str(folder / "report.html")) if html else ()
+            done = python("-m", "asyncthrottle", "run", "--json", str(report), *page, script, *args)
+            return done, read_report(report) if report.exists() else {}, folder
+
+        return once(self.factory, ("run", script, args, html), make)
 
 
 def said_syncs(script: str) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from _runs import under_run  # noqa: E402
+from _runs import SharedRuns  # noqa: E402
 
 from asyncthrottle.run.patches import Patches  # noqa: E402
 from asyncthrottle.run.syncsites import SyncSites  # noqa: E402
@@ -317,8 +317,9 @@ def test_a_read_whose_step_opened_while_it_ran_is_not_timed(sites: SyncSites) ->
 # -- end to end: a script under run -----------------------------------------------------------
 
 
-def test_a_run_s_report_gives_each_read_its_time_blocked(tmp_path: Path) -> None:
-    done, report = under_run("nan_steps.py", tmp_path, "3")
+def test_a_run_s_report_gives_each_read_its_time_blocked(shared_runs: SharedRuns) -> None:
+    # the run test_html's real page reads
+    done, report, _ = shared_runs.run("nan_steps.py", html=True)
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     rows = {(row["site"], row["in_step"]): row for row in report["syncs"]}
     assert set(rows) == {("nan_steps.py:29", True), ("nan_steps.py:33", False)}

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _runs import SCRIPTS, python, read_report
+from _runs import SCRIPTS, SharedRuns
 
 from asyncthrottle.run.html import render, write
 from asyncthrottle.run.report import schema
@@ -290,12 +290,11 @@ def test_chromium_shows_the_page_with_no_console_message(tmp_path: Path) -> None
     assert len(_console(noisy, tmp_path)) == 1
 
 
-def test_a_real_run_s_page_marks_its_nan_steps_and_shows_its_read(tmp_path: Path) -> None:
-    report, written = tmp_path / "report.json", tmp_path / "report.html"
-    done = python("-m", "asyncthrottle", "run", "--json", str(report), "--html", str(written),
-                  "nan_steps.py")
+def test_a_real_run_s_page_marks_its_nan_steps_and_shows_its_read(shared_runs: SharedRuns) -> None:
+    # the run test_blocked's time blocked reads
+    done, data, folder = shared_runs.run("nan_steps.py", html=True)
+    report, written = folder / "report.json", folder / "report.html"
     assert done.returncode == 0, done.stderr.decode()
-    data = read_report(report)
     assert data["options"] == ["--json", str(report), "--html", str(written)]
     assert data["nonfinite"] == [37, 38] and len(data["per_step"]["step_s"]) == 80
     # the page run wrote is the page of its report, with the command that made it

@@ -640,6 +640,7 @@ def test_reads_of_host_built_tensors_and_while_loading_are_not_counted(sites: Sy
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # two processes that compile with inductor: a minute on a loaded machine
 def test_a_compiled_model_gets_the_same_graphs_under_run(tmp_path: Path) -> None:
     plain = python("compiled_reads.py", timeout=900)
     done, _ = under_run("compiled_reads.py", tmp_path)

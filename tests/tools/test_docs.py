@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from docs_setup import SETUPS
+from once import once
 
 import asyncthrottle
 from asyncthrottle._aliases import MOVED
@@ -102,15 +103,20 @@ def _unrunnable(page: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str | None]:
-    """Every page's runnable blocks, run in one fresh process (one import of torch for all pages)."""
-    cwd = tmp_path_factory.mktemp("docs")
+    """Every page's runnable blocks, run in one fresh process (one import of torch for all pages), once a
+    session: the pages' tests on every pytest-xdist worker read its results."""
     todo = {p.name: [(b.label, SETUPS[b.setup], b.code) for b in _runnable(p)] for p in PAGES if _runnable(p)}
-    (cwd / "blocks.json").write_text(json.dumps(todo))
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "JAX_PLATFORMS": "cpu", "PYTHONWARNINGS": "ignore"}
-    done = subprocess.run([sys.executable, "-c", _RUNNER, "blocks.json", "results.json"], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=540)
-    assert done.returncode == 0, done.stderr[-3000:]
-    results: dict[str, str | None] = json.loads((cwd / "results.json").read_text())
+
+    def run(cwd: Path) -> tuple[int, str, dict[str, str | None] | None]:
+        (cwd / "blocks.json").write_text(json.dumps(todo))
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "JAX_PLATFORMS": "cpu", "PYTHONWARNINGS": "ignore"}
+        done = subprocess.run([sys.executable, "-c", _RUNNER, "blocks.json", "results.json"], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=540)
+        results = json.loads((cwd / "results.json").read_text()) if done.returncode == 0 else None
+        return done.returncode, done.stderr[-3000:], results
+
+    code, err, results = once(tmp_path_factory, ("docs blocks", todo), run)
+    assert code == 0 and results is not None, err
     return results
 
 
