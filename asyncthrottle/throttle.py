@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
-import math
 import os
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from threading import get_ident
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _compile
-from ._options import AutoDepth, check_bool, check_core, check_real
-from ._passes import Passes
-from .backends import resolve_backend
-from .core.errors import ThrottleTimeout, not_ended
+from ._options import AutoDepth, check_at, check_bool
+from ._passes import Passes, StepBlock
+from .backends import Backend, resolve_backend
+from .core.errors import closed
 from .core.events import EventFactory
 from .core.hosttime import HostTimes
-from .core.ownership import Ownership
+from .core.notify import tell
+from .core.ownership import Closed, Ownership, ValueWait
 from .core.rule import Core
-from .core.waits import Poll, WaitStrategy, auto_wait, resolve_wait
-from .parts import PARTS
+from .core.waits import WaitStrategy, auto_wait, resolve_wait
+from .parts import OPTIONS, PARTS, build
 from .parts._build import Build
 from .parts.autodepth import DepthController
 from .parts.memory import MemoryBudget
@@ -37,22 +38,6 @@ if TYPE_CHECKING:
     from .view import Pass
 
 T = TypeVar("T")
-
-
-class _StepContext:
-    """``with throttle.step():`` -- enter is :meth:`Throttle.begin_step`, exit
-    :meth:`Throttle.end_step`."""
-
-    __slots__ = ("_throttle",)
-
-    def __init__(self, throttle: Throttle) -> None:
-        self._throttle = throttle
-
-    def __enter__(self) -> int:
-        return self._throttle.begin_step()
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        self._throttle.end_step(failed=exc_type is not None)
 
 
 class Throttle:
@@ -127,6 +112,10 @@ class Throttle:
             deferred value's host copy as its step completes; warn once
             (:class:`~asyncthrottle.NonFiniteWarning`) or raise
             :class:`~asyncthrottle.NonFiniteError` from the call that delivered it. No sync.
+        batch_size: samples a second (``stats.samples_per_s``, the summary, the progress bar):
+            ``"auto"`` reads the leading dimension of the first tensor of each batch a wrapped
+            loop hands out (of a dict, a list or a tuple: its first tensor); an int is every
+            step's batch size (any loop; no cost per step). None: off.
 
     Threads: one loop runs in one thread; ``stats``, ``latest``,
     ``in_flight`` and ``Deferred.ready()``/``get()`` are safe from any thread.
@@ -166,18 +155,16 @@ class Throttle:
         memory: Callable[[], int] | None = None,
         to: Any = None,
         nonfinite: str | None = "warn",
+        batch_size: int | str | None = None,
     ) -> None:
-        options = dict(
-            depth=depth, device=device, events=events, wait=wait, timeout=timeout, stall=stall,
-            drain=drain, streams=streams, sample_every=sample_every, ranks_every=ranks_every,
-            ranks_timeout=ranks_timeout, detect_sync=detect_sync, trace=trace, nvtx=nvtx,
-            clock=clock, max_depth=max_depth, max_memory=max_memory, memory=memory, to=to,
-            nonfinite=nonfinite,
-        )
-        self._timeout = check_core(options)
-        # every check on every backend, before anything is built
+        # every keyword by name (the first statement: the locals are the arguments alone)
+        options = {name: value for name, value in locals().items() if name != "self"}
+        # each value by its declaration's check, then what goes together: on every backend, before
+        # anything is built
+        checked = {option.name: option.checked(options[option.name]) for option in OPTIONS}
         for part in PARTS:
             part.check(options)
+        self._timeout: float | None = checked["timeout"]
         # "auto": chosen once the device is known
         chosen = None if wait == "auto" else resolve_wait(wait)
         if self._timeout is not None and chosen is not None and not chosen.honours_timeout:
@@ -193,34 +180,30 @@ class Throttle:
         if not _compile.seen():
             _compile.see_torch()
         self._clock = clock
-        self._core = Core(depth if isinstance(depth, int) else None, backend.events, strategy,
-                          self._timeout, clock)
-        self._values = Completions(self._core, self._wait_for_value)
-        self._host = HostTimes(clock, self._core)
-        at = Build(self._core, backend, options, clock, self._host, sampling)
-        for part in PARTS:
-            built = part.build(at)
-            if built is not None:
-                at.built[part] = built
-        # the one way a part subscribes (parts/_build.py's Part), in the order of PARTS
-        for built in at.built.values():
-            self._core.subscribe(built)
-        self._parts = at.built
-        # to=: the wrapped loops' movers, one per device
-        self._movers: Prefetch = at.built[Prefetch]
-        self._timing = at.part(DeviceTiming)
+        self._core = core = Core(depth if isinstance(depth, int) else None, backend.events,
+                                 strategy, self._timeout, clock)
         self._ownership = Ownership()
-        # the wrapped pass running now, and an error a pass's finalizer left for the next call
+        # (no part, value or callback holds the throttle: dropping it frees it, see _release)
+        self._values = Completions(core, ValueWait(core, self._ownership))
+        self._host = HostTimes(clock, core)
+        self._parts = parts = build(Build(core, backend, options, clock, self._host, sampling))
+        # to=: the wrapped loops' movers, one per device
+        self._movers: Prefetch = parts[Prefetch]
+        self._timing = parts.get(DeviceTiming)
+        # the wrapped pass running now, a step loop's open step, an error a pass's finalizer left
         self._passes = Passes()
-        # begin_step() was called and end_step() not yet
-        self._in_step = False
         # the time from end_step() to the next begin_step() is taking the next batch: set by a
         # framework's callback (ThrottleHooks), whose framework fetches between its step hooks
         self._gaps_fetch = False
         # the verdict's advice speaks its language
         self._backend = backend
-        self._sections: Sections = at.built[Sections]
-        self._sections.in_step = self._step_open
+        self._sections: Sections = parts[Sections]
+        self._sections.in_step = self._passes.step_open
+        self._closed = False
+        # close()'s release; a dropped throttle's, or at the interpreter's exit (before its
+        # finalization, which a gloo group must not see)
+        self._release = weakref.finalize(self, _release, core, self._values, backend,
+                                         tuple(parts.values()))
 
     # -- reading: safe from any thread, never blocks ------------------------
 
@@ -282,22 +265,82 @@ class Throttle:
         core = self._core
         auto = "auto: " if DepthController in self._parts else ""
         return (f"Throttle(depth={auto}{core.depth}, steps={core.steps}, "
-                f"in_flight<={core.steps - core.completed})")
+                f"in_flight<={core.steps - core.completed}{', closed' if self._closed else ''})")
+
+    # -- the throttle's life: closed once, by close(), its `with` block or its last reference ----
+
+    def close(self) -> None:
+        """Wait for every recorded step, then release what the throttle holds; idempotent.
+
+        A wrapped loop still running ends as leaving it would (its step recorded; asked for more,
+        it raises); the steps recorded are drained (a host-device sync on the last one), so their
+        values are delivered. Then the throttle lets go of its events, pinned buffers, process
+        group and CUDA sync-debug mode. ``stats``, ``summary()``, ``latest`` and
+        ``export_trace()`` stay readable; every call that would change it (a loop, a step,
+        ``defer()``, ``section()``, ``drain()``, ...) raises ``RuntimeError`` naming itself.
+        A throttle dropped without ``close()`` releases the same without waiting, as soon as its
+        last reference goes (no garbage collection needed), or at the interpreter's exit.
+
+        Raises:
+            RuntimeError: a step is open (``begin_step()`` without ``end_step()``: call
+                ``end_step()`` first; ``failed=True`` drops it), and nothing is closed; or
+                another thread runs the loop. An error of the drain (a timeout, an
+                ``on_complete`` callback's) is raised once the throttle is released.
+        """
+        self._close(drain=True)
+
+    def __enter__(self) -> Throttle:
+        """``with Throttle(...) as thr:`` -- closed when the block ends (see :meth:`close`)."""
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        """A clean exit is :meth:`close`; an exception drops the open step and waits for nothing (as
+        ``step()`` does): the steps in flight never deliver their values."""
+        self._close(drain=exc_type is None)
+
+    def _close(self, drain: bool) -> None:
+        if self._closed:
+            return
+        ownership, passes = self._ownership, self._passes
+        ownership.claim("close()")
+        try:
+            if passes.in_step:
+                if drain:
+                    raise RuntimeError("close() was called with a step open; call end_step() "
+                                       "first (failed=True drops it)")
+                passes.in_step = False
+                self._core.drop()
+            try:
+                passes.close()
+                if drain:
+                    if passes.kept is not None:
+                        passes.raise_kept()
+                    self._core.drain()
+                    self._flush_timing()
+                self._host.end(self._clock())
+            finally:
+                self._closed, self._ownership = True, Closed()
+                ownership.let_go()
+                self._release()
+        finally:
+            ownership.release()
 
     # -- the loop's entry points --------------------------------------------
 
     def wrap(self, iterable: Iterable[T], *, progress: Any = False, to: Any = None
              ) -> Throttled[T]:
         """An iterable view of ``iterable`` throttled by this object (see :func:`throttle`)."""
+        if self._closed:
+            raise RuntimeError(closed("wrap()"))
         return Throttled(self, iterable, progress=progress, to=to)
 
-    def step(self) -> _StepContext:
+    def step(self) -> StepBlock:
         """A context manager for one step: enter waits for room, a clean exit records the event.
 
         An exception inside the block records nothing, blocks on nothing and
         drops the values deferred in it. Entering returns the step's number.
         """
-        return _StepContext(self)
+        return StepBlock(self)
 
     def begin_step(self) -> int:
         """Start a step: wait until it may start (the depth rule) and return its number.
@@ -316,7 +359,7 @@ class Throttle:
             if self._passes.kept is not None:
                 self._passes.raise_kept()
             self._passes.refuse("begin_step()")
-            if self._in_step:
+            if self._passes.in_step:
                 raise RuntimeError("begin_step() was called twice without end_step(); step() is "
                                    "not reentrant")
             now, host = self._clock(), self._host
@@ -342,7 +385,7 @@ class Throttle:
         except BaseException:
             ownership.release()
             raise
-        self._in_step = True
+        self._passes.in_step = True
         return self._core.steps
 
     def end_step(self, failed: bool = False) -> None:
@@ -357,10 +400,10 @@ class Throttle:
         # (begin_step()'s claim: another thread's end_step() is refused; a call only then)
         if self._ownership.owner != get_ident():
             self._ownership.check("end_step()")
-        if not self._in_step:
+        if not self._passes.in_step:
             raise RuntimeError("end_step() was called without begin_step(); call begin_step() "
                                "first")
-        self._in_step = False
+        self._passes.in_step = False
         try:
             # a failed body is body too, not fetching
             self._host.step_end = now = self._clock()
@@ -404,19 +447,8 @@ class Throttle:
             made = sections.made.get((name, collective))
             if made is not None:
                 return made
-        check_bool("collective", collective)
-        if not isinstance(name, str):
-            raise TypeError(f"section name must be a non-empty str, got {name!r} "
-                            f"({type(name).__name__}); e.g. section('forward')")
-        if not name:
-            raise ValueError("section name must be a non-empty str, got ''; name the phase, e.g. "
-                             "section('forward')")
+        # made once per name and kind, after the arguments' checks
         return sections.section(name, collective)
-
-    def _step_open(self) -> bool:
-        """A step is being run: between ``begin_step()`` and ``end_step()``, or in a wrapped loop's
-        body."""
-        return self._in_step or self._passes.body_open()
 
     def mark(self) -> None:
         """End the current step: record its event, then wait until the next step may start.
@@ -453,7 +485,7 @@ class Throttle:
                 self._passes.raise_kept()
             self._core.drain()
             self._flush_timing()
-            if self._passes.running() is None and not self._in_step:
+            if self._passes.running() is None and not self._passes.in_step:
                 self._host.end(self._clock())
                 self._ownership.let_go()
         finally:
@@ -475,18 +507,13 @@ class Throttle:
                 their own passes).
         """
         if at is not None:
-            now = self._clock()
-            check_real("at", at, low=-math.inf, high=now,
-                       rule=f"a time of the throttle's clock no later than now ({now!r})",
-                       fix="pass a time from the throttle's clock (clock=, time.perf_counter by "
-                           "default), e.g. time.perf_counter() but not time.time(), or None for "
-                           "now")
+            check_at(at, self._clock())
         self._ownership.claim("pause()")
         try:
             if self._passes.kept is not None:
                 self._passes.raise_kept()
             self._passes.refuse("pause()")
-            if self._in_step:
+            if self._passes.in_step:
                 raise RuntimeError("pause() was called with a step open; call end_step() first "
                                    "(failed=True drops it)")
             host = self._host
@@ -563,28 +590,13 @@ class Throttle:
 
     def subscribe(self, part: object) -> None:
         """Notify ``part`` of the core's events (see :class:`asyncthrottle.core.Subscriber`)."""
+        if self._closed:
+            raise RuntimeError(closed("subscribe()"))
         self._core.subscribe(part)
 
     def unsubscribe(self, part: object) -> None:
         """Stop notifying ``part``."""
         self._core.unsubscribe(part)
-
-    def _wait_for_value(self, deferred: Deferred) -> None:
-        """``Deferred.get()`` on an unfinished step: the loop's thread retires; any other only
-        waits."""
-        event = deferred._event
-        # not recorded yet: raises, saying so (never runs the core from another thread)
-        if event is None:
-            raise RuntimeError(not_ended(deferred.step))
-        if self._ownership.mine():
-            self._ownership.claim("Deferred.get()")
-            try:
-                self._core.wait_until(deferred.step)  # host-device sync: counted as host wait
-            finally:
-                self._ownership.release()
-        elif not _PASSIVE(event, self._timeout):  # host-device sync: on that step's own event
-            raise ThrottleTimeout(deferred.step, self.depth, self._timeout or 0.0,
-                                  self._timeout or 0.0)
 
     # -- passes: time counts only inside them -------------------------------
 
@@ -593,7 +605,7 @@ class Throttle:
         _compile.see_dynamo()
         self._ownership.claim("a wrapped loop")
         try:
-            self._passes.start(new, self._in_step)
+            self._passes.start(new)
         except BaseException:
             self._ownership.release()
             raise
@@ -646,6 +658,15 @@ def throttle(
     return Throttle(depth, **options).wrap(iterable, progress=progress, to=to)
 
 
-# waits of other threads: no state shared with the loop's wait strategy
-_PASSIVE = Poll()
+def _release(core: Core, values: Completions, backend: Backend, parts: tuple[Any, ...]) -> None:
+    """Let go of what a closed or dropped throttle holds: each part's resources (``Part.close``),
+    the values' pinned ring, the backend's pooled events, then the core's hooks.
+
+    The throttle's finalizer: run once, by ``close()``, when the last reference to the throttle
+    goes, or at the interpreter's exit. The core holds its parts' hooks and the parts hold the
+    core; nothing inside holds the throttle, so dropping it runs this, which unties the rest: each
+    object is then freed as its last reference goes, never by the cyclic garbage collector. A part
+    whose ``close`` raises hides the release from no other (the first error is raised after).
+    """
+    tell([*(part.close for part in parts), values.close, backend.release, core.release])
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from .core.errors import closed
 from .core.loop import StepIterator
 
 if TYPE_CHECKING:
@@ -216,17 +217,20 @@ class Pass(StepIterator[T]):
                 del self
                 thr._passes.keep(exc)
 
-    def _supersede(self) -> None:
-        """A new pass over the throttle starts in this thread: end this one (its step's error is
-        raised to the new pass); asking it for more is an error."""
+    def _supersede(self, by: str) -> None:
+        """End this pass, ``by`` a new pass over the throttle in this thread (``"superseded"``: its
+        step's error is raised to the new pass) or by the throttle's ``close()`` (``"closed"``);
+        asking it for more is an error."""
         try:
             self._leave()
         finally:
-            self._state = "superseded"
+            self._state = by
 
     def _start(self) -> None:
         if self._state == "done":
             raise StopIteration
+        if self._state == "closed":
+            raise RuntimeError(closed("the next batch of a wrapped loop"))
         if self._state == "superseded":
             raise RuntimeError(
                 "this loop over a throttled view was ended by a new loop over the same Throttle (a "

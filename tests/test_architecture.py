@@ -298,3 +298,22 @@ def test_the_line_count_leaves_out_docstrings_comments_and_blank_lines() -> None
               "    def f(self):\n        \"\"\"Its docstring.\"\"\"\n        return '''a string\nover two lines'''\n")
     # import os, class A:, x = (1, / 2), def f, return ''' / over two lines
     assert code_lines(source) == 7
+
+
+def test_every_part_is_listed_and_its_stats_are_a_base_of_the_parts_stats() -> None:
+    """A part's module alone does nothing: its class must be in ``PARTS`` (built, its options checked, its
+    lines shown) and its ``STATS`` among ``PartStats``'s bases (fields of ``Stats``)."""
+    import importlib
+    import pkgutil
+
+    from asyncthrottle import parts
+    from asyncthrottle.parts._build import Part
+
+    defined = set()
+    for info in pkgutil.iter_modules(parts.__path__):
+        module = importlib.import_module(f"{parts.__name__}.{info.name}")
+        defined |= {kind for kind in vars(module).values() if isinstance(kind, type) and issubclass(kind, Part)
+                    and kind is not Part and kind.__module__ == module.__name__ and not kind.__name__.startswith("_")}
+    assert defined - set(parts.PARTS) == set(), "add these to PARTS in asyncthrottle/parts/__init__.py"
+    stats = {part.STATS for part in parts.PARTS if part.STATS is not None}
+    assert stats - set(parts.PartStats.__mro__) == set(), "add these to PartStats's bases in parts/__init__.py"

@@ -158,8 +158,8 @@ class StepIterator(Iterator[T]):
             self._failed(exc)
             raise
         seconds = clock() - start
-        if core.on_fetch:
-            core.fetched(core.steps, start, seconds)
+        if core.hears_fetch:
+            core.fetched(core.steps, start, seconds, True, item)
         else:
             core.fetch_s += seconds
         try:

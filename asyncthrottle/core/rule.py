@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from .errors import ThrottleTimeout, not_ended
 from .events import Event, EventFactory
@@ -13,6 +14,8 @@ from .waits import WaitStrategy
 
 # in-flight histogram size at most (the last bucket counts "that many or more")
 _HISTOGRAM_BUCKETS = 64
+# fetched() without a batch (a step loop's time between steps, a fetch that raised)
+_NO_BATCH: Any = object()
 
 
 class Core(Hooks):
@@ -69,8 +72,8 @@ class Core(Hooks):
 
     __slots__ = (
         "_recorder", "_telling", "_untold", "clock", "depth", "draining", "dry", "fetch_s",
-        "histogram", "last_dry", "lean", "limit", "max_in_flight", "new_event", "pending", "steps",
-        "timeout", "top", "wait_s", "wait_strategy", "waits",
+        "hears_fetch", "histogram", "last_dry", "lean", "limit", "max_in_flight", "new_event",
+        "pending", "steps", "timeout", "top", "wait_s", "wait_strategy", "waits",
     )
 
     def __init__(
@@ -101,6 +104,8 @@ class Core(Hooks):
         # steps retired while telling, told in order after
         self._untold: deque[int] = deque()
         self.lean = False
+        # a part hears fetches or batches (on_fetch, on_batch): one truth test a fetch, as lean's
+        self.hears_fetch = False
         # the one road's record alone (record())
         self._recorder: StepIterator[None] = StepIterator(self, None)
         self.set_depth(depth)
@@ -126,9 +131,24 @@ class Core(Hooks):
         self.top = len(self.histogram) - 1
         self._relean()
 
+    def wrap_wait(self, wrap: Callable[[WaitStrategy, float | None], WaitStrategy]) -> None:
+        """Wait with ``wrap(strategy, timeout)`` from now on, given the strategy and the timeout in
+        force: a part that watches the waits (the stall report's deadline) keeps the
+        :class:`~asyncthrottle.core.waits.WaitStrategy` protocol."""
+        self.wait_strategy = wrap(self.wait_strategy, self.timeout)
+
+    def release(self) -> None:
+        """The throttle is closed or dropped: no part is told any more and nothing more is recorded
+        (see :meth:`Hooks.release`). The counters and the queue stay: a value kept by the user still
+        waits for its step (``Deferred.get()``)."""
+        super().release()
+        # (the recorder holds the core: a cycle)
+        del self._recorder
+
     def _relean(self) -> None:
         self.lean = (self.new_event is not None and self.limit is not None and self.limit < self.top
                      and not any(getattr(self, name) for name in STEP_HOOKS))
+        self.hears_fetch = bool(self.on_fetch or self.on_batch)
 
     # -- the rule ----------------------------------------------------------
 
@@ -144,13 +164,18 @@ class Core(Hooks):
         recorder._step(now)
         return self.steps - 1
 
-    def fetched(self, step: int, start: float, seconds: float, counted: bool = True) -> None:
+    def fetched(self, step: int, start: float, seconds: float, counted: bool = True,
+                batch: Any = _NO_BATCH) -> None:
         """The host spent ``seconds`` from ``start`` taking ``step``'s batch: count them in
         ``fetch_s`` (unless not ``counted``: a step loop's time between steps, heard as a fetch),
-        tell the parts (``on_fetch``)."""
+        tell the parts (``on_fetch``), then, given the ``batch`` a wrapped loop took, its hearers
+        (``on_batch``)."""
         if counted:
             self.fetch_s += seconds
-        tell(self.on_fetch, step, start, seconds)
+        if self.on_fetch:
+            tell(self.on_fetch, step, start, seconds)
+        if batch is not _NO_BATCH and self.on_batch:
+            tell(self.on_batch, step, batch)
 
     def drop(self) -> None:
         """The step being run ends without an event: its parts drop it (its number is used

@@ -202,17 +202,6 @@ def _loop(dev: FakeDevice, thr: at.Throttle, refs: list[weakref.ref[_Batch]], na
         thr.defer(float("nan") if nan and i == 1 else 1.0, name="loss")
 
 
-@pytest.fixture
-def no_gc() -> Iterator[None]:
-    """The cyclic garbage collector off: what only it would free stays alive."""
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
 @pytest.mark.usefixtures("no_gc")
 @pytest.mark.parametrize("device", ["fake", "cpu"])
 @pytest.mark.parametrize("cause", ["on_complete", "nonfinite"])
