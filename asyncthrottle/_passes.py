@@ -58,7 +58,7 @@ class Passes:
         if self.in_step:
             return True
         running = self.running()
-        return running is not None and running._open
+        return running is not None and running.in_body
 
     def start(self, new: Pass[Any]) -> None:
         """``new`` runs now: a kept error is raised first; a step loop's open step refuses it; an
@@ -73,7 +73,7 @@ class Passes:
                                "(or begin_step())")
         earlier = self.running()
         if earlier is not None:
-            earlier._supersede("superseded")
+            earlier.supersede("superseded")
         self._ref = weakref.ref(new)
 
     def close(self) -> None:
@@ -81,7 +81,7 @@ class Passes:
         recorded); asked for more, it raises."""
         running = self.running()
         if running is not None:
-            running._supersede("closed")
+            running.supersede("closed")
 
     def ends(self, finished: Pass[Any]) -> bool:
         """``finished`` has ended: True if it was the running pass (or the running one is gone),

@@ -9,6 +9,7 @@ import pickle
 import threading
 from typing import Any
 
+from . import _lifecycle
 from ._callers import warn_at_user
 from .parts.nonfinite import NonFiniteWatch
 from .parts.syncaudit import SyncAdvice
@@ -80,9 +81,10 @@ class ThrottleHooks:
         """Start the throttle's steps at the framework's numbering: none yet (the identity)."""
         # the framework takes and moves each batch between its step hooks (it drains before an
         # evaluation): that time is fetching, as a wrapped loop's next() is
-        self.throttle._gaps_fetch = True
+        life = _lifecycle.of(self.throttle)
+        life.fetch_between_steps()
         self._numbering.reset()
-        watch = self.throttle._parts.get(NonFiniteWatch)
+        watch = life.part(NonFiniteWatch)
         if watch is not None:
             watch.number = self._numbering
 
@@ -107,7 +109,7 @@ class ThrottleHooks:
         if number is not None:
             self._numbering.moved(step, number)
         self._open = True
-        self._began = self.throttle._clock()
+        self._began = _lifecycle.of(self.throttle).clock()
         return step
 
     def framework_step(self, step: int) -> int:
@@ -232,7 +234,8 @@ class ThrottleHooks:
         state["_phase"] = None
         for name in self._TRANSIENT:
             state[name] = None
-        state["_on_complete"] = [cb for cb in throttle._values.callbacks if _pickles(cb)]
+        callbacks = _lifecycle.of(throttle).values.callbacks
+        state["_on_complete"] = [cb for cb in callbacks if _pickles(cb)]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

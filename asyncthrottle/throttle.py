@@ -4,38 +4,24 @@ from __future__ import annotations
 
 import os
 import time
-import weakref
 from collections.abc import Callable, Iterable
-from threading import get_ident
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from . import _compile
+from ._lifecycle import Lifecycle
 from ._options import AutoDepth, check_at, check_bool
-from ._passes import Passes, StepBlock
-from .backends import Backend, resolve_backend
-from .core.errors import closed
+from ._passes import StepBlock
 from .core.events import EventFactory
-from .core.hosttime import HostTimes
-from .core.notify import tell
-from .core.ownership import Closed, Ownership, ValueWait
-from .core.rule import Core
-from .core.waits import WaitStrategy, auto_wait, resolve_wait
-from .parts import OPTIONS, PARTS, build
-from .parts._build import Build
+from .core.waits import WaitStrategy
 from .parts.autodepth import DepthController
 from .parts.memory import MemoryBudget
-from .parts.prefetch import Prefetch
-from .parts.sections import Section, Sections
+from .parts.sections import Section
 from .parts.syncaudit import SyncAudit
 from .parts.syncdetect import SyncDetect
-from .parts.timing import DeviceTiming, Sampling
 from .parts.trace import Trace
 from .stats import Stats, snapshot
-from .values import Completions, Deferred, OnComplete
+from .values import Deferred, OnComplete
 from .view import Throttled
-
-if TYPE_CHECKING:
-    from .view import Pass
 
 T = TypeVar("T")
 
@@ -158,52 +144,8 @@ class Throttle:
         batch_size: int | str | None = None,
     ) -> None:
         # every keyword by name (the first statement: the locals are the arguments alone)
-        options = {name: value for name, value in locals().items() if name != "self"}
-        # each value by its declaration's check, then what goes together: on every backend, before
-        # anything is built
-        checked = {option.name: option.checked(options[option.name]) for option in OPTIONS}
-        for part in PARTS:
-            part.check(options)
-        self._timeout: float | None = checked["timeout"]
-        # "auto": chosen once the device is known
-        chosen = None if wait == "auto" else resolve_wait(wait)
-        if self._timeout is not None and chosen is not None and not chosen.honours_timeout:
-            raise ValueError(f"timeout={timeout!r} cannot interrupt wait={wait!r}; use "
-                             "wait='auto', 'hybrid', 'poll' or 'spin'")
-        self._drain_at_end = drain
-        # which steps are timed (sample_every='s rule, carried to the parts by Build)
-        sampling = Sampling.of(options)
-        backend = resolve_backend(device, events, streams,
-                                  blocking=chosen is not None and chosen.blocking_events,
-                                  timing=sampling.on)
-        strategy = chosen or auto_wait(backend.computes_on_host, self._timeout)
-        if not _compile.seen():
-            _compile.see_torch()
-        self._clock = clock
-        self._core = core = Core(depth if isinstance(depth, int) else None, backend.events,
-                                 strategy, self._timeout, clock)
-        self._ownership = Ownership()
-        # (no part, value or callback holds the throttle: dropping it frees it, see _release)
-        self._values = Completions(core, ValueWait(core, self._ownership))
-        self._host = HostTimes(clock, core)
-        self._parts = parts = build(Build(core, backend, options, clock, self._host, sampling))
-        # to=: the wrapped loops' movers, one per device
-        self._movers: Prefetch = parts[Prefetch]
-        self._timing = parts.get(DeviceTiming)
-        # the wrapped pass running now, a step loop's open step, an error a pass's finalizer left
-        self._passes = Passes()
-        # the time from end_step() to the next begin_step() is taking the next batch: set by a
-        # framework's callback (ThrottleHooks), whose framework fetches between its step hooks
-        self._gaps_fetch = False
-        # the verdict's advice speaks its language
-        self._backend = backend
-        self._sections: Sections = parts[Sections]
-        self._sections.in_step = self._passes.step_open
-        self._closed = False
-        # close()'s release; a dropped throttle's, or at the interpreter's exit (before its
-        # finalization, which a gloo group must not see)
-        self._release = weakref.finalize(self, _release, core, self._values, backend,
-                                         tuple(parts.values()))
+        self._life = Lifecycle(self, {name: value for name, value in locals().items()
+                                      if name != "self"})
 
     # -- reading: safe from any thread, never blocks ------------------------
 
@@ -211,12 +153,12 @@ class Throttle:
     def depth(self) -> int | None:
         """Steps allowed in flight now (None: unbounded, tracking only); under ``depth="auto"``, its
         current choice."""
-        return self._core.depth
+        return self._life.core.depth
 
     @property
     def synchronous(self) -> bool:
         """True when the backend runs work synchronously (the CPU): nothing is ever waited for."""
-        return self._core.synchronous
+        return self._life.core.synchronous
 
     @property
     def latest(self) -> dict[str, Any]:
@@ -229,7 +171,7 @@ class Throttle:
         # under torch.compile: run eagerly, as a graph break
         if _compile.compiling():
             return _compile.eagerly(getattr, self, "latest")  # type: ignore[no-any-return]
-        return dict(self._values.latest)
+        return dict(self._life.values.latest)
 
     @property
     def in_flight(self) -> int:
@@ -238,7 +180,7 @@ class Throttle:
         if _compile.compiling():
             return _compile.eagerly(getattr, self, "in_flight")  # type: ignore[no-any-return]
         # a copy: safe to read from any thread
-        pending = tuple(self._core.pending)
+        pending = tuple(self._life.core.pending)
         return sum(1 for event in pending if not event.query())
 
     @property
@@ -247,7 +189,8 @@ class Throttle:
         # under torch.compile: run eagerly, as a graph break
         if _compile.compiling():
             return _compile.eagerly(getattr, self, "stats")  # type: ignore[no-any-return]
-        return snapshot(self._core, self._host, self._parts.values(), self._backend)
+        life = self._life
+        return snapshot(life.core, life.host, life.parts.values(), life.backend)
 
     def summary(self) -> str:
         """A short human-readable report of :attr:`stats` (with ``detect_sync="warn"``, the sync
@@ -258,14 +201,14 @@ class Throttle:
     def sync_audit(self) -> SyncAudit | None:
         """With ``detect_sync="warn"`` on CUDA: the syncs counted per step and per site; else
         None."""
-        detect = self._parts.get(SyncDetect)
+        detect = self._life.part(SyncDetect)
         return detect.audit if detect is not None else None
 
     def __repr__(self) -> str:
-        core = self._core
-        auto = "auto: " if DepthController in self._parts else ""
+        life = self._life
+        core, auto = life.core, "auto: " if life.part(DepthController) is not None else ""
         return (f"Throttle(depth={auto}{core.depth}, steps={core.steps}, "
-                f"in_flight<={core.steps - core.completed}{', closed' if self._closed else ''})")
+                f"in_flight<={core.steps - core.completed}{', closed' if life.closed else ''})")
 
     # -- the throttle's life: closed once, by close(), its `with` block or its last reference ----
 
@@ -287,7 +230,7 @@ class Throttle:
                 another thread runs the loop. An error of the drain (a timeout, an
                 ``on_complete`` callback's) is raised once the throttle is released.
         """
-        self._close(drain=True)
+        self._life.close(drain=True)
 
     def __enter__(self) -> Throttle:
         """``with Throttle(...) as thr:`` -- closed when the block ends (see :meth:`close`)."""
@@ -296,42 +239,14 @@ class Throttle:
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         """A clean exit is :meth:`close`; an exception drops the open step and waits for nothing (as
         ``step()`` does): the steps in flight never deliver their values."""
-        self._close(drain=exc_type is None)
-
-    def _close(self, drain: bool) -> None:
-        if self._closed:
-            return
-        ownership, passes = self._ownership, self._passes
-        ownership.claim("close()")
-        try:
-            if passes.in_step:
-                if drain:
-                    raise RuntimeError("close() was called with a step open; call end_step() "
-                                       "first (failed=True drops it)")
-                passes.in_step = False
-                self._core.drop()
-            try:
-                passes.close()
-                if drain:
-                    if passes.kept is not None:
-                        passes.raise_kept()
-                    self._core.drain()
-                    self._flush_timing()
-                self._host.end(self._clock())
-            finally:
-                self._closed, self._ownership = True, Closed()
-                ownership.let_go()
-                self._release()
-        finally:
-            ownership.release()
+        self._life.close(drain=exc_type is None)
 
     # -- the loop's entry points --------------------------------------------
 
     def wrap(self, iterable: Iterable[T], *, progress: Any = False, to: Any = None
              ) -> Throttled[T]:
         """An iterable view of ``iterable`` throttled by this object (see :func:`throttle`)."""
-        if self._closed:
-            raise RuntimeError(closed("wrap()"))
+        self._life.refuse_closed("wrap()")
         return Throttled(self, iterable, progress=progress, to=to)
 
     def step(self) -> StepBlock:
@@ -353,40 +268,7 @@ class Throttle:
         it is (a batch taken, an evaluation); ``drain()`` or ``pause()`` before
         an evaluation leaves it out of loop time.
         """
-        ownership = self._ownership
-        ownership.claim("begin_step()")
-        try:
-            if self._passes.kept is not None:
-                self._passes.raise_kept()
-            self._passes.refuse("begin_step()")
-            if self._passes.in_step:
-                raise RuntimeError("begin_step() was called twice without end_step(); step() is "
-                                   "not reentrant")
-            now, host = self._clock(), self._host
-            if host.started is None:
-                host.begin(now)
-                # a compile set up since (where no compile traces)
-                _compile.see_dynamo()
-            elif self._core.steps:
-                gap = self._core.fetched if self._gaps_fetch else host.between
-                gap(self._core.steps, host.step_end, max(0.0, now - host.step_end))
-            if not ownership.held:
-                # the loop keeps the throttle between its steps, until drain() or pause()
-                ownership.hold()
-            # counted: a retry after a timeout counts only the time since
-            host.step_end = now
-            try:
-                # may raise (timeout, Ctrl-C): the step has not begun
-                self._core.admit()
-            except BaseException:
-                # the wait is counted as such, not again as fetching
-                host.step_end = self._clock()
-                raise
-        except BaseException:
-            ownership.release()
-            raise
-        self._passes.in_step = True
-        return self._core.steps
+        return self._life.begin_step()
 
     def end_step(self, failed: bool = False) -> None:
         """End the step begun by :meth:`begin_step`: record its event (never blocks).
@@ -397,22 +279,7 @@ class Throttle:
         """
         if failed is not False and failed is not True:
             check_bool("failed", failed)
-        # (begin_step()'s claim: another thread's end_step() is refused; a call only then)
-        if self._ownership.owner != get_ident():
-            self._ownership.check("end_step()")
-        if not self._passes.in_step:
-            raise RuntimeError("end_step() was called without begin_step(); call begin_step() "
-                               "first")
-        self._passes.in_step = False
-        try:
-            # a failed body is body too, not fetching
-            self._host.step_end = now = self._clock()
-            if failed:
-                self._core.drop()
-            else:
-                self._core.record(now)
-        finally:
-            self._ownership.release()
+        self._life.end_step(failed)
 
     def section(self, name: str, *, collective: bool = False) -> Section:
         """``with throttle.section(name):`` -- time a named phase of the current step on the device,
@@ -441,14 +308,7 @@ class Throttle:
                 entered again while open, or still open when the step is
                 recorded (raised by the record).
         """
-        sections = self._sections
-        # (identity, not equality: collective=1 is not taken for True)
-        if type(name) is str and (collective is False or collective is True):
-            made = sections.made.get((name, collective))
-            if made is not None:
-                return made
-        # made once per name and kind, after the arguments' checks
-        return sections.section(name, collective)
+        return self._life.sections.section(name, collective)
 
     def mark(self) -> None:
         """End the current step: record its event, then wait until the next step may start.
@@ -457,21 +317,7 @@ class Throttle:
         is fetched after the wait, so data loading does not overlap it (under
         ``mark()`` fetching is part of the loop body: ``fetch_s`` stays 0).
         """
-        ownership = self._ownership
-        ownership.claim("mark()")
-        try:
-            if self._passes.kept is not None:
-                self._passes.raise_kept()
-            self._passes.refuse("mark()")
-            now = self._clock()
-            self._host.begin(now)
-            if not ownership.held:
-                # the loop keeps the throttle between its steps, until drain() or pause()
-                ownership.hold()
-            self._core.record(now)
-            self._core.admit()
-        finally:
-            ownership.release()
+        self._life.mark()
 
     def drain(self) -> None:
         """Wait for every recorded step (a host-device sync for the last one).
@@ -479,17 +325,7 @@ class Throttle:
         Outside a wrapped loop, ``drain()`` also ends the pass: the time until
         the next step (an evaluation between epochs) is not loop time.
         """
-        self._ownership.claim("drain()")
-        try:
-            if self._passes.kept is not None:
-                self._passes.raise_kept()
-            self._core.drain()
-            self._flush_timing()
-            if self._passes.running() is None and not self._passes.in_step:
-                self._host.end(self._clock())
-                self._ownership.let_go()
-        finally:
-            self._ownership.release()
+        self._life.drain()
 
     def pause(self, at: float | None = None) -> None:
         """End the pass of a ``step()``/``begin_step()``/``mark()`` loop now, without waiting.
@@ -507,21 +343,8 @@ class Throttle:
                 their own passes).
         """
         if at is not None:
-            check_at(at, self._clock())
-        self._ownership.claim("pause()")
-        try:
-            if self._passes.kept is not None:
-                self._passes.raise_kept()
-            self._passes.refuse("pause()")
-            if self._passes.in_step:
-                raise RuntimeError("pause() was called with a step open; call end_step() first "
-                                   "(failed=True drops it)")
-            host = self._host
-            if host.started is not None:
-                host.end(max(host.started, self._clock() if at is None else at))
-            self._ownership.let_go()
-        finally:
-            self._ownership.release()
+            check_at(at, self._life.clock())
+        self._life.pause(at)
 
     # -- deferred values -----------------------------------------------------
 
@@ -551,7 +374,7 @@ class Throttle:
         # under torch.compile: run eagerly, as a graph break
         if _compile.compiling():
             return _compile.eagerly(self.defer, value, name, copy=copy)  # type: ignore[no-any-return]
-        return self._values.defer(value, name, copy)
+        return self._life.values.defer(value, name, copy)
 
     def on_complete(self, callback: OnComplete) -> OnComplete:
         """Call ``callback(step, values)`` for every step, in order, once it is seen complete.
@@ -562,12 +385,12 @@ class Throttle:
         Returns ``callback``, so it works as a decorator; remove it with
         :meth:`remove_on_complete`.
         """
-        self._values.add(callback)
+        self._life.values.add(callback)
         return callback
 
     def remove_on_complete(self, callback: OnComplete) -> None:
         """Stop calling ``callback``; ``ValueError`` if it was not registered."""
-        self._values.remove(callback)
+        self._life.values.remove(callback)
 
     def export_trace(self, path: str | os.PathLike[str]) -> None:
         """Write the timeline of the last ``trace`` steps to ``path`` as a Chrome trace (JSON).
@@ -580,7 +403,7 @@ class Throttle:
         Raises:
             RuntimeError: the throttle keeps no timeline (``trace=0``).
         """
-        trace = self._parts.get(Trace)
+        trace = self._life.part(Trace)
         if trace is None:
             raise RuntimeError(
                 "export_trace() needs a timeline, but this Throttle was made with trace=0; "
@@ -590,41 +413,12 @@ class Throttle:
 
     def subscribe(self, part: object) -> None:
         """Notify ``part`` of the core's events (see :class:`asyncthrottle.core.Subscriber`)."""
-        if self._closed:
-            raise RuntimeError(closed("subscribe()"))
-        self._core.subscribe(part)
+        self._life.refuse_closed("subscribe()")
+        self._life.core.subscribe(part)
 
     def unsubscribe(self, part: object) -> None:
         """Stop notifying ``part``."""
-        self._core.unsubscribe(part)
-
-    # -- passes: time counts only inside them -------------------------------
-
-    def _start_pass(self, new: Pass[Any], now: float) -> None:
-        # a compile set up since the throttle was made (where no compile traces)
-        _compile.see_dynamo()
-        self._ownership.claim("a wrapped loop")
-        try:
-            self._passes.start(new)
-        except BaseException:
-            self._ownership.release()
-            raise
-        self._host.begin(now)
-
-    def _end_pass(self, finished: Pass[Any]) -> None:
-        if self._passes.ends(finished):
-            try:
-                self._host.end(self._clock())
-                self._flush_timing()
-            finally:
-                self._ownership.release()
-                # a step loop's pass before this one has ended with it
-                self._ownership.let_go()
-
-    def _flush_timing(self) -> None:
-        """Read the device timing of the steps seen complete (the loop's thread; queries only)."""
-        if self._timing is not None and self._timing.enabled:
-            self._timing.flush()
+        self._life.core.unsubscribe(part)
 
 
 def throttle(
@@ -656,17 +450,3 @@ def throttle(
         **options: keyword options of :class:`~asyncthrottle.Throttle`.
     """
     return Throttle(depth, **options).wrap(iterable, progress=progress, to=to)
-
-
-def _release(core: Core, values: Completions, backend: Backend, parts: tuple[Any, ...]) -> None:
-    """Let go of what a closed or dropped throttle holds: each part's resources (``Part.close``),
-    the values' pinned ring, the backend's pooled events, then the core's hooks.
-
-    The throttle's finalizer: run once, by ``close()``, when the last reference to the throttle
-    goes, or at the interpreter's exit. The core holds its parts' hooks and the parts hold the
-    core; nothing inside holds the throttle, so dropping it runs this, which unties the rest: each
-    object is then freed as its last reference goes, never by the cyclic garbage collector. A part
-    whose ``close`` raises hides the release from no other (the first error is raised after).
-    """
-    tell([*(part.close for part in parts), values.close, backend.release, core.release])
-

@@ -1,5 +1,6 @@
 """The package's architecture rules, read from its source: no import circle at run time, ``core/`` imports nothing
-outside it, nothing outside ``backends/`` compares a device-kind string, and no module is over 320 lines of code."""
+outside it, nothing outside ``backends/`` compares a device-kind string, no module is over 320 lines of code (the
+Throttle's façade over 200), and no module reads another module's private attributes."""
 
 from __future__ import annotations
 
@@ -292,6 +293,15 @@ def test_no_module_of_the_package_holds_more_than_320_lines_of_code() -> None:
     assert {path: n for path, n in sizes.items() if n > MAX_LINES} == {}
 
 
+THROTTLE_MAX_LINES = 200
+
+
+def test_the_throttle_is_a_facade_of_at_most_200_lines_of_code() -> None:
+    """``throttle.py`` holds the public signature, its docs and forwarding calls; the loop's lifecycle (passes,
+    step loops, ownership, host times, close) is ``_lifecycle.Lifecycle``'s, the rule the core's."""
+    assert code_lines((PACKAGE / "throttle.py").read_text()) <= THROTTLE_MAX_LINES
+
+
 def test_the_line_count_leaves_out_docstrings_comments_and_blank_lines() -> None:
     source = ('"""The module\'s docstring,\non two lines."""\n\nimport os  # a comment\n\n\n'
               "class A:\n    '''A docstring.'''\n\n    x = (1,\n         2)\n    # a comment\n\n"
@@ -317,3 +327,75 @@ def test_every_part_is_listed_and_its_stats_are_a_base_of_the_parts_stats() -> N
     assert defined - set(parts.PARTS) == set(), "add these to PARTS in asyncthrottle/parts/__init__.py"
     stats = {part.STATS for part in parts.PARTS if part.STATS is not None}
     assert stats - set(parts.PartStats.__mro__) == set(), "add these to PartStats's bases in parts/__init__.py"
+
+
+# Private names the package owns in one module and reads elsewhere on another library's object; each a reason.
+FOREIGN_PRIVATES = {
+    "_sleep": "torch.cuda._sleep (bench/cuda_sleep.py): torch's GPU spin, the one way to queue device time "
+              "without a kernel of our own; the package's own _sleep is the wait strategies'",
+}
+
+
+def _owned_privates(tree: ast.Module) -> set[str]:
+    """The private (``_x``, not dunder) attributes a module's classes own: their methods, class attributes and
+    ``__slots__``, and every ``self._x = ...``/``cls._x = ...``."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    names.add(item.name)
+                targets = item.targets if isinstance(item, ast.Assign) else [item.target] if isinstance(
+                    item, ast.AnnAssign) else []
+                for target in targets:
+                    if isinstance(target, ast.Name):
+                        names.add(target.id)
+                        if target.id == "__slots__" and isinstance(item.value, (ast.Tuple, ast.List)):
+                            names.update(str(e.value) for e in item.value.elts if isinstance(e, ast.Constant))
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and isinstance(
+                node.value, ast.Name) and node.value.id in ("self", "cls"):
+            names.add(node.attr)
+    return {name for name in names if name.startswith("_") and not name.startswith("__")}
+
+
+def reach_ins(root: Path = PACKAGE, allowed: frozenset[str] = frozenset(FOREIGN_PRIVATES)) -> list[str]:
+    """``file:line: expression`` for each ``x._name`` (``x`` not ``self``, ``cls`` or ``super()``; ``_name`` not a
+    dunder) where ``_name`` is a private attribute that another module of the package owns and this one does not:
+    an object's private state read or written across modules. Another library's private names (``sys._getframe``)
+    are not the package's; a name in ``allowed`` is such a one that the package happens to own too."""
+    trees = {path: ast.parse(path.read_text(), str(path)) for path in sorted(root.rglob("*.py"))}
+    owned = {path: _owned_privates(tree) for path, tree in trees.items()}
+    everyone = set().union(*owned.values()) - allowed
+    found = []
+    for path, tree in trees.items():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute) or node.attr not in everyone or node.attr in owned[path]:
+                continue
+            value = node.value
+            if (isinstance(value, ast.Name) and value.id in ("self", "cls")) or (
+                    isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "super"):
+                continue
+            found.append(f"{path.relative_to(root.parent)}:{node.lineno}: {ast.unparse(node)}")
+    return sorted(found)
+
+
+def test_no_module_reaches_into_another_modules_private_attributes() -> None:
+    """An object is changed and read through its named calls: the view and the framework callbacks drive a throttle
+    through its ``Lifecycle`` (``_lifecycle.of``), a part calls the core's methods, ``Completions`` changes its values
+    through ``_deferred``'s functions. A private attribute is its module's own."""
+    assert reach_ins() == []
+
+
+def test_the_reach_in_check_sees_a_private_read_and_write_across_modules(tmp_path: Path) -> None:
+    root = tmp_path / "pkg"
+    root.mkdir()
+    (root / "a.py").write_text(
+        "class A:\n    __slots__ = ('_slot',)\n    def __init__(self):\n        self._slot = self._hidden = 1\n"
+        "    def _step(self):\n        return self._slot\n"
+        "class B:\n    def f(self, a):\n        return a._hidden, a._step()\n")  # the same module: its own
+    (root / "b.py").write_text(
+        "import sys\nfrom .a import A\nclass C(A):\n    def g(self, a):\n        a._slot = 2\n"  # 5
+        "        sys._getframe(); self._hidden; super()._step(); a.__class__\n"  # none of these
+        "        return a._step(), a._own\n"  # 7: _step, not _own
+        "    def h(self):\n        self._own = 1\n")
+    assert reach_ins(root, frozenset()) == ["pkg/b.py:5: a._slot", "pkg/b.py:7: a._step"]

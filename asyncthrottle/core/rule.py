@@ -159,9 +159,7 @@ class Core(Hooks):
         The first half of the rule's one road (a loop's ``next()``: see
         :class:`~asyncthrottle.core.loop.StepIterator`), without a fetch and an admit.
         """
-        recorder = self._recorder
-        recorder._open = True
-        recorder._step(now)
+        self._recorder.record(now)
         return self.steps - 1
 
     def fetched(self, step: int, start: float, seconds: float, counted: bool = True,
@@ -204,7 +202,7 @@ class Core(Hooks):
                         self._block(step, pending[0])
                     last = pending.popleft()
                     if self.on_retire:
-                        self._tell_retired(step)
+                        self.tell_retired(step)
             if self.holds:
                 holds = self.holds
                 while pending and any(hold() for hold in holds):
@@ -213,7 +211,7 @@ class Core(Hooks):
             # retire finished steps without blocking
             if pending and pending[0].query():
                 if self.on_retire:
-                    tell = self._tell_retired
+                    tell = self.tell_retired
                     # Core.retire, inlined: the per-step path of a loop with deferred values
                     while True:
                         step = self.steps - len(pending)
@@ -299,10 +297,10 @@ class Core(Hooks):
         step = self.steps - len(pending)
         event = pending.popleft()
         if self.on_retire:
-            self._tell_retired(step)
+            self.tell_retired(step)
         return event
 
-    def _tell_retired(self, step: int) -> None:
+    def tell_retired(self, step: int) -> None:
         """Tell every part of ``step``'s retirement, then of the steps retired meanwhile: in order,
         never nested."""
         untold = self._untold

@@ -3,6 +3,13 @@
 A part brings its options (each declared once: :data:`OPTIONS` gathers them), its
 :class:`~asyncthrottle.Stats` fields and its hooks, which the throttle subscribes (see
 :class:`~asyncthrottle.parts._build.Part`).
+
+The few public methods of a part that a :class:`~asyncthrottle.Throttle` entry point forwards to are
+part of that protocol too, each named here: ``Sections.section(name, collective)``
+(``Throttle.section``), ``Trace.export(path, meta)`` (``export_trace``), ``SyncDetect.audit``
+(``sync_audit``) and ``Prefetch.mover(to)`` (``wrap(to=)``). The throttle finds a part by its class
+(``Lifecycle.part``) and calls these; nothing outside a part's module touches its private state
+(``tests/test_architecture.py`` holds every module to that).
 """
 
 from __future__ import annotations

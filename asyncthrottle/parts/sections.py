@@ -181,14 +181,19 @@ class Sections(Part):
         self.closed = False
 
     def section(self, name: str, collective: bool) -> Section:
-        """The context manager of ``name`` (made once per name and kind, then reused; the
-        throttle's ``section()`` finds a made one in :attr:`made` first).
+        """The context manager of ``name`` (made once per name and kind, then reused: a made one is
+        found first, before any check: ``Throttle.section()`` is called in every step).
 
         Raises:
             TypeError: ``name`` is not a str, or ``collective`` not True or False.
             ValueError: ``name`` is empty.
             RuntimeError: the throttle is closed.
         """
+        # (identity, not equality: collective=1 is not taken for True)
+        if type(name) is str and (collective is False or collective is True):
+            made = self.made.get((name, collective))
+            if made is not None:
+                return made
         check_bool("collective", collective)
         if not isinstance(name, str):
             raise TypeError(f"section name must be a non-empty str, got {name!r} "

@@ -302,7 +302,7 @@ def test_ctrl_c_between_a_retirement_and_its_telling_loses_no_value(monkeypatch:
     dev, thr = _throttle(2)
     got: list[tuple[int, Any]] = []
     thr.on_complete(lambda step, values: got.append((step, values.get("loss"))))
-    tell = Core._tell_retired
+    tell = Core.tell_retired
 
     def interrupted(core: Core, step: int) -> None:
         if step == 1 and not interrupted.fired:  # type: ignore[attr-defined]
@@ -311,7 +311,7 @@ def test_ctrl_c_between_a_retirement_and_its_telling_loses_no_value(monkeypatch:
         tell(core, step)
 
     interrupted.fired = False  # type: ignore[attr-defined]
-    monkeypatch.setattr(Core, "_tell_retired", interrupted)
+    monkeypatch.setattr(Core, "tell_retired", interrupted)
     deferred: list[float] = []
     with pytest.raises(KeyboardInterrupt):
         for i in thr.wrap(range(4)):
