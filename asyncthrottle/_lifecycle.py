@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
+from functools import partial
 from threading import get_ident
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -34,13 +35,20 @@ if TYPE_CHECKING:
 
 P = TypeVar("P")
 
-# each throttle's lifecycle, by the throttle (held weakly: the lifecycle never holds its throttle)
-_LOOPS: weakref.WeakKeyDictionary[object, Lifecycle] = weakref.WeakKeyDictionary()
+# each living throttle's lifecycle, by its id (a throttle need not be hashable: a subclass
+# may define __eq__), with a weak reference that removes the entry as the throttle goes; the
+# lifecycle never holds its throttle
+_LOOPS: dict[int, tuple[weakref.ref[object], Lifecycle]] = {}
+
+
+def _forget(key: int, _: object) -> None:
+    """The throttle of id ``key`` is gone: so is its entry."""
+    _LOOPS.pop(key, None)
 
 
 def of(throttle: object) -> Lifecycle:
     """The lifecycle of ``throttle``: how the view's passes and the framework callbacks drive it."""
-    return _LOOPS[throttle]
+    return _LOOPS[id(throttle)][1]
 
 
 class Lifecycle:
@@ -106,7 +114,7 @@ class Lifecycle:
         # finalization, which a gloo group must not see)
         self.release = weakref.finalize(owner, _release, core, self.values, backend,
                                         tuple(parts.values()))
-        _LOOPS[owner] = self
+        _LOOPS[id(owner)] = (weakref.ref(owner, partial(_forget, id(owner))), self)
 
     def part(self, kind: type[P]) -> P | None:
         """The part of class ``kind``, or None when the options leave it off."""
