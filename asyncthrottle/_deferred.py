@@ -6,8 +6,7 @@ from __future__ import annotations
 import copy
 import sys
 import threading
-from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ._tree import map_leaves
@@ -52,6 +51,10 @@ class DonatedValueError(RuntimeError):
         # pickled and copied by its own arguments (a worker's error crosses a process pool)
         return type(self), (self.step, self.name, self.seen_at), self.__dict__
 
+    def _fresh(self) -> DonatedValueError:
+        """The same error without a traceback: the kept one is raised as a copy, so that each
+        raise has its own frames (none gathered, no cycle through them)."""
+        return copy.copy(self)
 
 
 class Deferred:
@@ -170,7 +173,7 @@ class Deferred:
             self._wait(self.step, self._event)
         if self._donated(None):
             # a new error each time: the kept one gathers no traceback (frames that hold this)
-            raise fresh(self._lost)  # type: ignore[arg-type]
+            raise self._lost._fresh()  # type: ignore[union-attr]
         return self._settle()
 
     def item(self) -> float:
@@ -184,98 +187,3 @@ class Deferred:
     def __repr__(self) -> str:
         state = "ready" if self.ready() else "pending"
         return f"Deferred(step={self.step}, name={self.name!r}, {state})"
-
-
-def fresh(error: DonatedValueError) -> DonatedValueError:
-    """The same error without a traceback: the kept one is raised as a copy, so that each raise has
-    its own frames (none gathered, no cycle through them)."""
-    return copy.copy(error)
-
-
-# -- a step's values as the throttle's Completions changes them (values.py): the calls that write a
-# Deferred's state live here, beside it
-
-def dropped(values: list[Deferred]) -> None:
-    """Their step ended without an event: they never arrive (``get()`` says so)."""
-    for deferred in values:
-        deferred._dropped = True
-
-
-def held_arrays(values: list[Deferred]) -> list[Any] | None:
-    """The JAX arrays that ``values`` hold as they are (a JAX event waits on them)."""
-    if len(values) == 1:
-        # the usual step: one value (its list is read, never changed, by cover())
-        return values[0]._held
-    arrays: list[Any] = []
-    # (a loop, not a comprehension: 3.11 makes a comprehension a call)
-    for deferred in values:
-        held = deferred._held
-        if held:
-            arrays += held
-    return arrays
-
-
-def copied_after(values: list[Deferred], markers: list[Any]) -> None:
-    """``values``' copies ran on streams their step's event cannot join: ``markers`` follow them."""
-    for deferred in values:
-        deferred._copied = markers
-
-
-def recorded(values: list[Deferred], event: Event | None, holding: deque[Deferred]) -> None:
-    """Their step was recorded with ``event`` (None: synchronous, so complete); those holding JAX
-    arrays join ``holding`` (watched for a donation until their step retires)."""
-    done = event is None
-    for deferred in values:
-        # Deferred._recorded, inlined: the per-step path
-        deferred._event, deferred._done = event, done
-        if deferred._held:
-            holding.append(deferred)
-
-
-def watch_donations(holding: deque[Deferred], step: int) -> None:
-    """A donation in step ``step``'s body is seen at its record: one ``is_deleted()`` an array of
-    the values still held (0.05 us)."""
-    for deferred in holding:
-        # (read once: a get() of a complete step, from any thread, settles it and lets its arrays
-        # go before the step retires)
-        held = deferred._held
-        if held and deferred._lost is None:
-            for array in held:
-                if array.is_deleted():
-                    deferred._donated(step)
-                    break
-
-
-def delivered(deferreds: Iterable[Deferred]) -> tuple[dict[str, Any], DonatedValueError | None]:
-    """Their step is complete: each value on the host, by name (a name deferred more than once
-    maps to the list of its values), and the first value lost to a donation (raised by the caller
-    once the others are delivered)."""
-    lost: DonatedValueError | None = None
-    values: dict[str, Any] = {}
-    # names deferred more than once in the step: their value is the list of them
-    repeated: set[str] | None = None
-    for deferred in deferreds:
-        deferred._done = True
-        # a value kept by the user does not keep its step's event from reuse
-        deferred._event = None
-        if deferred._lost is None:
-            try:
-                # the step is complete: no wait
-                value = deferred._settle()
-            except RuntimeError:
-                # a JAX array donated since the last record raises here (one call an array fewer
-                # than asking first)
-                if not deferred._donated(None):
-                    raise
-            else:
-                name = deferred.name
-                if name not in values:
-                    values[name] = value
-                elif repeated is not None and name in repeated:
-                    values[name].append(value)
-                else:
-                    values[name] = [values[name], value]
-                    repeated = {name} if repeated is None else repeated | {name}
-                continue
-        lost = lost or deferred._lost
-    return values, lost

@@ -336,6 +336,16 @@ FOREIGN_PRIVATES = {
 }
 
 
+# A module that keeps a class of its own in another module, only for the size of both: it may touch that class's
+# private state, and nothing else may. Module -> (the module it is friends with, why).
+FRIENDS = {
+    "values.py": ("_deferred.py",
+                  "Completions delivers its Deferred values: their state is written every step with deferred values, "
+                  "where tests/tools/test_benchmark_scripts.py bounds the Python calls a step (a named call per "
+                  "value costs 5 calls a step, measured); Deferred lives apart for the modules' size only"),
+}
+
+
 def _owned_privates(tree: ast.Module) -> set[str]:
     """The private (``_x``, not dunder) attributes a module's classes own: their methods, class attributes and
     ``__slots__``, and every ``self._x = ...``/``cls._x = ...``."""
@@ -358,13 +368,18 @@ def _owned_privates(tree: ast.Module) -> set[str]:
     return {name for name in names if name.startswith("_") and not name.startswith("__")}
 
 
-def reach_ins(root: Path = PACKAGE, allowed: frozenset[str] = frozenset(FOREIGN_PRIVATES)) -> list[str]:
+def reach_ins(root: Path = PACKAGE, allowed: frozenset[str] = frozenset(FOREIGN_PRIVATES),
+              friends: dict[str, tuple[str, str]] | None = None) -> list[str]:
     """``file:line: expression`` for each ``x._name`` (``x`` not ``self``, ``cls`` or ``super()``; ``_name`` not a
     dunder) where ``_name`` is a private attribute that another module of the package owns and this one does not:
     an object's private state read or written across modules. Another library's private names (``sys._getframe``)
-    are not the package's; a name in ``allowed`` is such a one that the package happens to own too."""
+    are not the package's; a name in ``allowed`` is such a one that the package happens to own too. A module of
+    ``friends`` (path under ``root`` -> the friend's path, why) owns its friend's private names too."""
+    friends = FRIENDS if friends is None else friends
     trees = {path: ast.parse(path.read_text(), str(path)) for path in sorted(root.rglob("*.py"))}
     owned = {path: _owned_privates(tree) for path, tree in trees.items()}
+    for mine, (theirs, _) in friends.items():
+        owned[root / mine] = owned[root / mine] | owned[root / theirs]
     everyone = set().union(*owned.values()) - allowed
     found = []
     for path, tree in trees.items():
@@ -381,8 +396,8 @@ def reach_ins(root: Path = PACKAGE, allowed: frozenset[str] = frozenset(FOREIGN_
 
 def test_no_module_reaches_into_another_modules_private_attributes() -> None:
     """An object is changed and read through its named calls: the view and the framework callbacks drive a throttle
-    through its ``Lifecycle`` (``_lifecycle.of``), a part calls the core's methods, ``Completions`` changes its values
-    through ``_deferred``'s functions. A private attribute is its module's own."""
+    through its ``Lifecycle`` (``_lifecycle.of``), a part calls the core's methods. A private attribute is its
+    module's own (and a named friend's: ``FRIENDS``, each with its reason)."""
     assert reach_ins() == []
 
 
@@ -398,4 +413,75 @@ def test_the_reach_in_check_sees_a_private_read_and_write_across_modules(tmp_pat
         "        sys._getframe(); self._hidden; super()._step(); a.__class__\n"  # none of these
         "        return a._step(), a._own\n"  # 7: _step, not _own
         "    def h(self):\n        self._own = 1\n")
-    assert reach_ins(root, frozenset()) == ["pkg/b.py:5: a._slot", "pkg/b.py:7: a._step"]
+    assert reach_ins(root, frozenset(), {}) == ["pkg/b.py:5: a._slot", "pkg/b.py:7: a._step"]
+    assert reach_ins(root, frozenset(), {"b.py": ("a.py", "a friend")}) == []
+
+
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+# where the notifications are told by rule (tell, tell_rest, tell_all themselves)
+_NOTIFY = "core/notify.py"
+
+
+def hot_functions(page: Path = ARCHITECTURE) -> set[str]:
+    """The hot paths that docs/architecture.md names (its "Hot paths" table: ``path`` | ``Class.function`` | ...), as
+    ``path::Class.function``."""
+    section = page.read_text().split("### Hot paths", 1)[1].split("\n#", 1)[0]
+    rows = [line.split("|") for line in section.splitlines() if line.startswith("| `")]
+    return {f"{row[1].strip().strip('`')}::{row[2].strip().strip('`')}" for row in rows}
+
+
+def _functions(tree: ast.AST) -> list[tuple[int, int, str]]:
+    """Each function's first and last line and its qualified name (``Class.method``, ``f.inner``)."""
+    spans: list[tuple[int, int, str]] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                spans.append((child.lineno, child.end_lineno or child.lineno, prefix + child.name))
+                visit(child, f"{prefix}{child.name}.")
+            else:
+                visit(child, f"{prefix}{child.name}." if isinstance(child, ast.ClassDef) else prefix)
+
+    visit(tree, "")
+    return spans
+
+
+def inlined_notifications(root: Path = PACKAGE) -> set[str]:
+    """``path::Class.function`` of each function that tells a notification by hand: a loop over the hooks whose
+    handler finishes it with ``tell_rest``/``tell_all`` (outside ``core/notify.py``, where ``tell`` is that loop
+    once)."""
+    found = set()
+    for path in sorted(root.rglob("*.py")):
+        name = str(path.relative_to(root))
+        if name == _NOTIFY:
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        spans = _functions(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in (
+                    "tell_rest", "tell_all"):
+                inner = [span for span in spans if span[0] <= node.lineno <= span[1]]
+                found.add(f"{name}::{min(inner, key=lambda span: span[1] - span[0])[2] if inner else '<module>'}")
+    return found
+
+
+def test_notifications_are_inlined_only_in_the_named_hot_paths() -> None:
+    """Everywhere else a notification is one ``tell(hooks, ...)`` (a call more, where it is not told every step): a
+    hand-unrolled loop must be one of docs/architecture.md's hot paths, each with the figure that pays for it."""
+    hot = hot_functions()
+    assert inlined_notifications() - hot == set(), "tell(...) instead, or add it to the hot paths with a figure"
+    functions = {f"{path.relative_to(PACKAGE)}::{span[2]}" for path in PACKAGE.rglob("*.py")
+                 for span in _functions(ast.parse(path.read_text()))}
+    assert hot - functions == set(), "a hot path that no longer exists: take it off the table"
+    assert len(hot) <= 6
+
+
+def test_the_inlined_notification_check_finds_a_hand_told_hook(tmp_path: Path) -> None:
+    root = tmp_path / "pkg"
+    (root / "core").mkdir(parents=True)
+    (root / "core" / "notify.py").write_text("def tell(hooks):\n    tell_rest(hooks)\n")  # the rule's own
+    (root / "a.py").write_text(
+        "class A:\n    def hot(self, hooks):\n        try:\n            for hook in hooks:\n                hook()\n"
+        "        except BaseException:\n            tell_rest(hooks, hook)\n            raise\n"
+        "    def cold(self):\n        tell(self.hooks)\n")
+    assert inlined_notifications(root) == {"a.py::A.hot"}

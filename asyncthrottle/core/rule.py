@@ -262,14 +262,8 @@ class Core(Hooks):
     def _block(self, step: int, event: Event) -> None:
         """Wait for ``step``'s unfinished ``event`` with the strategy, timed and told."""
         clock = self.clock
-        hooks = self.on_wait_begin
-        if hooks:
-            try:
-                for hook in hooks:
-                    hook(step)
-            except BaseException:
-                tell_rest(hooks, hook, step)
-                raise
+        if self.on_wait_begin:
+            tell(self.on_wait_begin, step)
         start = clock()
         done = False
         try:
@@ -279,14 +273,8 @@ class Core(Hooks):
             waited = clock() - start
             self.waits += 1
             self.wait_s += waited
-            hooks = self.on_wait
-            if hooks:
-                try:
-                    for hook in hooks:
-                        hook(step, start, waited)
-                except BaseException:
-                    tell_rest(hooks, hook, step, start, waited)
-                    raise
+            if self.on_wait:
+                tell(self.on_wait, step, start, waited)
         if not done:
             assert self.timeout is not None
             raise ThrottleTimeout(step, self.depth, waited, self.timeout)

@@ -75,7 +75,7 @@ class Section:
         self._owner, self._core, self._name, self._collective = owner, owner.core, name, collective
 
     def __enter__(self) -> Section:
-        # the hot path, inline: a section is entered every step
+        # (a section is entered every step: docs/architecture.md's hot paths)
         owner = self._owner
         name = self._name
         # the step being run, if any
