@@ -148,7 +148,8 @@ class ThrottleHooks:
         if not self._open:
             return
         try:
-            self.end_phase()
+            if self._phase is not None:
+                self.end_phase()
             if loss is not None:
                 # a non-blocking copy, ordered before the step's event
                 self.throttle.defer(loss, name="loss")

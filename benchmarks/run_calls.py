@@ -7,6 +7,9 @@ audit, installed as ``run`` installs them (observe only). To count another commi
 ``git archive COMMIT asyncthrottle | tar -x -C DIR``, then ``PYTHONPATH=DIR python
 benchmarks/run_calls.py``.
 
+The floor beside each: hooks at run's four places with run's guards, doing nothing (what
+any observer built on torch's hooks adds).
+
     python benchmarks/run_calls.py [--steps 400]
 """
 
@@ -30,8 +33,9 @@ from asyncthrottle.run.syncsites import SyncSites
 _BATCHES = 2000
 
 
-def loops() -> dict[str, Callable[[int], None]]:
-    """The tiny step over ``n`` pre-made batches, and over a DataLoader's first ``n``."""
+def loops() -> tuple[dict[str, Callable[[int], None]], torch.optim.Optimizer]:
+    """The tiny step over ``n`` pre-made batches, and over a DataLoader's first ``n``; and its
+    optimizer."""
     torch.manual_seed(0)
     x = torch.randn(_BATCHES * 8, 32)
     y = torch.randint(0, 10, (_BATCHES * 8,))
@@ -47,15 +51,18 @@ def loops() -> dict[str, Callable[[int], None]]:
         batches = iter(loader)
         run_loops._train(model, opt, (next(batches) for _ in range(n)))
 
-    return {"step/tensors": tensors, "step/loader": loaded}
+    return {"step/tensors": tensors, "step/loader": loaded}, opt
 
 
-def added(loop: Callable[[int], None], steps: int) -> tuple[float, float]:
-    """(Python, C) calls a step of ``loop`` under run's hooks, less its plain count."""
+def added(loop: Callable[[int], None], optimizer: torch.optim.Optimizer,
+          steps: int) -> tuple[float, float]:
+    """(Python, C) calls a step of ``loop`` under run's hooks, less its plain count.
+    ``optimizer``, made before the hooks, is told to them as a script's made under run is."""
     plain = calls_per_step(loop, steps)
     sites = SyncSites([str(Path(__file__).resolve().parent)])
     runner = Steps(lambda device: ThrottleHooks(None, device=device, sample_every=SAMPLE_EVERY,
                                                 trace=0, nonfinite=None), sites)
+    runner.optimizers.made(optimizer)
     patches = Patches()
     torchhooks.install(runner, patches)
     sites.start(patches)
@@ -69,13 +76,67 @@ def added(loop: Callable[[int], None], steps: int) -> tuple[float, float]:
     return hooked[0] - plain[0], hooked[1] - plain[1]
 
 
+def floor(loop: Callable[[int], None], steps: int) -> tuple[float, float]:
+    """(Python, C) calls a step of ``loop`` under the least any hook-based observer adds: hooks at
+    run's four places (the armed global forward pre-hook, ``torch.autograd.backward``, the
+    optimizer's pre and post hooks), with run's guards (not compiling, the loop's thread), doing
+    nothing but arm and disarm the forward hook."""
+    from threading import get_ident
+
+    from torch.nn.modules import module
+    from torch.optim import optimizer
+
+    plain = calls_per_step(loop, steps)
+    compiling, thread = torch.compiler.is_compiling, get_ident()
+    forward_hooks = module._global_forward_pre_hooks
+
+    def hook(mod: object, args: object) -> None:
+        if not compiling() and get_ident() == thread:
+            forward_hooks.pop(key, None)
+
+    def before(opt: object, args: object, kwargs: object) -> None:
+        if not compiling() and get_ident() == thread:
+            pass
+
+    def after(opt: object, args: object, kwargs: object) -> None:
+        if not compiling() and get_ident() == thread:
+            forward_hooks[key] = hook
+
+    # the key a handle would take, as run's hook keeps it
+    handle = module.register_module_forward_pre_hook(hook)
+    handle.remove()
+    key = handle.id
+    original = torch.autograd.backward
+
+    def backward(tensors: object, *args: object, **kwargs: object) -> object:
+        if get_ident() == thread:
+            pass
+        return original(tensors, *args, **kwargs)  # type: ignore[arg-type]
+
+    handles = (optimizer.register_optimizer_step_pre_hook(before),
+               optimizer.register_optimizer_step_post_hook(after))
+    torch.autograd.backward = backward  # type: ignore[assignment]
+    forward_hooks[key] = hook
+    try:
+        hooked = calls_per_step(loop, steps)
+    finally:
+        for handle in handles:
+            handle.remove()
+        torch.autograd.backward = original
+        forward_hooks.pop(key, None)
+    return hooked[0] - plain[0], hooked[1] - plain[1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=400)
     steps = parser.parse_args().steps
-    for name, loop in loops().items():
-        python, c = added(loop, steps)
-        print(f"{name}: +{python:.1f} Python calls, +{c:.1f} C calls a step under run")
+    made, optimizer = loops()
+    for name, loop in made.items():
+        python, c = added(loop, optimizer, steps)
+        least, least_c = floor(loop, steps)
+        print(f"{name}: +{python:.1f} Python calls, +{c:.1f} C calls a step under run "
+              f"(the floor of hooks at its places that do nothing: +{least:.1f}, +{least_c:.1f})")
 
 
 if __name__ == "__main__":

@@ -23,8 +23,10 @@ class Optimizers:
         self._made: weakref.WeakSet[Any] = weakref.WeakSet()
         # an optimizer was made: without one, each backward() is a step (manual SGD)
         self.any = False
-        self._cycle: set[int] | None = None
-        self._position: dict[int, int] = {}
+        # the optimizers (by id) the last done step stepped: the cycle of the next ones
+        self.cycle: set[int] | None = None
+        # each optimizer's position (by id), in the order of first steps
+        self.positions: dict[int, int] = {}
         # the optimizer steps running, by the frame that runs each (an exception leaves one);
         # empty, running() is not called (a call less, every step)
         self.frames: list[FrameType] = []
@@ -36,22 +38,22 @@ class Optimizers:
 
     def complete(self, stepped: set[int]) -> bool:
         """Whether the optimizers ``stepped`` (by id) are the whole cycle."""
-        expected = self._cycle
+        expected = self.cycle
         if expected is None:
             expected = {id(optimizer) for optimizer in self._made}
         return expected <= stepped
 
     def learn(self, stepped: set[int]) -> None:
         """A done step stepped these optimizers: the cycle of the next ones."""
-        self._cycle = set(stepped)
+        self.cycle = set(stepped)
 
     def name(self, optimizer: Any) -> tuple[int, str | None]:
         """``optimizer``'s position (in the order of first steps) and, the first time, its name:
         ``"optimizer 0 (Adam)"``."""
-        position = self._position.get(id(optimizer))
+        position = self.positions.get(id(optimizer))
         if position is not None:
             return position, None
-        position = self._position[id(optimizer)] = len(self._position)
+        position = self.positions[id(optimizer)] = len(self.positions)
         return position, f"optimizer {position} ({type(optimizer).__name__})"
 
     # -- the steps running ----------------------------------------------------

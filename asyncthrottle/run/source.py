@@ -77,8 +77,24 @@ class Source:
         (on a synchronous backend, the step's own tensors: reading them never syncs)."""
         self._loss.put(step, _float(loss))
         if len(self.names) > 1:
-            for k, name in enumerate(self.names):
-                self._each.setdefault(name, _Series()).put(step, _float(each.get(k)))
+            self._put_each(step, {k: _float(value) for k, value in each.items()})
+
+    def _put_each(self, step: int, each: dict[int, float | None]) -> None:
+        for k, name in enumerate(self.names):
+            self._each.setdefault(name, _Series()).put(step, each.get(k))
+
+    def keep(self, step: int, seconds: float, waited: float, loss: float | None,
+             each: dict[int, Any]) -> None:
+        """A synchronous device's step: :meth:`times` and :meth:`put` in one call (every step),
+        ``loss`` and ``each`` already floats (or None)."""
+        if step == len(self._step_s):
+            self._step_s.append(seconds)
+            self._wait_s.append(waited)
+        else:
+            self.times(step, seconds, waited)
+        self._loss.put(step, loss)
+        if len(self.names) > 1:
+            self._put_each(step, each)
 
     def times(self, step: int, seconds: float, waited: float) -> None:
         """Keep ``step``'s host time and its input wait (the runner's steps)."""

@@ -84,6 +84,9 @@ class Steps:
         self.seen = dict.fromkeys(SEEN, 0)
         self.arm: Callable[[], None] = _nothing
         self.disarm: Callable[[], None] = _nothing
+        # the forward hook is in place (kept by arm() and disarm(): an armed hook is not armed
+        # again, a call less)
+        self.armed = False
         # the values backward() is called on, unscaled, as the step keeps them
         self.losses = Losses()
         # where the last done step's first forward was called: a forward elsewhere opens no step
@@ -137,7 +140,9 @@ class Steps:
         # a forward where this updated step's first one was: the next batch's (an optimizer made
         # but not stepped yet leaves the first step incomplete)
         again = self.updated and site == self.first
-        if self.open and (again or self._complete() or self._failed()):
+        # (a step that has trained nothing yet is neither complete nor failed: no call to ask)
+        if self.open and (self.updated or self.stepped or self.backwards) and (
+                again or self._complete() or self._failed()):
             self._close()
         if not self.open:
             if self.opener is not None and site != self.opener:
@@ -165,7 +170,8 @@ class Steps:
                 self.inner_loss = self.losses.value(tensors)
             return
         self.seen["backwards"] += 1
-        self._enter(tensors)
+        if not self.open or self.updated or self.stepped or self.backwards:
+            self._enter(tensors)
         if self.first is None:
             # a step opened by its backward: its forward was the last one heard
             self.first = self.last
@@ -181,8 +187,9 @@ class Steps:
         self.backwards += 1
 
     def after_backward(self) -> None:
-        self.arm()
-        if not self.optimizers.any:
+        if not self.armed:
+            self.arm()
+        if not self.optimizers.any and not self.tail_marked:
             self._mark_tail()
 
     def optimizer_begin(self, optimizer: Any, frame: FrameType) -> None:
@@ -197,7 +204,7 @@ class Steps:
             self._close()
         if not self.open:
             self._open(optimizer)
-        self.optimizers.enter(frame)
+        self.optimizers.frames.append(frame)
         self.stepped.add(id(optimizer))
         self.heard = True
         self._assign(optimizer)
@@ -206,23 +213,39 @@ class Steps:
 
     def optimizer_end(self, frame: FrameType) -> None:
         """The optimizer step ``frame`` ran has returned (an unpaired end is ignored)."""
-        if not self.optimizers.leave(frame) or self.optimizers.nested or not self.open:
+        # (Optimizers.leave and .nested, inlined: every step)
+        frames = self.optimizers.frames
+        if not frames or frames[-1] is not frame:
+            return
+        frames.pop()
+        if frames or not self.open:
             return
         self.updated = True
         if self.timed:
             assert self.runner is not None
             self.runner.hooks.end_phase()
-        self.arm()
-        if self._complete():
-            self._mark_tail()
+        if not self.armed:
+            self.arm()
+        # (the last step's cycle stepped again: complete, without a call)
+        if not self.tail_marked and self.sites is not None and (
+                self.stepped == self.optimizers.cycle or self._complete()):
+            # (_mark_tail(), inlined: every step)
+            self.sites.mark_tail()
+            self.tail_marked = True
 
     def fetch_begin(self) -> None:
-        """The loop asks a DataLoader for a batch: the step of the last one has ended."""
-        self._unhold()
+        """The loop asks a DataLoader for a batch: the step of the last one has ended. Until
+        :meth:`fetch_end` (or ``load(False)``), the loader's work is not the script's."""
+        # (load(True), inlined: every batch; first, so that the loader is hushed whatever follows)
+        self.loading = self.hushed = True
+        if self.sites is not None:
+            self.sites.loading = True
+        if self.holding:
+            self._unhold()
         # a batch that only ran forwards (an evaluation's) was no step; one that ran backward()
         # without an update is accumulating gradients: its step goes on
         forwards_only = self.heard and not self.backwards and not self.stepped
-        if self.open and (self._done() or forwards_only or self._failed()) and not (
+        if self.open and (self.updated or self._done() or forwards_only or self._failed()) and not (
                 self.optimizers.frames and self.optimizers.running()):
             self._close()
 
@@ -230,6 +253,11 @@ class Steps:
                   loader: dict[str, Any] | None) -> None:
         """The loader's ``next()`` from ``start`` took ``seconds``; ``stopped``: it raised
         ``StopIteration`` (an epoch's end, its workers joined: not the loop's time)."""
+        # (load(False), inlined: every batch; first, so that an error below leaves nothing hushed)
+        self.loading = False
+        self.hushed = bool(self.framework or self.error is not None)
+        if self.sites is not None:
+            self.sites.loading = False
         if stopped:
             self.stop(at=start)
             return
@@ -244,7 +272,8 @@ class Steps:
             self._open(None)
             # the loader's wait for a batch that may turn out to be no step's
             self.waited = seconds
-            self.arm()
+            if not self.armed:
+                self.arm()
 
     def leave(self) -> None:
         """An evaluation starts (``model.eval()``, a forward without grad): a done step ends, and
@@ -266,9 +295,13 @@ class Steps:
     # -- frameworks -----------------------------------------------------------
 
     def load(self, on: bool) -> None:
-        """A DataLoader fetches a batch on the loop's thread (``on``), or has fetched it."""
+        """A DataLoader fetches a batch on the loop's thread (``on``), or has fetched it (or
+        failed to): its dataset's modules are no forwards of the script's, and its reads
+        (num_workers=0) stay on the host on any device."""
         self.loading = on
         self._hush()
+        if self.sites is not None:
+            self.sites.loading = on
 
     def stop_on(self, error: Exception) -> None:
         """The runner's own error: the hooks stand aside from now on (the report says so)."""
@@ -365,7 +398,7 @@ class Steps:
         self.open = False
         if self.sites is not None:
             self.sites.in_step = False
-        if not self._done():
+        if not (self.updated or self._done()):
             # no step: a batch that trained nothing (an evaluation's, a caught error's)
             if self.sites is not None:
                 self.sites.discard_step()
@@ -373,17 +406,18 @@ class Steps:
             hooks.fail()
             self._pause(self.opened_at)
             return
-        if self.updated:
+        if self.updated and self.stepped != self.optimizers.cycle:
             self.optimizers.learn(self.stepped)
-        self.runner.times(self.number, self.clock() - self.opened_at, self.waited)
         self.opener = self.first if self.first is not None else self.opener
         loss = None if self.lossless else (
             self.loss if self.loss is not None else self.inner_loss)
+        seconds = self.clock() - self.opened_at
         if self.synchronous:
             # the step has run (the CPU): its values are on the host, no copy to wait for
-            self.runner.put(self.number, loss, self.each)
+            self.runner.keep(self.number, seconds, self.waited, loss, self.each)
             hooks.end()
             return
+        self.runner.times(self.number, seconds, self.waited)
         if len(self.runner.names) > 1:
             for position, value in self.each.items():
                 hooks.throttle.defer(value, name=f"loss:{position}")
@@ -401,9 +435,12 @@ class Steps:
     def _assign(self, optimizer: Any) -> None:
         """The backward() values since the last optimizer step are ``optimizer``'s loss."""
         assert self.runner is not None
-        position, name = self.optimizers.name(optimizer)
-        if name is not None:
-            self.runner.names.append(name)
+        # (an optimizer seen before: its position, without a call)
+        position = self.optimizers.positions.get(id(optimizer))
+        if position is None:
+            position, name = self.optimizers.name(optimizer)
+            if name is not None:
+                self.runner.names.append(name)
         if self.pending is not None:
             self.each[position] = self.pending
             self.pending = None

@@ -138,8 +138,11 @@ class SyncSites:
             self._part = {}
             self._parts = [self._part]
             self._marked = self._merged = False
-        else:
+        elif any(self._parts):
+            # (a step with no read: no call, every step)
             self._merge(1)
+        else:
+            self._merged = True
 
     def discard_step(self) -> None:
         """The step opened last was none: its reads (so far) are outside steps."""
@@ -167,7 +170,8 @@ class SyncSites:
 
     def _merge(self, sign: int) -> None:
         for part in self._parts:
-            _fold(self._counts, part, sign)
+            if part:
+                _fold(self._counts, part, sign)
         self._merged = sign > 0
 
     # -- the report ----------------------------------------------------------------------------

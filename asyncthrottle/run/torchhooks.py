@@ -72,7 +72,7 @@ def _forwards(steps: Steps, patches: Patches, compiling: Callable[[], bool]) -> 
             except Exception as exc:
                 steps.stop_on(exc)
 
-    steps.arm, steps.disarm = _switch(module, hook, handle)
+    steps.arm, steps.disarm = _switch(module, hook, handle, steps)
     patches.call(steps.disarm)
     steps.arm()
 
@@ -87,14 +87,14 @@ def _forwards(steps: Steps, patches: Patches, compiling: Callable[[], bool]) -> 
     patches.replace(torch.nn.Module, "train", make_train, eager=True)
 
 
-def _switch(module: Any, hook: Callable[..., None],
-            handle: list[Any]) -> tuple[Callable[[], None], Callable[[], None]]:
+def _switch(module: Any, hook: Callable[..., None], handle: list[Any],
+            steps: Steps) -> tuple[Callable[[], None], Callable[[], None]]:
     """``arm()`` and ``disarm()`` of the global forward pre-hook: a global hook takes every module
     off torch's fast path, so it is in place only while the next forward may open or end a step
     (armed and disarmed once a step). The hook keeps one key in torch's dict of global forward
     pre-hooks, put in and taken out again (a dict item each way, where registering makes and
     removing drops a handle: three Python calls a step); a torch without that dict gets the
-    public register and remove."""
+    public register and remove. Each keeps ``steps.armed``."""
     hooks = getattr(module, "_global_forward_pre_hooks", None)
     if isinstance(hooks, dict):
         # the key a handle would take (torch's hook ids are unique to the handle)
@@ -104,19 +104,23 @@ def _switch(module: Any, hook: Callable[..., None],
 
         def arm() -> None:
             hooks[ident] = hook
+            steps.armed = True
 
         def disarm() -> None:
             hooks.pop(ident, None)
+            steps.armed = False
 
         return arm, disarm
 
     def arm_public() -> None:
         if not handle:
             handle.append(module.register_module_forward_pre_hook(hook))
+        steps.armed = True
 
     def disarm_public() -> None:
         if handle:
             handle.pop().remove()
+        steps.armed = False
 
     return arm_public, disarm_public
 
@@ -182,7 +186,10 @@ def _backward(steps: Steps, patches: Patches, compiling: Callable[[], bool]) -> 
             try:
                 return original(tensors, *args, **kwargs)
             finally:
-                _tell(steps, steps.after_backward)
+                try:
+                    steps.after_backward()
+                except Exception as exc:
+                    steps.stop_on(exc)
         return backward
 
     def make_grad(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -231,13 +238,15 @@ def _loader(steps: Steps, patches: Patches, clock: Callable[[], float]) -> None:
     ``__init__``, whose pin-memory warning does: both stay the script's lines)."""
     from torch.utils.data import dataloader
 
-    # each iterator's DataLoader arguments
+    # each iterator's DataLoader arguments, and the last one's (its weak reference and them)
     made: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+    last: list[Any] = [_gone, None]
 
     def described(iterator: Any) -> dict[str, Any]:
         found = made.get(iterator)
         if found is None:
             found = made[iterator] = _arguments(iterator)
+        last[:] = weakref.ref(iterator), found
         return found
 
     def make_next(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -247,17 +256,28 @@ def _loader(steps: Steps, patches: Patches, clock: Callable[[], float]) -> None:
                 return original(self)
             if steps.framework:
                 return _framework_fetch(steps, original, self, clock, described)
-            _tell(steps, steps.fetch_begin)
+            # (each batch: the Steps calls in a try of their own, the last iterator's arguments
+            # without a call; fetch_begin() hushes the hooks while the loader works, fetch_end()
+            # or load(False) lets them hear again)
+            try:
+                steps.fetch_begin()
+            except Exception as exc:
+                steps.stop_on(exc)
             start = clock()
-            _loading(steps, True)
             try:
                 batch = original(self)
             except StopIteration:
                 _tell(steps, steps.fetch_end, start, clock() - start, True, described(self))
                 raise
-            finally:
-                _loading(steps, False)
-            _tell(steps, steps.fetch_end, start, clock() - start, False, described(self))
+            except BaseException:
+                steps.load(False)
+                raise
+            seconds = clock() - start
+            try:
+                steps.fetch_end(start, seconds, False,
+                                last[1] if last[0]() is self else described(self))
+            except Exception as exc:
+                steps.stop_on(exc)
             return batch
         return _next_data
 
@@ -265,23 +285,14 @@ def _loader(steps: Steps, patches: Patches, clock: Callable[[], float]) -> None:
         patches.replace(getattr(dataloader, name), "_next_data", make_next, eager=True)
 
 
-def _loading(steps: Steps, on: bool) -> None:
-    """The loader fetches a batch on the loop's thread: its dataset's modules (a torchvision
-    transform) are no forwards of the script's, and its reads (num_workers=0) stay on the host on
-    any device."""
-    steps.load(on)
-    if steps.sites is not None:
-        steps.sites.loading = on
-
-
 def _framework_fetch(steps: Steps, original: Callable[..., Any], iterator: Any,
                      clock: Callable[[], float], described: Callable[[Any], Any]) -> Any:
     start = clock()
-    _loading(steps, True)
+    steps.load(True)
     try:
         batch = original(iterator)
     finally:
-        _loading(steps, False)
+        steps.load(False)
     _tell(steps, steps.framework_fetch, clock() - start, described(iterator))
     return batch
 
@@ -310,3 +321,8 @@ def _processes(steps: Steps, patches: Patches) -> None:
         return start
 
     patches.replace(process.BaseProcess, "start", make, eager=True)
+
+
+def _gone() -> None:
+    """A dead weak reference's answer: no iterator was described yet."""
+    return None
