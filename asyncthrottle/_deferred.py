@@ -78,7 +78,7 @@ class Deferred:
     )
 
     def __init__(
-        self, step: int, name: str, host: Any, wait: Callable[[Deferred], None],
+        self, step: int, name: str, host: Any, wait: Callable[[int, Event | None], None],
         unnamed: bool = False, held: list[Any] | None = None, ringed: bool = False,
     ) -> None:
         self.step, self.name, self.unnamed = step, name, unnamed
@@ -169,7 +169,8 @@ class Deferred:
                 "without an event (its body raised, or its event could not be recorded)"
             )
         if not self.ready():
-            self._wait(self)
+            # (the throttle's ValueWait: this thread's way to wait for the step's event)
+            self._wait(self.step, self._event)
         if self._donated(None):
             # a new error each time: the kept one gathers no traceback (frames that hold this)
             raise self._lost._fresh()  # type: ignore[union-attr]

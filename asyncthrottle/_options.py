@@ -1,17 +1,23 @@
-"""Option checks, one rule for all: a wrong type raises ``TypeError``, a wrong value ``ValueError``.
+"""The options' one declaration (:class:`Option`), the core's options, and the one rule of their
+checks: a wrong type raises ``TypeError``, a wrong value ``ValueError``.
 
-Every message names the option, the value and a fix. Every check runs on every
-backend, the CPU included, before anything is built: a value the CPU accepts
-never fails only on a GPU. Parts call these helpers from their own ``check``;
-the helpers live in ``core/checks.py`` (the core's wait strategies use them,
-and the core imports nothing outside ``core/``). :class:`AutoDepth`, a value of
+Every keyword of :class:`~asyncthrottle.Throttle` is declared once, by what owns it: a part in its
+``OPTIONS``, the core here (:data:`CORE_OPTIONS`). The Throttle checks each value with its
+declaration's check, on every backend, before anything is built (a value the CPU accepts never
+fails only on a GPU); the signature, its docstring, the options table of docs/depth-rule.md and the
+bad-value tests are held to the declarations by tests/test_options.py. Every message names the
+option, the value and a fix; the helpers live in ``core/checks.py`` (the core's wait strategies
+use them, and the core imports nothing outside ``core/``). :class:`AutoDepth`, a value of
 ``depth=``, is here beside its check.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+import functools
+import math
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .core.checks import (
@@ -25,9 +31,54 @@ from .core.checks import (
 )
 
 __all__ = [
-    "DEFAULT_MAX_DEPTH", "AutoDepth", "check_bool", "check_callable", "check_choice", "check_core",
-    "check_depth", "check_int", "check_positive", "check_real", "check_streams",
+    "CORE_OPTIONS", "DEFAULT_MAX_DEPTH", "AutoDepth", "Option", "check_at", "check_bool",
+    "check_callable", "check_choice", "check_depth", "check_int", "check_positive", "check_real",
+    "check_streams",
 ]
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One keyword of :class:`~asyncthrottle.Throttle`, declared once, by what owns it (a part's
+    ``OPTIONS``, or :data:`CORE_OPTIONS`).
+
+    Attributes:
+        name: the keyword.
+        type: its annotation, as ``Throttle.__init__`` writes it (``"int | None"``).
+        default: its default value.
+        doc: what it does, in one line: the "what" of the options table (markdown).
+        more: where the docs say more: the table's last column (markdown).
+        check: ``check(name, value)``: the checked value, or ``TypeError`` for a wrong type and
+            ``ValueError`` for a wrong value, naming the option, the value and a fix. None: its
+            resolver checks it (``device=``, ``events=``, ``wait=``), as early. A constraint
+            between options is its owner's (``Part.check``).
+        wrong_type: values refused with a ``TypeError`` (the bad-value tests try each).
+        wrong_value: values refused with a ``ValueError``.
+        shown: the default as the table shows it (markdown; None: the value, quoted).
+        deprecated: what replaces it, for the table's row of deprecated options (None: current).
+    """
+
+    name: str
+    type: str
+    default: Any
+    doc: str
+    more: str
+    check: Callable[[str, Any], Any] | None = None
+    wrong_type: tuple[Any, ...] = ()
+    wrong_value: tuple[Any, ...] = ()
+    shown: str | None = None
+    deprecated: str | None = None
+
+    def checked(self, value: Any) -> Any:
+        """``value`` checked (see :attr:`check`)."""
+        return value if self.check is None else self.check(self.name, value)
+
+    def row(self) -> str:
+        """Its row of the options table of docs/depth-rule.md."""
+        default = self.default
+        shown = self.shown or (f'`"{default}"`' if isinstance(default, str) else f"`{default!r}`")
+        return f"| `{self.name}=` | {shown} | {self.doc} | {self.more} |"
+
 
 # an AutoDepth never goes deeper unless told
 DEFAULT_MAX_DEPTH = 8
@@ -78,7 +129,7 @@ def check_depth(depth: object) -> int | str | AutoDepth | None:
     return checked
 
 
-def check_streams(streams: object) -> None:
+def check_streams(name: str, streams: object) -> Any:
     """``streams``: None, or a non-empty list of streams: objects with ``wait_stream`` and
     ``wait_event``, as ``torch.Stream`` and its device kinds (``torch.cuda.Stream``) have; the
     events are recorded on them, and ``to=``'s copies are ordered before them with those two.
@@ -87,35 +138,71 @@ def check_streams(streams: object) -> None:
     device has streams at all is its backend's to say: the CPU, MPS and JAX have none).
     """
     if streams is None:
-        return
+        return None
     rule = "None or a non-empty list of streams"
     fix = "pass e.g. streams=[torch.cuda.current_stream(), side]"
     if isinstance(streams, (str, bytes)) or not isinstance(streams, Sequence):
-        raise wrong_type("streams", streams, rule, fix)
+        raise wrong_type(name, streams, rule, fix)
     if not streams:
-        raise ValueError(f"streams must be {rule}, got {streams!r}; drop streams= to record on the "
+        raise ValueError(f"{name} must be {rule}, got {streams!r}; drop streams= to record on the "
                          "current stream")
     for index, stream in enumerate(streams):
         if not (callable(getattr(stream, "wait_stream", None))
                 and callable(getattr(stream, "wait_event", None))):
-            raise TypeError(f"streams must be {rule}, got {stream!r} ({type(stream).__name__}) at "
+            raise TypeError(f"{name} must be {rule}, got {stream!r} ({type(stream).__name__}) at "
                             f"streams[{index}]: a stream is a torch.Stream such as "
                             f"torch.cuda.Stream(); {fix}")
+    return streams
 
 
-def check_core(options: Mapping[str, Any]) -> float | None:
-    """The core's options: depth, timeout, drain, clock and streams (wait, device, events: their
-    resolvers).
+def check_at(at: object, now: float) -> float:
+    """``pause(at=)``: a time of the throttle's clock no later than ``now`` (its clock's now)."""
+    return check_real("at", at, low=-math.inf, high=now,
+                      rule=f"a time of the throttle's clock no later than now ({now!r})",
+                      fix="pass a time from the throttle's clock (clock=, time.perf_counter by "
+                          "default), e.g. time.perf_counter() but not time.time(), or None for now")
 
-    Returns the timeout in seconds (None: wait for ever).
-    """
-    check_depth(options["depth"])
-    timeout = check_positive("timeout", options["timeout"], rule="a number of seconds > 0 or None",
-                             fix="pass e.g. timeout=60.0, or None to wait for ever",
-                             infinite="none")
-    check_bool("drain", options["drain"])
-    if not callable(options["clock"]):
-        raise wrong_type("clock", options["clock"], "a zero-argument callable returning seconds",
-                          "pass e.g. clock=time.perf_counter")
-    check_streams(options["streams"])
-    return timeout
+
+def _check_clock(name: str, clock: object) -> Any:
+    if not callable(clock):
+        raise wrong_type(name, clock, "a zero-argument callable returning seconds",
+                         "pass e.g. clock=time.perf_counter")
+    return clock
+
+
+class _Stream:
+    """A stand-in stream (``wait_stream`` and ``wait_event``), for ``streams=``'s bad examples."""
+
+    def wait_stream(self, other: Any) -> None:
+        pass
+
+    def wait_event(self, event: Any) -> None:
+        pass
+
+
+# the backend's, the waits' and the rule's own options (the parts declare theirs)
+CORE_OPTIONS = (
+    Option("depth", "int | str | AutoDepth | None", 2,
+           "steps allowed in flight: an int >= 1, `None` (only track), `\"auto\"` or "
+           "`at.AutoDepth(max=8)`", "the rule above, [`depth=\"auto\"`](auto-depth.md)",
+           lambda name, depth: check_depth(depth), wrong_type=(2.5, AutoDepth),
+           wrong_value=("deep", 0)),
+    Option("device", "Any", None, "which device's events", "below", shown="`None` (auto)"),
+    Option("events", "EventFactory | None", None, "your own event factory instead of `device`",
+           "below, [architecture](architecture.md#plugging-in-a-backend)"),
+    Option("wait", "str | WaitStrategy", "auto",
+           "how the host waits: `\"hybrid\"`, or `\"spin-block\"` on JAX's CPU backend",
+           "[Waits](waits.md)", wrong_value=("sometimes",)),
+    Option("timeout", "float | None", None, "seconds one wait may take, then `at.ThrottleTimeout`",
+           "below", functools.partial(check_positive, rule="a number of seconds > 0 or None",
+                                      fix="pass e.g. timeout=60.0, or None to wait for ever",
+                                      infinite="none"),
+           wrong_type=("5",), wrong_value=(0,)),
+    Option("drain", "bool", True, "wait for every step at the end of a wrapped pass",
+           "the rule above", check_bool, wrong_type=("yes",)),
+    Option("streams", "Any", None, "one event per stream, for work on side streams", "below",
+           check_streams, wrong_type=(5, "side", [1, 2], (_Stream(), "side")), wrong_value=([],)),
+    Option("clock", "Callable[[], float]", time.perf_counter,
+           "the host clock (tests inject a fake one)", "[Testing](testing.md)", _check_clock,
+           wrong_type=(3,), shown="`time.perf_counter`"),
+)

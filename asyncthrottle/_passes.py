@@ -1,4 +1,5 @@
-"""A throttle's wrapped passes: the one running now, and the error a pass's end left for later."""
+"""A throttle's loops: the wrapped pass running now, a step loop's open step, and the error a
+pass's end left for later."""
 
 from __future__ import annotations
 
@@ -7,7 +8,24 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .throttle import Throttle
     from .view import Pass
+
+
+class StepBlock:
+    """``with throttle.step():`` -- enter is ``Throttle.begin_step()``, exit ``end_step()`` (failed
+    when the block raised)."""
+
+    __slots__ = ("_throttle",)
+
+    def __init__(self, throttle: Throttle) -> None:
+        self._throttle = throttle
+
+    def __enter__(self) -> int:
+        return self._throttle.begin_step()
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self._throttle.end_step(failed=exc_type is not None)
 
 
 class Passes:
@@ -19,38 +37,51 @@ class Passes:
     Attributes:
         kept: an error of a pass's end that no caller could be given, for the throttle's next call
             that changes it (:meth:`raise_kept`); None when there is none.
+        in_step: a step loop's step is open (``begin_step()`` was called and ``end_step()`` not
+            yet).
     """
 
-    __slots__ = ("_ref", "kept")
+    __slots__ = ("_ref", "in_step", "kept")
 
     def __init__(self) -> None:
         self._ref: weakref.ref[Pass[Any]] | None = None
         self.kept: Exception | None = None
+        self.in_step = False
 
     def running(self) -> Pass[Any] | None:
         """The pass running now, or None."""
         return self._ref() if self._ref is not None else None
 
-    def body_open(self) -> bool:
-        """A running pass handed out a batch whose step is not recorded yet (its loop body runs)."""
+    def step_open(self) -> bool:
+        """A step is being run: a step loop's (:attr:`in_step`), or a running pass handed out a
+        batch whose step is not recorded yet (its loop body runs)."""
+        if self.in_step:
+            return True
         running = self.running()
-        return running is not None and running._open
+        return running is not None and running.in_body
 
-    def start(self, new: Pass[Any], in_step: bool) -> None:
-        """``new`` runs now: a kept error is raised first; ``in_step`` (a step loop's step is open)
-        refuses it; an earlier pass left without ``close()`` is ended (asked for more, it raises).
+    def start(self, new: Pass[Any]) -> None:
+        """``new`` runs now: a kept error is raised first; a step loop's open step refuses it; an
+        earlier pass left without ``close()`` is ended (asked for more, it raises).
 
         An error of the earlier pass's step delivery is raised here, and ``new`` does not start.
         """
         if self.kept is not None:
             self.raise_kept()
-        if in_step:
+        if self.in_step:
             raise RuntimeError("cannot start a wrapped loop inside `with throttle.step():` "
                                "(or begin_step())")
         earlier = self.running()
         if earlier is not None:
-            earlier._supersede()
+            earlier.supersede("superseded")
         self._ref = weakref.ref(new)
+
+    def close(self) -> None:
+        """The throttle closes: the running pass (if any) ends as leaving it would (its step
+        recorded); asked for more, it raises."""
+        running = self.running()
+        if running is not None:
+            running.supersede("closed")
 
     def ends(self, finished: Pass[Any]) -> bool:
         """``finished`` has ended: True if it was the running pass (or the running one is gone),

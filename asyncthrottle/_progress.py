@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .parts import PARTS
+
 if TYPE_CHECKING:
     from .throttle import Throttle
 
@@ -33,7 +35,8 @@ def make_bar(progress: Any, total: int | None) -> Any:
 
 
 def postfix(throttle: Throttle) -> str:
-    """The bar's postfix: completed, in flight, host wait %, device idle %, latest values.
+    """The bar's postfix: completed, in flight, host wait %, each part's figures (device idle %,
+    ...: ``Part.postfix``), latest values.
 
     A value that is one number shows as ``name=value``. A list of numbers (a name deferred
     several times in the step, e.g. once per micro-batch under gradient accumulation) shows
@@ -41,8 +44,8 @@ def postfix(throttle: Throttle) -> str:
     """
     s = throttle.stats
     parts = [f"done={s.completed}", f"inflight={s.in_flight}", f"wait={s.wait_fraction:.0%}"]
-    if s.idle_fraction is not None:
-        parts.append(f"idle={s.idle_fraction:.0%}")
+    for part in PARTS:
+        parts += part.postfix(s)
     for name, value in throttle.latest.items():
         if type(value) is list:
             number = _mean(value)

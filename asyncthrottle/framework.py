@@ -9,6 +9,7 @@ import pickle
 import threading
 from typing import Any
 
+from . import _lifecycle
 from ._callers import warn_at_user
 from .parts.nonfinite import NonFiniteWatch
 from .parts.syncaudit import SyncAdvice
@@ -72,19 +73,20 @@ class ThrottleHooks:
         # the open step's open section (a framework phase), or None
         self._phase: Any = None
         self._advised: set[str] = set()
+        # (the throttle's NaN watch and callbacks hold it, never these hooks: no cycle)
+        self._numbering = _Numbering()
         self._number_steps()
 
     def _number_steps(self) -> None:
         """Start the throttle's steps at the framework's numbering: none yet (the identity)."""
         # the framework takes and moves each batch between its step hooks (it drains before an
         # evaluation): that time is fetching, as a wrapped loop's next() is
-        self.throttle._gaps_fetch = True
-        # the framework's number less the throttle's, and from which throttle step each held
-        self._offset = 0
-        self._offsets: list[tuple[int, int]] = []
-        watch = self.throttle._parts.get(NonFiniteWatch)
+        life = _lifecycle.of(self.throttle)
+        life.fetch_between_steps()
+        self._numbering.reset()
+        watch = life.part(NonFiniteWatch)
         if watch is not None:
-            watch.number = self.framework_step
+            watch.number = self._numbering
 
     @property
     def step_open(self) -> bool:
@@ -104,22 +106,16 @@ class ThrottleHooks:
                          "last one")
             self.end()
         step = self.throttle.begin_step()
-        if number is not None and number - step != self._offset:
-            # the framework's count moved against ours: a new train() or fit(), a resume
-            self._offset = number - step
-            self._offsets.append((step, self._offset))
+        if number is not None:
+            self._numbering.moved(step, number)
         self._open = True
-        self._began = self.throttle._clock()
+        self._began = _lifecycle.of(self.throttle).clock()
         return step
 
     def framework_step(self, step: int) -> int:
         """The framework's number of the throttle's step ``step``: what :meth:`on_complete`
         hears."""
-        offsets = self._offsets
-        if not offsets or step >= offsets[-1][0]:
-            return step + self._offset
-        at = bisect.bisect_right(offsets, step, key=lambda pair: pair[0]) - 1
-        return step + (offsets[at][1] if at >= 0 else 0)
+        return self._numbering(step)
 
     def on_complete(self, callback: OnComplete) -> OnComplete:
         """Call ``callback(step, values)`` with each step's values, ``step`` being the framework's
@@ -128,12 +124,23 @@ class ThrottleHooks:
         As ``throttle.on_complete`` (in step order, never blocks), which hears the throttle's
         own count instead.
         """
-        self.throttle.on_complete(_Numbered(self, callback))
+        self.throttle.on_complete(_Numbered(self._numbering, callback))
         return callback
 
     def remove_on_complete(self, callback: OnComplete) -> None:
         """Remove a callback given to :meth:`on_complete`."""
-        self.throttle.remove_on_complete(_Numbered(self, callback))
+        self.throttle.remove_on_complete(_Numbered(self._numbering, callback))
+
+    def close(self) -> None:
+        """Close the throttle (:meth:`Throttle.close`): drop the open step, wait for every recorded
+        one, release the throttle's events, buffers and process group; idempotent.
+
+        For a callback that trains no more. The integrations never call it themselves: a callback
+        outlives ``fit()``/``train()`` (its stats are read after, and it may serve another fit);
+        dropping it frees its throttle at once, without waiting.
+        """
+        self.fail()
+        self.throttle.close()
 
     def end(self, loss: Any = None) -> None:
         """End the open step: defer ``loss`` (if given) as ``"loss"``, record the step. Never
@@ -228,7 +235,8 @@ class ThrottleHooks:
         state["_phase"] = None
         for name in self._TRANSIENT:
             state[name] = None
-        state["_on_complete"] = [cb for cb in throttle._values.callbacks if _pickles(cb)]
+        callbacks = _lifecycle.of(throttle).values.callbacks
+        state["_on_complete"] = [cb for cb in callbacks if _pickles(cb)]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -241,24 +249,58 @@ class ThrottleHooks:
             self.throttle.on_complete(callback)
 
 
+class _Numbering:
+    """The framework's numbers of the throttle's steps (:meth:`ThrottleHooks.framework_step`).
+
+    Called with a throttle step, it returns the framework's number; the throttle's NaN watch and
+    the callbacks of :meth:`ThrottleHooks.on_complete` hold it, never the hooks (which hold the
+    throttle: a cycle).
+    """
+
+    __slots__ = ("offset", "offsets")
+
+    def __init__(self) -> None:
+        self.offset = 0
+        self.offsets: list[tuple[int, int]] = []
+
+    def reset(self) -> None:
+        """None yet: the identity (a new throttle counts from 0)."""
+        # the framework's number less the throttle's, and from which throttle step each held
+        self.offset, self.offsets = 0, []
+
+    def moved(self, step: int, number: int) -> None:
+        """The framework numbers the throttle's step ``step`` ``number``."""
+        if number - step != self.offset:
+            # the framework's count moved against ours: a new train() or fit(), a resume
+            self.offset = number - step
+            self.offsets.append((step, self.offset))
+
+    def __call__(self, step: int) -> int:
+        offsets = self.offsets
+        if not offsets or step >= offsets[-1][0]:
+            return step + self.offset
+        at = bisect.bisect_right(offsets, step, key=lambda pair: pair[0]) - 1
+        return step + (offsets[at][1] if at >= 0 else 0)
+
+
 class _Numbered:
     """An :meth:`ThrottleHooks.on_complete` callback: hears the framework's step number."""
 
-    __slots__ = ("callback", "hooks")
+    __slots__ = ("callback", "numbering")
 
-    def __init__(self, hooks: ThrottleHooks, callback: OnComplete) -> None:
-        self.hooks, self.callback = hooks, callback
+    def __init__(self, numbering: _Numbering, callback: OnComplete) -> None:
+        self.numbering, self.callback = numbering, callback
 
     def __call__(self, step: int, values: dict[str, Any]) -> None:
-        self.callback(self.hooks.framework_step(step), values)
+        self.callback(self.numbering(step), values)
 
     def __eq__(self, other: object) -> bool:
-        # remove_on_complete() finds it by its hooks and callback
-        return (isinstance(other, _Numbered) and other.hooks is self.hooks
+        # remove_on_complete() finds it by its hooks' numbering and its callback
+        return (isinstance(other, _Numbered) and other.numbering is self.numbering
                 and other.callback == self.callback)
 
     def __hash__(self) -> int:
-        return hash((id(self.hooks), self.callback))
+        return hash((id(self.numbering), self.callback))
 
     def __repr__(self) -> str:
         return f"{self.callback!r} (the framework's step numbers)"

@@ -2,57 +2,28 @@
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Callable, Iterable
-from threading import get_ident
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from . import _compile
-from ._options import AutoDepth, check_bool, check_core, check_real
-from ._passes import Passes
-from .backends import resolve_backend
-from .core.errors import ThrottleTimeout, not_ended
+from ._lifecycle import Lifecycle
+from ._options import AutoDepth, check_at, check_bool
+from ._passes import StepBlock
 from .core.events import EventFactory
-from .core.hosttime import HostTimes
-from .core.ownership import Ownership
-from .core.rule import Core
-from .core.waits import Poll, WaitStrategy, auto_wait, resolve_wait
-from .parts import PARTS
-from .parts._build import Build
+from .core.waits import WaitStrategy
 from .parts.autodepth import DepthController
 from .parts.memory import MemoryBudget
-from .parts.prefetch import Prefetch
-from .parts.sections import Section, Sections
+from .parts.sections import Section
 from .parts.syncaudit import SyncAudit
 from .parts.syncdetect import SyncDetect
-from .parts.timing import DeviceTiming, Sampling
 from .parts.trace import Trace
 from .stats import Stats, snapshot
-from .values import Completions, Deferred, OnComplete
+from .values import Deferred, OnComplete
 from .view import Throttled
 
-if TYPE_CHECKING:
-    from .view import Pass
-
 T = TypeVar("T")
-
-
-class _StepContext:
-    """``with throttle.step():`` -- enter is :meth:`Throttle.begin_step`, exit
-    :meth:`Throttle.end_step`."""
-
-    __slots__ = ("_throttle",)
-
-    def __init__(self, throttle: Throttle) -> None:
-        self._throttle = throttle
-
-    def __enter__(self) -> int:
-        return self._throttle.begin_step()
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        self._throttle.end_step(failed=exc_type is not None)
 
 
 class Throttle:
@@ -127,6 +98,10 @@ class Throttle:
             deferred value's host copy as its step completes; warn once
             (:class:`~asyncthrottle.NonFiniteWarning`) or raise
             :class:`~asyncthrottle.NonFiniteError` from the call that delivered it. No sync.
+        batch_size: samples a second (``stats.samples_per_s``, the summary, the progress bar):
+            ``"auto"`` reads the leading dimension of the first tensor of each batch a wrapped
+            loop hands out (of a dict, a list or a tuple: its first tensor); an int is every
+            step's batch size (any loop; no cost per step). None: off.
 
     Threads: one loop runs in one thread; ``stats``, ``latest``,
     ``in_flight`` and ``Deferred.ready()``/``get()`` are safe from any thread.
@@ -166,61 +141,11 @@ class Throttle:
         memory: Callable[[], int] | None = None,
         to: Any = None,
         nonfinite: str | None = "warn",
+        batch_size: int | str | None = None,
     ) -> None:
-        options = dict(
-            depth=depth, device=device, events=events, wait=wait, timeout=timeout, stall=stall,
-            drain=drain, streams=streams, sample_every=sample_every, ranks_every=ranks_every,
-            ranks_timeout=ranks_timeout, detect_sync=detect_sync, trace=trace, nvtx=nvtx,
-            clock=clock, max_depth=max_depth, max_memory=max_memory, memory=memory, to=to,
-            nonfinite=nonfinite,
-        )
-        self._timeout = check_core(options)
-        # every check on every backend, before anything is built
-        for part in PARTS:
-            part.check(options)
-        # "auto": chosen once the device is known
-        chosen = None if wait == "auto" else resolve_wait(wait)
-        if self._timeout is not None and chosen is not None and not chosen.honours_timeout:
-            raise ValueError(f"timeout={timeout!r} cannot interrupt wait={wait!r}; use "
-                             "wait='auto', 'hybrid', 'poll' or 'spin'")
-        self._drain_at_end = drain
-        # which steps are timed (sample_every='s rule, carried to the parts by Build)
-        sampling = Sampling.of(options)
-        backend = resolve_backend(device, events, streams,
-                                  blocking=chosen is not None and chosen.blocking_events,
-                                  timing=sampling.on)
-        strategy = chosen or auto_wait(backend.computes_on_host, self._timeout)
-        if not _compile.seen():
-            _compile.see_torch()
-        self._clock = clock
-        self._core = Core(depth if isinstance(depth, int) else None, backend.events, strategy,
-                          self._timeout, clock)
-        self._values = Completions(self._core, self._wait_for_value)
-        self._host = HostTimes(clock, self._core)
-        at = Build(self._core, backend, options, clock, self._host, sampling)
-        for part in PARTS:
-            built = part.build(at)
-            if built is not None:
-                at.built[part] = built
-        # the one way a part subscribes (parts/_build.py's Part), in the order of PARTS
-        for built in at.built.values():
-            self._core.subscribe(built)
-        self._parts = at.built
-        # to=: the wrapped loops' movers, one per device
-        self._movers: Prefetch = at.built[Prefetch]
-        self._timing = at.part(DeviceTiming)
-        self._ownership = Ownership()
-        # the wrapped pass running now, and an error a pass's finalizer left for the next call
-        self._passes = Passes()
-        # begin_step() was called and end_step() not yet
-        self._in_step = False
-        # the time from end_step() to the next begin_step() is taking the next batch: set by a
-        # framework's callback (ThrottleHooks), whose framework fetches between its step hooks
-        self._gaps_fetch = False
-        # the verdict's advice speaks its language
-        self._backend = backend
-        self._sections: Sections = at.built[Sections]
-        self._sections.in_step = self._step_open
+        # every keyword by name (the first statement: the locals are the arguments alone)
+        self._life = Lifecycle(self, {name: value for name, value in locals().items()
+                                      if name != "self"})
 
     # -- reading: safe from any thread, never blocks ------------------------
 
@@ -228,12 +153,12 @@ class Throttle:
     def depth(self) -> int | None:
         """Steps allowed in flight now (None: unbounded, tracking only); under ``depth="auto"``, its
         current choice."""
-        return self._core.depth
+        return self._life.core.depth
 
     @property
     def synchronous(self) -> bool:
         """True when the backend runs work synchronously (the CPU): nothing is ever waited for."""
-        return self._core.synchronous
+        return self._life.core.synchronous
 
     @property
     def latest(self) -> dict[str, Any]:
@@ -246,7 +171,7 @@ class Throttle:
         # under torch.compile: run eagerly, as a graph break
         if _compile.compiling():
             return _compile.eagerly(getattr, self, "latest")  # type: ignore[no-any-return]
-        return dict(self._values.latest)
+        return dict(self._life.values.latest)
 
     @property
     def in_flight(self) -> int:
@@ -255,7 +180,7 @@ class Throttle:
         if _compile.compiling():
             return _compile.eagerly(getattr, self, "in_flight")  # type: ignore[no-any-return]
         # a copy: safe to read from any thread
-        pending = tuple(self._core.pending)
+        pending = tuple(self._life.core.pending)
         return sum(1 for event in pending if not event.query())
 
     @property
@@ -264,7 +189,8 @@ class Throttle:
         # under torch.compile: run eagerly, as a graph break
         if _compile.compiling():
             return _compile.eagerly(getattr, self, "stats")  # type: ignore[no-any-return]
-        return snapshot(self._core, self._host, self._parts.values(), self._backend)
+        life = self._life
+        return snapshot(life.core, life.host, life.parts.values(), life.backend)
 
     def summary(self) -> str:
         """A short human-readable report of :attr:`stats` (with ``detect_sync="warn"``, the sync
@@ -275,29 +201,61 @@ class Throttle:
     def sync_audit(self) -> SyncAudit | None:
         """With ``detect_sync="warn"`` on CUDA: the syncs counted per step and per site; else
         None."""
-        detect = self._parts.get(SyncDetect)
+        detect = self._life.part(SyncDetect)
         return detect.audit if detect is not None else None
 
     def __repr__(self) -> str:
-        core = self._core
-        auto = "auto: " if DepthController in self._parts else ""
+        life = self._life
+        core, auto = life.core, "auto: " if life.part(DepthController) is not None else ""
         return (f"Throttle(depth={auto}{core.depth}, steps={core.steps}, "
-                f"in_flight<={core.steps - core.completed})")
+                f"in_flight<={core.steps - core.completed}{', closed' if life.closed else ''})")
+
+    # -- the throttle's life: closed once, by close(), its `with` block or its last reference ----
+
+    def close(self) -> None:
+        """Wait for every recorded step, then release what the throttle holds; idempotent.
+
+        A wrapped loop still running ends as leaving it would (its step recorded; asked for more,
+        it raises); the steps recorded are drained (a host-device sync on the last one), so their
+        values are delivered. Then the throttle lets go of its events, pinned buffers, process
+        group and CUDA sync-debug mode. ``stats``, ``summary()``, ``latest`` and
+        ``export_trace()`` stay readable; every call that would change it (a loop, a step,
+        ``defer()``, ``section()``, ``drain()``, ...) raises ``RuntimeError`` naming itself.
+        A throttle dropped without ``close()`` releases the same without waiting, as soon as its
+        last reference goes (no garbage collection needed), or at the interpreter's exit.
+
+        Raises:
+            RuntimeError: a step is open (``begin_step()`` without ``end_step()``: call
+                ``end_step()`` first; ``failed=True`` drops it), and nothing is closed; or
+                another thread runs the loop. An error of the drain (a timeout, an
+                ``on_complete`` callback's) is raised once the throttle is released.
+        """
+        self._life.close(drain=True)
+
+    def __enter__(self) -> Throttle:
+        """``with Throttle(...) as thr:`` -- closed when the block ends (see :meth:`close`)."""
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        """A clean exit is :meth:`close`; an exception drops the open step and waits for nothing (as
+        ``step()`` does): the steps in flight never deliver their values."""
+        self._life.close(drain=exc_type is None)
 
     # -- the loop's entry points --------------------------------------------
 
     def wrap(self, iterable: Iterable[T], *, progress: Any = False, to: Any = None
              ) -> Throttled[T]:
         """An iterable view of ``iterable`` throttled by this object (see :func:`throttle`)."""
+        self._life.refuse_closed("wrap()")
         return Throttled(self, iterable, progress=progress, to=to)
 
-    def step(self) -> _StepContext:
+    def step(self) -> StepBlock:
         """A context manager for one step: enter waits for room, a clean exit records the event.
 
         An exception inside the block records nothing, blocks on nothing and
         drops the values deferred in it. Entering returns the step's number.
         """
-        return _StepContext(self)
+        return StepBlock(self)
 
     def begin_step(self) -> int:
         """Start a step: wait until it may start (the depth rule) and return its number.
@@ -310,40 +268,7 @@ class Throttle:
         it is (a batch taken, an evaluation); ``drain()`` or ``pause()`` before
         an evaluation leaves it out of loop time.
         """
-        ownership = self._ownership
-        ownership.claim("begin_step()")
-        try:
-            if self._passes.kept is not None:
-                self._passes.raise_kept()
-            self._passes.refuse("begin_step()")
-            if self._in_step:
-                raise RuntimeError("begin_step() was called twice without end_step(); step() is "
-                                   "not reentrant")
-            now, host = self._clock(), self._host
-            if host.started is None:
-                host.begin(now)
-                # a compile set up since (where no compile traces)
-                _compile.see_dynamo()
-            elif self._core.steps:
-                gap = self._core.fetched if self._gaps_fetch else host.between
-                gap(self._core.steps, host.step_end, max(0.0, now - host.step_end))
-            if not ownership.held:
-                # the loop keeps the throttle between its steps, until drain() or pause()
-                ownership.hold()
-            # counted: a retry after a timeout counts only the time since
-            host.step_end = now
-            try:
-                # may raise (timeout, Ctrl-C): the step has not begun
-                self._core.admit()
-            except BaseException:
-                # the wait is counted as such, not again as fetching
-                host.step_end = self._clock()
-                raise
-        except BaseException:
-            ownership.release()
-            raise
-        self._in_step = True
-        return self._core.steps
+        return self._life.begin_step()
 
     def end_step(self, failed: bool = False) -> None:
         """End the step begun by :meth:`begin_step`: record its event (never blocks).
@@ -354,22 +279,7 @@ class Throttle:
         """
         if failed is not False and failed is not True:
             check_bool("failed", failed)
-        # (begin_step()'s claim: another thread's end_step() is refused; a call only then)
-        if self._ownership.owner != get_ident():
-            self._ownership.check("end_step()")
-        if not self._in_step:
-            raise RuntimeError("end_step() was called without begin_step(); call begin_step() "
-                               "first")
-        self._in_step = False
-        try:
-            # a failed body is body too, not fetching
-            self._host.step_end = now = self._clock()
-            if failed:
-                self._core.drop()
-            else:
-                self._core.record(now)
-        finally:
-            self._ownership.release()
+        self._life.end_step(failed)
 
     def section(self, name: str, *, collective: bool = False) -> Section:
         """``with throttle.section(name):`` -- time a named phase of the current step on the device,
@@ -398,25 +308,7 @@ class Throttle:
                 entered again while open, or still open when the step is
                 recorded (raised by the record).
         """
-        sections = self._sections
-        # (identity, not equality: collective=1 is not taken for True)
-        if type(name) is str and (collective is False or collective is True):
-            made = sections.made.get((name, collective))
-            if made is not None:
-                return made
-        check_bool("collective", collective)
-        if not isinstance(name, str):
-            raise TypeError(f"section name must be a non-empty str, got {name!r} "
-                            f"({type(name).__name__}); e.g. section('forward')")
-        if not name:
-            raise ValueError("section name must be a non-empty str, got ''; name the phase, e.g. "
-                             "section('forward')")
-        return sections.section(name, collective)
-
-    def _step_open(self) -> bool:
-        """A step is being run: between ``begin_step()`` and ``end_step()``, or in a wrapped loop's
-        body."""
-        return self._in_step or self._passes.body_open()
+        return self._life.sections.section(name, collective)
 
     def mark(self) -> None:
         """End the current step: record its event, then wait until the next step may start.
@@ -425,21 +317,7 @@ class Throttle:
         is fetched after the wait, so data loading does not overlap it (under
         ``mark()`` fetching is part of the loop body: ``fetch_s`` stays 0).
         """
-        ownership = self._ownership
-        ownership.claim("mark()")
-        try:
-            if self._passes.kept is not None:
-                self._passes.raise_kept()
-            self._passes.refuse("mark()")
-            now = self._clock()
-            self._host.begin(now)
-            if not ownership.held:
-                # the loop keeps the throttle between its steps, until drain() or pause()
-                ownership.hold()
-            self._core.record(now)
-            self._core.admit()
-        finally:
-            ownership.release()
+        self._life.mark()
 
     def drain(self) -> None:
         """Wait for every recorded step (a host-device sync for the last one).
@@ -447,17 +325,7 @@ class Throttle:
         Outside a wrapped loop, ``drain()`` also ends the pass: the time until
         the next step (an evaluation between epochs) is not loop time.
         """
-        self._ownership.claim("drain()")
-        try:
-            if self._passes.kept is not None:
-                self._passes.raise_kept()
-            self._core.drain()
-            self._flush_timing()
-            if self._passes.running() is None and not self._in_step:
-                self._host.end(self._clock())
-                self._ownership.let_go()
-        finally:
-            self._ownership.release()
+        self._life.drain()
 
     def pause(self, at: float | None = None) -> None:
         """End the pass of a ``step()``/``begin_step()``/``mark()`` loop now, without waiting.
@@ -475,26 +343,8 @@ class Throttle:
                 their own passes).
         """
         if at is not None:
-            now = self._clock()
-            check_real("at", at, low=-math.inf, high=now,
-                       rule=f"a time of the throttle's clock no later than now ({now!r})",
-                       fix="pass a time from the throttle's clock (clock=, time.perf_counter by "
-                           "default), e.g. time.perf_counter() but not time.time(), or None for "
-                           "now")
-        self._ownership.claim("pause()")
-        try:
-            if self._passes.kept is not None:
-                self._passes.raise_kept()
-            self._passes.refuse("pause()")
-            if self._in_step:
-                raise RuntimeError("pause() was called with a step open; call end_step() first "
-                                   "(failed=True drops it)")
-            host = self._host
-            if host.started is not None:
-                host.end(max(host.started, self._clock() if at is None else at))
-            self._ownership.let_go()
-        finally:
-            self._ownership.release()
+            check_at(at, self._life.clock())
+        self._life.pause(at)
 
     # -- deferred values -----------------------------------------------------
 
@@ -524,7 +374,7 @@ class Throttle:
         # under torch.compile: run eagerly, as a graph break
         if _compile.compiling():
             return _compile.eagerly(self.defer, value, name, copy=copy)  # type: ignore[no-any-return]
-        return self._values.defer(value, name, copy)
+        return self._life.values.defer(value, name, copy)
 
     def on_complete(self, callback: OnComplete) -> OnComplete:
         """Call ``callback(step, values)`` for every step, in order, once it is seen complete.
@@ -535,12 +385,12 @@ class Throttle:
         Returns ``callback``, so it works as a decorator; remove it with
         :meth:`remove_on_complete`.
         """
-        self._values.add(callback)
+        self._life.values.add(callback)
         return callback
 
     def remove_on_complete(self, callback: OnComplete) -> None:
         """Stop calling ``callback``; ``ValueError`` if it was not registered."""
-        self._values.remove(callback)
+        self._life.values.remove(callback)
 
     def export_trace(self, path: str | os.PathLike[str]) -> None:
         """Write the timeline of the last ``trace`` steps to ``path`` as a Chrome trace (JSON).
@@ -553,7 +403,7 @@ class Throttle:
         Raises:
             RuntimeError: the throttle keeps no timeline (``trace=0``).
         """
-        trace = self._parts.get(Trace)
+        trace = self._life.part(Trace)
         if trace is None:
             raise RuntimeError(
                 "export_trace() needs a timeline, but this Throttle was made with trace=0; "
@@ -563,56 +413,12 @@ class Throttle:
 
     def subscribe(self, part: object) -> None:
         """Notify ``part`` of the core's events (see :class:`asyncthrottle.core.Subscriber`)."""
-        self._core.subscribe(part)
+        self._life.refuse_closed("subscribe()")
+        self._life.core.subscribe(part)
 
     def unsubscribe(self, part: object) -> None:
         """Stop notifying ``part``."""
-        self._core.unsubscribe(part)
-
-    def _wait_for_value(self, deferred: Deferred) -> None:
-        """``Deferred.get()`` on an unfinished step: the loop's thread retires; any other only
-        waits."""
-        event = deferred._event
-        # not recorded yet: raises, saying so (never runs the core from another thread)
-        if event is None:
-            raise RuntimeError(not_ended(deferred.step))
-        if self._ownership.mine():
-            self._ownership.claim("Deferred.get()")
-            try:
-                self._core.wait_until(deferred.step)  # host-device sync: counted as host wait
-            finally:
-                self._ownership.release()
-        elif not _PASSIVE(event, self._timeout):  # host-device sync: on that step's own event
-            raise ThrottleTimeout(deferred.step, self.depth, self._timeout or 0.0,
-                                  self._timeout or 0.0)
-
-    # -- passes: time counts only inside them -------------------------------
-
-    def _start_pass(self, new: Pass[Any], now: float) -> None:
-        # a compile set up since the throttle was made (where no compile traces)
-        _compile.see_dynamo()
-        self._ownership.claim("a wrapped loop")
-        try:
-            self._passes.start(new, self._in_step)
-        except BaseException:
-            self._ownership.release()
-            raise
-        self._host.begin(now)
-
-    def _end_pass(self, finished: Pass[Any]) -> None:
-        if self._passes.ends(finished):
-            try:
-                self._host.end(self._clock())
-                self._flush_timing()
-            finally:
-                self._ownership.release()
-                # a step loop's pass before this one has ended with it
-                self._ownership.let_go()
-
-    def _flush_timing(self) -> None:
-        """Read the device timing of the steps seen complete (the loop's thread; queries only)."""
-        if self._timing is not None and self._timing.enabled:
-            self._timing.flush()
+        self._life.core.unsubscribe(part)
 
 
 def throttle(
@@ -644,8 +450,3 @@ def throttle(
         **options: keyword options of :class:`~asyncthrottle.Throttle`.
     """
     return Throttle(depth, **options).wrap(iterable, progress=progress, to=to)
-
-
-# waits of other threads: no state shared with the loop's wait strategy
-_PASSIVE = Poll()
-

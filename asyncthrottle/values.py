@@ -18,6 +18,7 @@ from ._tree import map_leaves
 from .backends import snapshots
 from .backends.ringcopies import RingCopies
 from .backends.snapshots import JAX_ARRAYS, Snapshot
+from .core.errors import closed
 from .core.notify import tell_rest
 
 if TYPE_CHECKING:
@@ -46,10 +47,11 @@ class Completions:
 
     Args:
         core: the throttle's core.
-        wait: how ``Deferred.get()`` waits for an unfinished step.
+        wait: how ``Deferred.get()`` waits for an unfinished step (its number and event; the
+            throttle's :class:`~asyncthrottle.core.ownership.ValueWait`).
     """
 
-    def __init__(self, core: Core, wait: Callable[[Deferred], None]) -> None:
+    def __init__(self, core: Core, wait: Callable[[int, Event | None], None]) -> None:
         self.core, self._wait = core, wait
         # the current step's values, until it is recorded
         self.open: list[Deferred] = []
@@ -66,6 +68,8 @@ class Completions:
         self.heard: list[OnComplete] = []
         self.told: list[OnComplete] = []
         self._subscribed = False
+        # the throttle was closed: nothing more is deferred or registered
+        self._closed = False
 
     def defer(self, value: Any, name: str | None, copy: bool = False) -> Deferred:
         """The snapshot of ``value`` (see :class:`~asyncthrottle.backends.snapshots.Snapshot`), a
@@ -98,7 +102,7 @@ class Completions:
         if name is not None and not isinstance(name, str):
             raise TypeError(f"defer() name must be a str or None, got {name!r}")
         if not self._subscribed:
-            self._subscribe()
+            self._subscribe("defer()")
         unnamed = name is None
         open_ = self.open
         taken = {deferred.name for deferred in open_} if open_ else ()
@@ -127,7 +131,7 @@ class Completions:
     def add(self, callback: OnComplete) -> None:
         if not callable(callback):
             raise TypeError(f"on_complete needs a callable(step, values), got {callback!r}")
-        self._subscribe()
+        self._subscribe("on_complete()")
         # copied on write: a delivery goes on over the old list
         self.callbacks = [*self.callbacks, callback]
         self.told = [*self.heard, *self.callbacks]
@@ -275,8 +279,21 @@ class Completions:
         if lost is not None:
             raise lost._fresh()
 
-    def _subscribe(self) -> None:
+    def _subscribe(self, what: str) -> None:
+        """Hear the core from the first value or callback on; ``what`` (that call) on a closed
+        throttle raises."""
+        if self._closed:
+            raise RuntimeError(closed(what))
         if not self._subscribed:
             self._subscribed = True
             self.core.subscribe(self)
+
+    def close(self) -> None:
+        """The throttle is closed (its steps drained, or dropped): let go of the pinned ring and of
+        the values never recorded; ``latest`` stays. A later ``defer()`` or ``on_complete()``
+        raises."""
+        self._closed, self._subscribed = True, False
+        self.copies.close()
+        # (their get() says they never arrive)
+        self.on_drop(self.core.steps)
 

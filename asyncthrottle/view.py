@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from . import _lifecycle
+from .core.errors import closed
 from .core.loop import StepIterator
 
 if TYPE_CHECKING:
+    from ._lifecycle import Lifecycle
     from ._progress import Bar
     from .throttle import Throttle
 
@@ -50,7 +53,7 @@ class Throttled(Generic[T]):
                 or callable(progress)):
             raise TypeError("progress must be True, False, a dict of tqdm options or a tqdm class, "
                             f"got {progress!r}")
-        copy = throttle._movers.mover(to)
+        copy = _lifecycle.of(throttle).movers.mover(to)
         object.__setattr__(self, "throttle", throttle)
         object.__setattr__(self, "source", source)
         object.__setattr__(self, "progress", progress)
@@ -171,13 +174,16 @@ class Pass(StepIterator[T]):
     silently.
     """
 
-    __slots__ = ("__weakref__", "_bar", "_copy", "_source", "_state", "_thr")
+    __slots__ = ("__weakref__", "_bar", "_copy", "_life", "_source", "_state", "_thr")
 
     def __init__(self, throttle: Throttle, source: Iterable[T], bar: Bar | None = None,
                  copy: Callable[[Any], Any] | None = None) -> None:
+        life: Lifecycle = _lifecycle.of(throttle)
         # (its source's iterator, made as the pass starts: to='s copies it fetches)
-        super().__init__(throttle._core, None)
-        self._thr, self._source, self._bar = throttle, source, bar
+        super().__init__(life.core, None)
+        # (the throttle is held only to keep it alive while its loop runs: `for x in
+        # at.throttle(loader)` holds the pass alone)
+        self._thr, self._life, self._source, self._bar = throttle, life, source, bar
         # new -> running -> done
         self._state = "new"
         # to=: moves each batch to the device as it is fetched
@@ -197,7 +203,7 @@ class Pass(StepIterator[T]):
 
     def _failed(self, exc: BaseException) -> None:
         """``next()`` raised ``exc``: no batch is handed out (``StopIteration``: the pass ends)."""
-        self._open = False
+        self.in_body = False
         if isinstance(exc, StopIteration):
             self._finish()
 
@@ -207,26 +213,29 @@ class Pass(StepIterator[T]):
 
     def __del__(self) -> None:
         if self._state == "running":
-            thr = self._thr
+            passes = self._life.passes
             try:
                 self._leave()
             except Exception as exc:
                 # a finalizer cannot raise (Python would only print it): the throttle's next call
                 # raises it; its traceback keeps this frame, which must not keep the pass
                 del self
-                thr._passes.keep(exc)
+                passes.keep(exc)
 
-    def _supersede(self) -> None:
-        """A new pass over the throttle starts in this thread: end this one (its step's error is
-        raised to the new pass); asking it for more is an error."""
+    def supersede(self, by: str) -> None:
+        """End this pass, ``by`` a new pass over the throttle in this thread (``"superseded"``: its
+        step's error is raised to the new pass) or by the throttle's ``close()`` (``"closed"``);
+        asking it for more is an error."""
         try:
             self._leave()
         finally:
-            self._state = "superseded"
+            self._state = by
 
     def _start(self) -> None:
         if self._state == "done":
             raise StopIteration
+        if self._state == "closed":
+            raise RuntimeError(closed("the next batch of a wrapped loop"))
         if self._state == "superseded":
             raise RuntimeError(
                 "this loop over a throttled view was ended by a new loop over the same Throttle (a "
@@ -234,7 +243,7 @@ class Pass(StepIterator[T]):
                 "serves one loop at a time: give the inner loop its own Throttle, or iterate the "
                 "source itself"
             )
-        self._thr._start_pass(self, self._thr._clock())
+        self._life.start_pass(self)
         self._state = "running"
         items = iter(self._source)
         # (set while the pass runs: a next() without it starts the pass, or says why not)
@@ -242,17 +251,16 @@ class Pass(StepIterator[T]):
 
     def _finish(self) -> None:
         """The source is exhausted: drain (unless told not to) and end the pass."""
-        thr = self._thr
-        if thr._drain_at_end:
+        if self._life.drain_at_end:
             # may raise a timeout: the pass stays open, the next next() drains again
-            thr._core.drain()
+            self._core.drain()
         self._state = "done"
         self._items = None
         self._end()
 
     def _end(self) -> None:
         try:
-            self._thr._end_pass(self)
+            self._life.end_pass(self)
         finally:
             if self._bar is not None:
                 self._bar.close()
@@ -262,12 +270,11 @@ class Pass(StepIterator[T]):
             return
         self._state = "done"
         self._items = None
-        thr = self._thr
         try:
-            if self._open:
-                self._open = False
+            if self.in_body:
+                self.in_body = False
                 # the step's work is enqueued; recording never blocks
-                thr._core.record(thr._clock())
+                self._core.record(self._life.clock())
         finally:
             self._end()
 

@@ -79,10 +79,11 @@ def check_costs(values: dict[str, Any], repeat: int = 7, number: int = 20000) ->
     each value (us)."""
     import timeit
 
+    from asyncthrottle._lifecycle import of
     from asyncthrottle.parts.nonfinite import NonFiniteWatch
 
     thr = Throttle(2, device="cpu")
-    watch = NonFiniteWatch(thr._core, "warn")
+    watch = NonFiniteWatch(of(thr).core, "warn")
     costs = {}
     for name, value in values.items():
         step = {"loss": value}

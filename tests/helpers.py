@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
+from asyncthrottle import Throttle
+from asyncthrottle._lifecycle import of
 from asyncthrottle.testing import FakeDevice, FakeEvent
 
 
@@ -116,31 +118,31 @@ class Internals:
     """The one way tests read a throttle's internals (its core, its values, its parts)."""
 
     def __init__(self, throttle: Any) -> None:
-        self._thr = throttle
+        self.life = of(throttle)  # the throttle's Lifecycle, by the package's own named call
 
     @property
     def core(self) -> Any:
-        return self._thr._core
+        return self.life.core
 
     @property
     def values(self) -> Any:
-        return self._thr._values
+        return self.life.values
 
     @property
     def copies(self) -> Any:
         """The ring copies of deferred CUDA/XPU tensors (``.ring``, ``.model``: made at the first one)."""
-        return self._thr._values.copies
+        return self.life.values.copies
 
     @property
     def host(self) -> Any:
-        return self._thr._host
+        return self.life.host
 
     def part(self, kind: type) -> Any:
         """The throttle's part of class ``kind``, or None when its options leave it off."""
-        return self._thr._parts.get(kind)
+        return self.life.part(kind)
 
 
 def inside(throttle: Any) -> Internals:
     """``inside(thr).core``, ``inside(thr).part(StallWatch)``: internals, read in one place."""
     view = getattr(throttle, "throttle", None)  # a Throttled view: its throttle
-    return Internals(view if view is not None and hasattr(view, "_core") else throttle)
+    return Internals(view if isinstance(view, Throttle) else throttle)

@@ -1,5 +1,6 @@
 """The package's architecture rules, read from its source: no import circle at run time, ``core/`` imports nothing
-outside it, nothing outside ``backends/`` compares a device-kind string, and no module is over 320 lines of code."""
+outside it, nothing outside ``backends/`` compares a device-kind string, no module is over 320 lines of code (the
+Throttle's façade over 200), and no module reads another module's private attributes."""
 
 from __future__ import annotations
 
@@ -292,9 +293,195 @@ def test_no_module_of_the_package_holds_more_than_320_lines_of_code() -> None:
     assert {path: n for path, n in sizes.items() if n > MAX_LINES} == {}
 
 
+THROTTLE_MAX_LINES = 200
+
+
+def test_the_throttle_is_a_facade_of_at_most_200_lines_of_code() -> None:
+    """``throttle.py`` holds the public signature, its docs and forwarding calls; the loop's lifecycle (passes,
+    step loops, ownership, host times, close) is ``_lifecycle.Lifecycle``'s, the rule the core's."""
+    assert code_lines((PACKAGE / "throttle.py").read_text()) <= THROTTLE_MAX_LINES
+
+
 def test_the_line_count_leaves_out_docstrings_comments_and_blank_lines() -> None:
     source = ('"""The module\'s docstring,\non two lines."""\n\nimport os  # a comment\n\n\n'
               "class A:\n    '''A docstring.'''\n\n    x = (1,\n         2)\n    # a comment\n\n"
               "    def f(self):\n        \"\"\"Its docstring.\"\"\"\n        return '''a string\nover two lines'''\n")
     # import os, class A:, x = (1, / 2), def f, return ''' / over two lines
     assert code_lines(source) == 7
+
+
+def test_every_part_is_listed_and_its_stats_are_a_base_of_the_parts_stats() -> None:
+    """A part's module alone does nothing: its class must be in ``PARTS`` (built, its options checked, its
+    lines shown) and its ``STATS`` among ``PartStats``'s bases (fields of ``Stats``)."""
+    import importlib
+    import pkgutil
+
+    from asyncthrottle import parts
+    from asyncthrottle.parts._build import Part
+
+    defined = set()
+    for info in pkgutil.iter_modules(parts.__path__):
+        module = importlib.import_module(f"{parts.__name__}.{info.name}")
+        defined |= {kind for kind in vars(module).values() if isinstance(kind, type) and issubclass(kind, Part)
+                    and kind is not Part and kind.__module__ == module.__name__ and not kind.__name__.startswith("_")}
+    assert defined - set(parts.PARTS) == set(), "add these to PARTS in asyncthrottle/parts/__init__.py"
+    stats = {part.STATS for part in parts.PARTS if part.STATS is not None}
+    assert stats - set(parts.PartStats.__mro__) == set(), "add these to PartStats's bases in parts/__init__.py"
+
+
+# Private names the package owns in one module and reads elsewhere on another library's object; each a reason.
+FOREIGN_PRIVATES = {
+    "_sleep": "torch.cuda._sleep (bench/cuda_sleep.py): torch's GPU spin, the one way to queue device time "
+              "without a kernel of our own; the package's own _sleep is the wait strategies'",
+}
+
+
+# A module that keeps a class of its own in another module, only for the size of both: it may touch that class's
+# private state, and nothing else may. Module -> (the module it is friends with, why).
+FRIENDS = {
+    "values.py": ("_deferred.py",
+                  "Completions delivers its Deferred values: their state is written every step with deferred values, "
+                  "where tests/tools/test_benchmark_scripts.py bounds the Python calls a step (a named call per "
+                  "value costs 5 calls a step, measured); Deferred lives apart for the modules' size only"),
+}
+
+
+def _owned_privates(tree: ast.Module) -> set[str]:
+    """The private (``_x``, not dunder) attributes a module's classes own: their methods, class attributes and
+    ``__slots__``, and every ``self._x = ...``/``cls._x = ...``."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    names.add(item.name)
+                targets = item.targets if isinstance(item, ast.Assign) else [item.target] if isinstance(
+                    item, ast.AnnAssign) else []
+                for target in targets:
+                    if isinstance(target, ast.Name):
+                        names.add(target.id)
+                        if target.id == "__slots__" and isinstance(item.value, (ast.Tuple, ast.List)):
+                            names.update(str(e.value) for e in item.value.elts if isinstance(e, ast.Constant))
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and isinstance(
+                node.value, ast.Name) and node.value.id in ("self", "cls"):
+            names.add(node.attr)
+    return {name for name in names if name.startswith("_") and not name.startswith("__")}
+
+
+def reach_ins(root: Path = PACKAGE, allowed: frozenset[str] = frozenset(FOREIGN_PRIVATES),
+              friends: dict[str, tuple[str, str]] | None = None) -> list[str]:
+    """``file:line: expression`` for each ``x._name`` (``x`` not ``self``, ``cls`` or ``super()``; ``_name`` not a
+    dunder) where ``_name`` is a private attribute that another module of the package owns and this one does not:
+    an object's private state read or written across modules. Another library's private names (``sys._getframe``)
+    are not the package's; a name in ``allowed`` is such a one that the package happens to own too. A module of
+    ``friends`` (path under ``root`` -> the friend's path, why) owns its friend's private names too."""
+    friends = FRIENDS if friends is None else friends
+    trees = {path: ast.parse(path.read_text(), str(path)) for path in sorted(root.rglob("*.py"))}
+    owned = {path: _owned_privates(tree) for path, tree in trees.items()}
+    for mine, (theirs, _) in friends.items():
+        owned[root / mine] = owned[root / mine] | owned[root / theirs]
+    everyone = set().union(*owned.values()) - allowed
+    found = []
+    for path, tree in trees.items():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute) or node.attr not in everyone or node.attr in owned[path]:
+                continue
+            value = node.value
+            if (isinstance(value, ast.Name) and value.id in ("self", "cls")) or (
+                    isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "super"):
+                continue
+            found.append(f"{path.relative_to(root.parent)}:{node.lineno}: {ast.unparse(node)}")
+    return sorted(found)
+
+
+def test_no_module_reaches_into_another_modules_private_attributes() -> None:
+    """An object is changed and read through its named calls: the view and the framework callbacks drive a throttle
+    through its ``Lifecycle`` (``_lifecycle.of``), a part calls the core's methods. A private attribute is its
+    module's own (and a named friend's: ``FRIENDS``, each with its reason)."""
+    assert reach_ins() == []
+
+
+def test_the_reach_in_check_sees_a_private_read_and_write_across_modules(tmp_path: Path) -> None:
+    root = tmp_path / "pkg"
+    root.mkdir()
+    (root / "a.py").write_text(
+        "class A:\n    __slots__ = ('_slot',)\n    def __init__(self):\n        self._slot = self._hidden = 1\n"
+        "    def _step(self):\n        return self._slot\n"
+        "class B:\n    def f(self, a):\n        return a._hidden, a._step()\n")  # the same module: its own
+    (root / "b.py").write_text(
+        "import sys\nfrom .a import A\nclass C(A):\n    def g(self, a):\n        a._slot = 2\n"  # 5
+        "        sys._getframe(); self._hidden; super()._step(); a.__class__\n"  # none of these
+        "        return a._step(), a._own\n"  # 7: _step, not _own
+        "    def h(self):\n        self._own = 1\n")
+    assert reach_ins(root, frozenset(), {}) == ["pkg/b.py:5: a._slot", "pkg/b.py:7: a._step"]
+    assert reach_ins(root, frozenset(), {"b.py": ("a.py", "a friend")}) == []
+
+
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+# where the notifications are told by rule (tell, tell_rest, tell_all themselves)
+_NOTIFY = "core/notify.py"
+
+
+def hot_functions(page: Path = ARCHITECTURE) -> set[str]:
+    """The hot paths that docs/architecture.md names (its "Hot paths" table: ``path`` | ``Class.function`` | ...), as
+    ``path::Class.function``."""
+    section = page.read_text().split("### Hot paths", 1)[1].split("\n#", 1)[0]
+    rows = [line.split("|") for line in section.splitlines() if line.startswith("| `")]
+    return {f"{row[1].strip().strip('`')}::{row[2].strip().strip('`')}" for row in rows}
+
+
+def _functions(tree: ast.AST) -> list[tuple[int, int, str]]:
+    """Each function's first and last line and its qualified name (``Class.method``, ``f.inner``)."""
+    spans: list[tuple[int, int, str]] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                spans.append((child.lineno, child.end_lineno or child.lineno, prefix + child.name))
+                visit(child, f"{prefix}{child.name}.")
+            else:
+                visit(child, f"{prefix}{child.name}." if isinstance(child, ast.ClassDef) else prefix)
+
+    visit(tree, "")
+    return spans
+
+
+def inlined_notifications(root: Path = PACKAGE) -> set[str]:
+    """``path::Class.function`` of each function that tells a notification by hand: a loop over the hooks whose
+    handler finishes it with ``tell_rest``/``tell_all`` (outside ``core/notify.py``, where ``tell`` is that loop
+    once)."""
+    found = set()
+    for path in sorted(root.rglob("*.py")):
+        name = str(path.relative_to(root))
+        if name == _NOTIFY:
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        spans = _functions(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in (
+                    "tell_rest", "tell_all"):
+                inner = [span for span in spans if span[0] <= node.lineno <= span[1]]
+                found.add(f"{name}::{min(inner, key=lambda span: span[1] - span[0])[2] if inner else '<module>'}")
+    return found
+
+
+def test_notifications_are_inlined_only_in_the_named_hot_paths() -> None:
+    """Everywhere else a notification is one ``tell(hooks, ...)`` (a call more, where it is not told every step): a
+    hand-unrolled loop must be one of docs/architecture.md's hot paths, each with the figure that pays for it."""
+    hot = hot_functions()
+    assert inlined_notifications() - hot == set(), "tell(...) instead, or add it to the hot paths with a figure"
+    functions = {f"{path.relative_to(PACKAGE)}::{span[2]}" for path in PACKAGE.rglob("*.py")
+                 for span in _functions(ast.parse(path.read_text()))}
+    assert hot - functions == set(), "a hot path that no longer exists: take it off the table"
+    assert len(hot) <= 6
+
+
+def test_the_inlined_notification_check_finds_a_hand_told_hook(tmp_path: Path) -> None:
+    root = tmp_path / "pkg"
+    (root / "core").mkdir(parents=True)
+    (root / "core" / "notify.py").write_text("def tell(hooks):\n    tell_rest(hooks)\n")  # the rule's own
+    (root / "a.py").write_text(
+        "class A:\n    def hot(self, hooks):\n        try:\n            for hook in hooks:\n                hook()\n"
+        "        except BaseException:\n            tell_rest(hooks, hook)\n            raise\n"
+        "    def cold(self):\n        tell(self.hooks)\n")
+    assert inlined_notifications(root) == {"a.py::A.hot"}

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import asyncthrottle as at
+from asyncthrottle.parts import OPTIONS
 from asyncthrottle.testing import FakeDevice
 
 
@@ -28,20 +29,15 @@ class _Stream:
         return "stream"
 
 
-WRONG_TYPE = [
-    {"sample_every": "8"}, {"ranks_every": "100"}, {"detect_sync": 1}, {"stall": [1]}, {"trace": "8"},
-    {"timeout": "5"}, {"drain": "yes"}, {"nvtx": 1}, {"max_memory": "1GB"}, {"memory": 5}, {"to": 3},
-    {"depth": 2.5}, {"depth": "auto", "max_depth": 2.5}, {"clock": 3},
-    {"streams": 5}, {"streams": "side"}, {"streams": [1, 2]}, {"streams": (_Stream(), "side")},
-    {"nonfinite": 1}, {"nonfinite": True}, {"ranks_timeout": "60"}, {"ranks_timeout": None},
-    {"depth": at.AutoDepth}, {"max_memory": at.MemoryBudget},  # the class, not one made
+# Each option's bad values, from its one declaration (Option.wrong_type, wrong_value), then the values that
+# are bad only beside another option's.
+WRONG_TYPE = [{option.name: value} for option in OPTIONS for value in option.wrong_type] + [
+    {"depth": "auto", "max_depth": 2.5},
 ]
-WRONG_VALUE = [
-    {"stall": -5.0}, {"stall": "often"}, {"depth": "deep"}, {"depth": 0}, {"sample_every": 0}, {"ranks_every": 0},
-    {"trace": -1}, {"timeout": 0}, {"detect_sync": "loud"}, {"max_memory": -1}, {"depth": 2, "max_depth": 4},
-    {"wait": "sometimes"}, {"streams": []}, {"nonfinite": "loud"}, {"ranks_timeout": 0},
-    {"ranks_timeout": float("inf")}, {"memory": lambda: 0}, {"depth": at.AutoDepth(max=4), "max_depth": 4},
+WRONG_VALUE = [{option.name: value} for option in OPTIONS for value in option.wrong_value] + [
+    {"depth": at.AutoDepth(max=4), "max_depth": 4},
     {"max_memory": at.MemoryBudget(1 << 20, probe=lambda: 0), "memory": lambda: 0},
+    {"timeout": 5.0, "wait": "block"},
 ]
 # The device's own options, each alone (the backends of the cases above pass device= or events=).
 DEVICE = [({"device": 5}, TypeError), ({"device": "cdua"}, ValueError), ({"events": 5}, TypeError),
@@ -117,19 +113,61 @@ def _table() -> str:
     return "\n".join(line for line in table.splitlines()[:40] if line.startswith("| `"))
 
 
-@pytest.mark.parametrize("call", [at.Throttle, at.Throttle.wrap, at.throttle], ids=["Throttle", "wrap", "throttle"])
-def test_every_keyword_is_in_the_options_table_and_in_the_bad_value_cases(call: Any) -> None:
-    """The table of docs/depth-rule.md and the cases above list every keyword: a new one must join both."""
+def test_the_signature_is_the_declarations() -> None:
+    """Throttle's keywords, their annotations and defaults are the options' declarations (an IDE and help()
+    read the signature; each part declares its options once, in its OPTIONS)."""
+    declared = {option.name: option for option in OPTIONS}
+    parameters = dict(inspect.signature(at.Throttle).parameters)
+    assert list(parameters) == [name for name in parameters if name in declared], "declared in the signature order"
+    assert set(parameters) == set(declared), (
+        f"in the signature, not declared: {sorted(set(parameters) - set(declared))}; declared, not in the "
+        f"signature: {sorted(set(declared) - set(parameters))}")
+    for name, parameter in parameters.items():
+        option = declared[name]
+        assert parameter.annotation == option.type, f"{name}: {parameter.annotation!r} != {option.type!r}"
+        assert parameter.default is option.default or parameter.default == option.default, name
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD if name == "depth" else inspect.Parameter.KEYWORD_ONLY
+        assert parameter.kind == kind, name
+
+
+def test_the_docstring_says_what_each_declared_option_is() -> None:
+    doc = inspect.getdoc(at.Throttle) or ""
+    args = doc[doc.index("Args:"):doc.index("\n\n", doc.index("Args:"))]
+    named = re.findall(r"^    (\w+):", args, flags=re.MULTILINE)
+    assert named == [name for name in inspect.signature(at.Throttle).parameters], named
+
+
+def test_the_options_table_is_the_declarations() -> None:
+    """Each option's row of docs/depth-rule.md is its declaration's (Option.row()); a deprecated one is
+    named in the table's row of deprecated options. ``depth``, the first argument, has its own paragraph."""
+    rows = _table().splitlines()
+    deprecated = next(row for row in rows if "deprecated in" in row)
+    for option in OPTIONS:
+        if option.deprecated is not None:
+            assert f"`{option.name}=`" in deprecated or f"`Throttle({option.name}=)`" in deprecated, option.name
+            assert option.deprecated in deprecated, f"{option.name}: say {option.deprecated} replaces it"
+        elif option.name != "depth":
+            assert option.row() in rows, f"depth-rule.md's table should have the row\n{option.row()}"
+
+
+def test_every_option_has_a_bad_value() -> None:
+    """A declaration names at least one value its check refuses (the device's: DEVICE below)."""
+    devices = {name for options, _ in DEVICE for name in options}
+    for option in OPTIONS:
+        assert option.wrong_type or option.wrong_value or option.name in devices, option.name
+
+
+@pytest.mark.parametrize("call", [at.Throttle.wrap, at.throttle], ids=["wrap", "throttle"])
+def test_the_wrappers_keywords_are_in_the_options_table_and_in_the_bad_value_cases(call: Any) -> None:
+    """wrap()'s and throttle()'s own keywords (throttle() takes the Throttle's too: their declarations)."""
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     keywords = [name for name, p in inspect.signature(call).parameters.items()
-                if p.kind in kinds and name not in ("self", "iterable")]
-    cases = {name for options in WRONG_TYPE + WRONG_VALUE for name in options}
-    cases |= {name for options, _ in DEVICE + WRAP for name in options}
+                if p.kind in kinds and name not in ("self", "iterable", "depth")]
+    cases = {name for options, _ in WRAP for name in options}
     listed = set(re.findall(r"`(\w+)=`", _table()))
     for name in keywords:
         assert name in cases, f"{call.__qualname__}'s keyword {name}= has no bad-value case in tests/test_options.py"
-        # depth, the first argument, has its own paragraph
-        assert name == "depth" or name in listed, f"{call.__qualname__}'s {name}= is not in depth-rule.md's table"
+        assert name in listed, f"{call.__qualname__}'s {name}= is not in depth-rule.md's table"
 
 
 @pytest.mark.parametrize("kind", [at.AutoDepth, at.MemoryBudget], ids=lambda kind: kind.__name__)

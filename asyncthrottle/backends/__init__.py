@@ -11,6 +11,7 @@ from typing import Any
 
 from ..core.events import EventFactory
 from .memory import MemoryProbe
+from .pool import EventPool
 
 __all__ = ["Backend", "resolve_backend"]
 
@@ -50,6 +51,13 @@ class Backend:
     @property
     def synchronous(self) -> bool:
         return self.events is None
+
+    def release(self) -> None:
+        """Let go of the events the built-in backends keep for reuse (the throttle is closed); a
+        custom ``events=`` factory is the user's, and left alone."""
+        for factory in (self.events, self.timed):
+            if isinstance(factory, EventPool):
+                factory.clear()
 
     def memory_probe(self) -> MemoryProbe:
         """The default probe of ``max_memory=``.

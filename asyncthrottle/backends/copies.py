@@ -73,6 +73,13 @@ class PinnedRing:
         self.busy.append(slot)
         return slot
 
+    def clear(self) -> None:
+        """Let go of every slot and its buffer (the throttle is closed; a value still read from a
+        slot holds its buffer itself)."""
+        self.free.clear()
+        self.busy.clear()
+        self.size = self.nbytes = 0
+
     def retire(self, step: int) -> None:
         """``step`` and every step before it completed: their slots may be written again."""
         busy = self.busy

@@ -86,6 +86,11 @@ class EventPool:
             ring.popleft()
         return event
 
+    def clear(self) -> None:
+        """Let go of the events kept for reuse (the throttle is closed: those held elsewhere stay
+        with their holders)."""
+        self._ring.clear()
+
     def __len__(self) -> int:
         """Events the pool keeps (in use or free)."""
         return len(self._ring)

@@ -97,6 +97,15 @@ class RingCopies:
         model.copy(host, tensor)
         return host
 
+    def close(self) -> None:
+        """Let go of the ring and its copy model (the throttle is closed: no copy is made after;
+        a value still read from a slot holds its buffer itself)."""
+        if self.ring is not None:
+            self.ring.clear()
+        self.ring = self.model = None
+        self.copied.clear()
+        self.keys = []
+
     def _limit(self) -> int:
         depth = self.core.depth
         return ((UNBOUNDED_STEPS if depth is None else depth) + 2) * self._per_step

@@ -1,4 +1,5 @@
-"""The library's exception: a wait that ran past its timeout."""
+"""The library's exception (a wait that ran past its timeout), and the messages of a call made too
+early or too late."""
 
 from __future__ import annotations
 
@@ -40,4 +41,13 @@ def not_ended(step: int) -> str:
     return (
         f"step {step} has not ended yet (its event is recorded when the loop moves on): read "
         "deferred values after their step, e.g. in on_complete, thr.latest, or a later step"
+    )
+
+
+def closed(what: str) -> str:
+    """The message for ``what`` (a call that would change the throttle) on a closed throttle."""
+    return (
+        f"{what} on a closed Throttle: close() (or the end of its `with` block) waited for its "
+        "steps and released its events; make a new Throttle for another loop (a closed one keeps "
+        "its stats, latest and export_trace() readable)"
     )

@@ -10,11 +10,12 @@ from .events import Event
 
 # every notification, in the order of Subscriber's methods
 HOOKS = (
-    "before_record", "on_record", "on_drop", "on_dry", "on_fetch", "holds", "on_handout", "on_idle",
-    "on_retire", "on_wait_begin", "on_wait", "on_pause", "on_sample", "on_sections", "on_values",
+    "before_record", "on_record", "on_drop", "on_dry", "on_fetch", "on_batch", "holds",
+    "on_handout", "on_idle", "on_retire", "on_wait_begin", "on_wait", "on_pause", "on_sample",
+    "on_sections", "on_values",
 )
 # the hooks a step that waits for nothing may have to tell (its fetch included): with none of them,
-# it is lean
+# it is lean (on_batch is not one: it is told with the fetch, before the admit either road takes)
 STEP_HOOKS = (
     "before_record", "on_record", "on_dry", "on_fetch", "holds", "on_handout", "on_idle",
     "on_retire",
@@ -101,6 +102,10 @@ class Subscriber:
         """The host took ``step``'s batch from the source (the wrapper), or waited between steps
         (``begin_step``)."""
 
+    def on_batch(self, step: int, batch: Any) -> None:
+        """A wrapped loop took ``step``'s batch from its source, as the loop will get it (after
+        ``to=``'s copy), just after ``on_fetch``; step loops have no batch to tell."""
+
     def holds(self) -> bool:
         """Before a hand-out, with steps in flight: True makes the host wait for the oldest one
         first.
@@ -180,9 +185,9 @@ class Hooks:
     """
 
     __slots__ = (
-        "before_record", "holds", "on_drop", "on_dry", "on_fetch", "on_handout", "on_idle",
-        "on_pause", "on_record", "on_retire", "on_sample", "on_sections", "on_values", "on_wait",
-        "on_wait_begin", "supplied_step", "supplier",
+        "before_record", "holds", "on_batch", "on_drop", "on_dry", "on_fetch", "on_handout",
+        "on_idle", "on_pause", "on_record", "on_retire", "on_sample", "on_sections", "on_values",
+        "on_wait", "on_wait_begin", "supplied_step", "supplier",
     )
 
     def __init__(self) -> None:
@@ -191,6 +196,7 @@ class Hooks:
         self.on_drop: list[Callable[..., Any]] = []
         self.on_dry: list[Callable[..., Any]] = []
         self.on_fetch: list[Callable[..., Any]] = []
+        self.on_batch: list[Callable[..., Any]] = []
         self.holds: list[Callable[[], bool]] = []
         self.on_handout: list[Callable[..., Any]] = []
         self.on_idle: list[Callable[..., Any]] = []
@@ -254,6 +260,18 @@ class Hooks:
         while asked)."""
         if self.supplier is part:
             self.supplied_step = step
+
+    def release(self) -> None:
+        """Tell no one any more: every list emptied, the supplier let go (the throttle is closed, or
+        was dropped).
+
+        The parts hold the core and the core holds their hooks: this unties them, so that the last
+        reference going frees them all, without the cyclic garbage collector.
+        """
+        for name in HOOKS:
+            setattr(self, name, [])
+        self.supplier, self.supplied_step = None, -1
+        self._relean()
 
     def stop_supply(self, part: object) -> None:
         """``part`` supplies no more events; every later step gets the backend's."""

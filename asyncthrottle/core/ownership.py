@@ -1,8 +1,17 @@
-"""One loop, one thread: which thread may change a throttle right now."""
+"""One loop, one thread: which thread may change a throttle right now (none, once it is closed),
+and how a deferred value waits for its step from each thread."""
 
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
+
+from .errors import ThrottleTimeout, closed, not_ended
+from .waits import Poll
+
+if TYPE_CHECKING:
+    from .events import Event
+    from .rule import Core
 
 
 class Ownership:
@@ -97,3 +106,57 @@ class Ownership:
         me = threading.get_ident()
         owner = self.owner
         return owner == me or (owner is None and self.loop_thread in (None, me))
+
+
+class Closed(Ownership):
+    """The ownership of a closed throttle: every call that would change it raises, naming itself and
+    the fix (the throttle's entry points claim it anyway, so a closed throttle costs them nothing
+    more)."""
+
+    __slots__ = ()
+
+    def claim(self, what: str) -> None:
+        raise RuntimeError(closed(what))
+
+    def check(self, what: str) -> None:
+        raise RuntimeError(closed(what))
+
+
+class ValueWait:
+    """How ``Deferred.get()`` waits for an unfinished step: the loop's thread retires every step up
+    to it (the wait counted as host wait), any other thread waits on the step's own event alone and
+    changes nothing.
+
+    It holds the core and the loop's ownership, never the throttle: a kept ``Deferred`` keeps no
+    throttle alive, and after ``close()`` (or once the throttle is dropped) a value of a step still
+    in flight is waited for all the same.
+
+    Args:
+        core: the throttle's core.
+        ownership: the throttle's claim (the loop's thread, while it runs).
+    """
+
+    __slots__ = ("core", "ownership")
+
+    def __init__(self, core: Core, ownership: Ownership) -> None:
+        self.core, self.ownership = core, ownership
+
+    def __call__(self, step: int, event: Event | None) -> None:
+        """Wait until ``step`` (recorded with ``event``; None: not yet) is complete."""
+        # not recorded yet: raises, saying so (never runs the core from another thread)
+        if event is None:
+            raise RuntimeError(not_ended(step))
+        core, ownership = self.core, self.ownership
+        if ownership.mine():
+            ownership.claim("Deferred.get()")
+            try:
+                core.wait_until(step)  # host-device sync: counted as host wait
+            finally:
+                ownership.release()
+        elif not _PASSIVE(event, core.timeout):  # host-device sync: on that step's own event
+            timeout = core.timeout or 0.0
+            raise ThrottleTimeout(step, core.depth, timeout, timeout)
+
+
+# waits of other threads: no state shared with the loop's wait strategy
+_PASSIVE = Poll()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from .errors import ThrottleTimeout, not_ended
 from .events import Event, EventFactory
@@ -13,6 +14,8 @@ from .waits import WaitStrategy
 
 # in-flight histogram size at most (the last bucket counts "that many or more")
 _HISTOGRAM_BUCKETS = 64
+# fetched() without a batch (a step loop's time between steps, a fetch that raised)
+_NO_BATCH: Any = object()
 
 
 class Core(Hooks):
@@ -69,8 +72,8 @@ class Core(Hooks):
 
     __slots__ = (
         "_recorder", "_telling", "_untold", "clock", "depth", "draining", "dry", "fetch_s",
-        "histogram", "last_dry", "lean", "limit", "max_in_flight", "new_event", "pending", "steps",
-        "timeout", "top", "wait_s", "wait_strategy", "waits",
+        "hears_fetch", "histogram", "last_dry", "lean", "limit", "max_in_flight", "new_event",
+        "pending", "steps", "timeout", "top", "wait_s", "wait_strategy", "waits",
     )
 
     def __init__(
@@ -101,6 +104,8 @@ class Core(Hooks):
         # steps retired while telling, told in order after
         self._untold: deque[int] = deque()
         self.lean = False
+        # a part hears fetches or batches (on_fetch, on_batch): one truth test a fetch, as lean's
+        self.hears_fetch = False
         # the one road's record alone (record())
         self._recorder: StepIterator[None] = StepIterator(self, None)
         self.set_depth(depth)
@@ -126,9 +131,24 @@ class Core(Hooks):
         self.top = len(self.histogram) - 1
         self._relean()
 
+    def wrap_wait(self, wrap: Callable[[WaitStrategy, float | None], WaitStrategy]) -> None:
+        """Wait with ``wrap(strategy, timeout)`` from now on, given the strategy and the timeout in
+        force: a part that watches the waits (the stall report's deadline) keeps the
+        :class:`~asyncthrottle.core.waits.WaitStrategy` protocol."""
+        self.wait_strategy = wrap(self.wait_strategy, self.timeout)
+
+    def release(self) -> None:
+        """The throttle is closed or dropped: no part is told any more and nothing more is recorded
+        (see :meth:`Hooks.release`). The counters and the queue stay: a value kept by the user still
+        waits for its step (``Deferred.get()``)."""
+        super().release()
+        # (the recorder holds the core: a cycle)
+        del self._recorder
+
     def _relean(self) -> None:
         self.lean = (self.new_event is not None and self.limit is not None and self.limit < self.top
                      and not any(getattr(self, name) for name in STEP_HOOKS))
+        self.hears_fetch = bool(self.on_fetch or self.on_batch)
 
     # -- the rule ----------------------------------------------------------
 
@@ -139,18 +159,21 @@ class Core(Hooks):
         The first half of the rule's one road (a loop's ``next()``: see
         :class:`~asyncthrottle.core.loop.StepIterator`), without a fetch and an admit.
         """
-        recorder = self._recorder
-        recorder._open = True
-        recorder._step(now)
+        self._recorder.record(now)
         return self.steps - 1
 
-    def fetched(self, step: int, start: float, seconds: float, counted: bool = True) -> None:
+    def fetched(self, step: int, start: float, seconds: float, counted: bool = True,
+                batch: Any = _NO_BATCH) -> None:
         """The host spent ``seconds`` from ``start`` taking ``step``'s batch: count them in
         ``fetch_s`` (unless not ``counted``: a step loop's time between steps, heard as a fetch),
-        tell the parts (``on_fetch``)."""
+        tell the parts (``on_fetch``), then, given the ``batch`` a wrapped loop took, its hearers
+        (``on_batch``)."""
         if counted:
             self.fetch_s += seconds
-        tell(self.on_fetch, step, start, seconds)
+        if self.on_fetch:
+            tell(self.on_fetch, step, start, seconds)
+        if batch is not _NO_BATCH and self.on_batch:
+            tell(self.on_batch, step, batch)
 
     def drop(self) -> None:
         """The step being run ends without an event: its parts drop it (its number is used
@@ -179,7 +202,7 @@ class Core(Hooks):
                         self._block(step, pending[0])
                     last = pending.popleft()
                     if self.on_retire:
-                        self._tell_retired(step)
+                        self.tell_retired(step)
             if self.holds:
                 holds = self.holds
                 while pending and any(hold() for hold in holds):
@@ -188,7 +211,7 @@ class Core(Hooks):
             # retire finished steps without blocking
             if pending and pending[0].query():
                 if self.on_retire:
-                    tell = self._tell_retired
+                    tell = self.tell_retired
                     # Core.retire, inlined: the per-step path of a loop with deferred values
                     while True:
                         step = self.steps - len(pending)
@@ -239,14 +262,8 @@ class Core(Hooks):
     def _block(self, step: int, event: Event) -> None:
         """Wait for ``step``'s unfinished ``event`` with the strategy, timed and told."""
         clock = self.clock
-        hooks = self.on_wait_begin
-        if hooks:
-            try:
-                for hook in hooks:
-                    hook(step)
-            except BaseException:
-                tell_rest(hooks, hook, step)
-                raise
+        if self.on_wait_begin:
+            tell(self.on_wait_begin, step)
         start = clock()
         done = False
         try:
@@ -256,14 +273,8 @@ class Core(Hooks):
             waited = clock() - start
             self.waits += 1
             self.wait_s += waited
-            hooks = self.on_wait
-            if hooks:
-                try:
-                    for hook in hooks:
-                        hook(step, start, waited)
-                except BaseException:
-                    tell_rest(hooks, hook, step, start, waited)
-                    raise
+            if self.on_wait:
+                tell(self.on_wait, step, start, waited)
         if not done:
             assert self.timeout is not None
             raise ThrottleTimeout(step, self.depth, waited, self.timeout)
@@ -274,10 +285,10 @@ class Core(Hooks):
         step = self.steps - len(pending)
         event = pending.popleft()
         if self.on_retire:
-            self._tell_retired(step)
+            self.tell_retired(step)
         return event
 
-    def _tell_retired(self, step: int) -> None:
+    def tell_retired(self, step: int) -> None:
         """Tell every part of ``step``'s retirement, then of the steps retired meanwhile: in order,
         never nested."""
         untold = self._untold

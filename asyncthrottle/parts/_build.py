@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from .._options import Option
+
 if TYPE_CHECKING:
     from ..backends import Backend
     from ..core.hosttime import HostTimes
@@ -43,12 +45,17 @@ class Part:
     """A feature of the throttle, in a module of its own under ``asyncthrottle/parts/``; subclasses
     override.
 
-    It owns its options (``OPTIONS``, checked by :meth:`check` on every backend
-    before anything is built), builds itself when they turn it on
+    It owns its options: ``OPTIONS`` declares each once (an
+    :class:`~asyncthrottle._options.Option`: name, type, default, check, docs
+    line), the throttle checks every value with its declaration's check on
+    every backend before anything is built, and :meth:`check` adds the
+    constraints between them. It builds itself when they turn it on
     (:meth:`build`), supplies its fields of :class:`~asyncthrottle.Stats`
-    (:meth:`fields`, declared by its ``STATS`` dataclass) and its lines of the
-    summary (:meth:`summary_lines`). The defaults: no options, no fields, no
-    lines.
+    (:meth:`fields`, declared by its ``STATS`` dataclass), its lines of the
+    summary (:meth:`summary_lines`) and of the progress bar (:meth:`postfix`),
+    and lets go of what it holds when the
+    throttle is closed or dropped (:meth:`close`). The defaults: no options,
+    no fields, no lines, nothing to let go of.
 
     Subscribing, one way: the throttle subscribes every part it built
     (``core.subscribe(part)``, in the order of ``PARTS``), so the part hears
@@ -62,12 +69,13 @@ class Part:
     """
 
     __slots__ = ()
-    OPTIONS: ClassVar[tuple[str, ...]] = ()
+    OPTIONS: ClassVar[tuple[Option, ...]] = ()
     STATS: ClassVar[type | None] = None
 
     @staticmethod
     def check(options: Mapping[str, Any]) -> None:
-        """Raise ``TypeError``/``ValueError`` for a bad value of one of ``OPTIONS``."""
+        """Raise ``TypeError``/``ValueError`` where its options do not go together (each value has
+        passed its own declaration's check: ``Option.check``); warn for a deprecated one."""
 
     @classmethod
     def build(cls, at: Build) -> Any:
@@ -84,3 +92,19 @@ class Part:
     def summary_lines(stats: Stats) -> list[str]:
         """This part's lines of ``Stats.summary()`` (called whether or not the part was built)."""
         return []
+
+    @staticmethod
+    def postfix(stats: Stats) -> list[str]:
+        """This part's ``name=value`` entries of the progress bar's postfix (``wrap(progress=)``;
+        called whether or not the part was built, at tqdm's cadence: short, never blocking)."""
+        return []
+
+    def close(self) -> None:
+        """The throttle is closed, or was dropped, or the interpreter exits: let go of what the part
+        holds beyond host numbers (events, pinned buffers, a process group, a process-wide mode)
+        and of any reference cycle of its own, so that dropping the throttle frees it without the
+        cyclic garbage collector.
+
+        Called once, after the core's last notification, on any thread (a finalizer's); never
+        blocks. :meth:`fields` (and so ``stats``) must still read after it.
+        """

@@ -14,12 +14,13 @@ starts small, only grows, and checks the memory budget before each increase.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._callers import warn_at_user
-from .._options import DEFAULT_MAX_DEPTH, AutoDepth, check_int
+from .._options import DEFAULT_MAX_DEPTH, AutoDepth, Option, check_int
 from ._build import Part
 from .memory import MemoryGate
 
@@ -80,13 +81,21 @@ class DepthController(Part):
             applies from the hand-out of ``step`` on.
     """
 
-    OPTIONS = ("max_depth",)
+    OPTIONS = (
+        Option("max_depth", "int | None", None, "`depth=\"auto\"`'s cap", "",
+               functools.partial(check_int, minimum=1,
+                                 rule="an int >= 1 (the deepest depth='auto' may go) or None",
+                                 fix=f"e.g. depth=AutoDepth(max=16); None means "
+                                     f"{DEFAULT_MAX_DEPTH}"),
+               wrong_type=(2.5,), wrong_value=(4,), deprecated="`depth=at.AutoDepth(max=8)`"),
+    )
     STATS = AutoDepthStats
 
     @staticmethod
     def check(options: Mapping[str, Any]) -> None:
         """``max_depth=`` (before 0.4; goes in 0.5): ``depth="auto"``'s cap, now
-        ``depth=AutoDepth(max=...)``."""
+        ``depth=AutoDepth(max=...)``; with another depth, or with an ``AutoDepth``, it is a
+        ``ValueError``."""
         depth, max_depth = options["depth"], options["max_depth"]
         if max_depth is None:
             return
@@ -98,9 +107,6 @@ class DepthController(Part):
                 f"max_depth={max_depth!r} applies to depth='auto' only, but depth={depth!r}; "
                 "drop max_depth, or pass depth=asyncthrottle.AutoDepth(max=...)"
             )
-        check_int("max_depth", max_depth, minimum=1, rule="an int >= 1 (the deepest "
-                                                          "depth='auto' may go) or None",
-                  fix=f"e.g. depth=AutoDepth(max=16); None means {DEFAULT_MAX_DEPTH}")
         warn_at_user(f"max_depth={max_depth!r} is deprecated (it goes in 0.5): pass "
                      f"depth=asyncthrottle.AutoDepth(max={max_depth!r})", DeprecationWarning)
 

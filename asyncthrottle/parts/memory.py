@@ -17,11 +17,12 @@ The default probes (``probe=None``) are the backend's: see
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._callers import warn_at_user
-from .._options import check_callable, check_positive
+from .._options import Option, check_callable, check_positive
 from ..backends.memory import MemoryProbe
 from ._build import Part
 
@@ -81,6 +82,14 @@ class MemoryStats:
     memory_over: int = 0
 
 
+def check_max_memory(max_memory: object) -> Any:
+    """``max_memory=``: bytes > 0, a :class:`MemoryBudget` or None."""
+    if isinstance(max_memory, MemoryBudget):
+        return max_memory
+    return check_positive("max_memory", max_memory, rule=f"{_BYTES}, a MemoryBudget or None",
+                          fix="e.g. max_memory=2 * 2**30")
+
+
 class MemoryGate(Part):
     """A part that holds back a hand-out while ``probe()`` reports more than ``max_memory`` bytes.
 
@@ -99,19 +108,27 @@ class MemoryGate(Part):
         last: the latest reading.
     """
 
-    OPTIONS = ("max_memory", "memory")
+    OPTIONS = (
+        Option("max_memory", "int | MemoryBudget | None", None,
+               "a memory budget: bytes (the backend's probe), or "
+               "`at.MemoryBudget(bytes, probe=...)`",
+               "[`depth=\"auto\"` and memory](auto-depth.md)",
+               lambda name, value: check_max_memory(value), wrong_type=("1GB", MemoryBudget),
+               wrong_value=(-1,)),
+        Option("memory", "Callable[[], int] | None", None, "the budget's probe", "",
+               functools.partial(check_callable,
+                                 rule="a zero-argument callable returning the bytes held",
+                                 fix="e.g. max_memory=MemoryBudget(2 * 2**30, probe=rss_bytes)"),
+               wrong_type=(5,), wrong_value=(lambda: 0,),
+               deprecated="`max_memory=at.MemoryBudget(bytes, probe=...)`"),
+    )
     STATS = MemoryStats
 
     @staticmethod
     def check(options: Mapping[str, Any]) -> None:
-        """``max_memory=``: bytes, a :class:`MemoryBudget` or None; ``memory=`` (before 0.4; goes in
-        0.5): the probe, now ``MemoryBudget(bytes, probe=...)``."""
+        """``memory=`` (before 0.4; goes in 0.5), the probe, needs ``max_memory=`` in bytes: now
+        ``MemoryBudget(bytes, probe=...)``."""
         max_memory, memory = options["max_memory"], options["memory"]
-        if not isinstance(max_memory, MemoryBudget):
-            check_positive("max_memory", max_memory, rule=f"{_BYTES}, a MemoryBudget or None",
-                           fix="e.g. max_memory=2 * 2**30")
-        check_callable("memory", memory, rule="a zero-argument callable returning the bytes held",
-                       fix="e.g. max_memory=MemoryBudget(2 * 2**30, probe=rss_bytes)")
         if memory is None:
             return
         if max_memory is None:

@@ -18,7 +18,7 @@ from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from .._callers import warn_at_user
-from .._options import check_choice
+from .._options import Option, check_choice
 from ._build import Part
 
 if TYPE_CHECKING:
@@ -101,15 +101,18 @@ class NonFiniteWatch(Part):
         mode: ``"warn"`` or ``"raise"``.
     """
 
-    OPTIONS = ("nonfinite",)
+    OPTIONS = (
+        Option("nonfinite", "str | None", "warn",
+               "look for NaN/Inf in the deferred values as their step completes: `\"warn\"` once, "
+               "`\"raise\"`, or `None` (off)",
+               "[Deferred values](deferred.md#nan-and-inf-nonfinite)",
+               functools.partial(check_choice, choices=_CHOICES,
+                                 fix="pass nonfinite='warn' (the default), 'raise' to stop the "
+                                     "loop, or None to look at nothing"),
+               wrong_type=(1, True), wrong_value=("loud",)),
+    )
     STATS = NonFiniteStats
     __slots__ = ("core", "first", "mode", "number", "steps", "warned")
-
-    @staticmethod
-    def check(options: Mapping[str, Any]) -> None:
-        check_choice("nonfinite", options["nonfinite"], _CHOICES,
-                     fix="pass nonfinite='warn' (the default), 'raise' to stop the loop, or None "
-                         "to look at nothing")
 
     @classmethod
     def build(cls, at: Build) -> NonFiniteWatch | None:

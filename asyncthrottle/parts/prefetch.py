@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._callers import warn_at_user
+from .._options import Option
 from .._tree import map_leaves
 from ..backends.copies import CopyModel, PinnedRing, Slot
 from ._build import Part
@@ -48,12 +49,16 @@ class Prefetch(Part):
         backend: the resolved device (``Backend.mover``: where a ``to=`` goes, and how).
     """
 
-    OPTIONS = ("to",)
+    OPTIONS = (
+        Option("to", "Any", None, "every `wrap()`'s default `to=`", "",
+               lambda name, value: check_to(value), wrong_type=(3,),
+               deprecated="`wrap(loader, to=...)`"),
+    )
     STATS = PrefetchStats
 
     @staticmethod
     def check(options: Mapping[str, Any]) -> None:
-        to = check_to(options["to"])
+        to = options["to"]
         if to is not None:
             warn_at_user(f"Throttle(to={to!r}) is deprecated (it goes in 0.5): to= is the "
                          f"wrapper's, pass thr.wrap(loader, to={to!r}) or "
@@ -89,6 +94,15 @@ class Prefetch(Part):
             made = PlainTo(target, non_blocking) if model is None else RingCopy(self._core, model)
             self.movers[target] = made
         return made
+
+    def close(self) -> None:
+        """Let go of the rings' pinned buffers (a view kept by the user keeps its mover, not its
+        ring's memory)."""
+        for made in self.movers.values():
+            if isinstance(made, RingCopy):
+                made.ring.clear()
+        self.movers.clear()
+        self.default = None
 
     def fields(self) -> dict[str, Any]:
         rings = [m.ring.nbytes for m in self.movers.values() if isinstance(m, RingCopy)]

@@ -4,11 +4,10 @@ Systems."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._callers import warn_at_user
-from .._options import check_bool
+from .._options import Option, check_bool
 from ._build import Part
 
 if TYPE_CHECKING:
@@ -66,6 +65,10 @@ class ProfilerRanges(Part):
                 self._torch = torch
                 self._core.listen("on_wait_begin", self.enter_wait)
                 self._core.listen("on_wait", self.leave_wait)
+
+    def close(self) -> None:
+        """Leave the range of a wait that was cut short (its ``on_wait`` never came)."""
+        self.leave_wait(-1, 0.0, 0.0)
 
     def enter_wait(self, step: int) -> None:
         torch = self._torch
@@ -128,11 +131,10 @@ class NvtxRanges(Part):
     """
 
     __slots__ = ("_core", "_nvtx", "_step")
-    OPTIONS = ("nvtx",)
-
-    @staticmethod
-    def check(options: Mapping[str, Any]) -> None:
-        check_bool("nvtx", options["nvtx"])
+    OPTIONS = (
+        Option("nvtx", "bool", False, "NVTX ranges for Nsight Systems (CUDA)",
+               "[Timelines](timelines.md)", check_bool, wrong_type=(1,)),
+    )
 
     @classmethod
     def build(cls, at: Build) -> NvtxRanges | None:
@@ -169,6 +171,10 @@ class NvtxRanges(Part):
         """The step ended without an event (``end_step(failed=True)``, a failed record): close its
         range."""
         self.on_record(step, None, 0.0)
+
+    def close(self) -> None:
+        """End the range of a step still open (its record never came)."""
+        self.on_record(-1, None, 0.0)
 
     def on_wait_begin(self, step: int) -> None:
         self._nvtx.range_push(DRAIN_RANGE if self._core.draining else WAIT_RANGE)

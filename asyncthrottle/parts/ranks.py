@@ -3,18 +3,15 @@ never waited for."""
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import logging
 import math
 import sys
-import weakref
 from collections import deque
-from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .._options import check_int, check_positive
+from .._options import Option, check_int, check_positive
 from ._build import Part
 from .sections import Sections
 from .timing import DeviceTiming
@@ -30,24 +27,8 @@ _log = logging.getLogger("asyncthrottle")
 _KEY = "asyncthrottle/ranks_every/step/"
 # ranks_timeout's default, seconds: far below gloo's 30 minutes, above a rank's evaluation
 TIMEOUT_S = 300.0
-# the parts holding a gloo group: let go of at exit (see _let_go)
-_HOLDING: weakref.WeakSet[RankScores] = weakref.WeakSet()
-
-
-def _let_go() -> None:
-    """At exit, before the interpreter's finalization: every part drops its gloo group and its
-    gathers. A throttle lives in reference cycles, so the cyclic GC frees it, at the latest while
-    the interpreter is torn down; a gloo group (or a gather's work, its tensors) destroyed then
-    aborts the process ("terminate called without an active exception", SIGABRT), after
-    ``destroy_process_group()`` too, which leaves the group to the references still held."""
-    for part in list(_HOLDING):
-        part._works.clear()
-        if part._group is not None:
-            part._group = False
-
-
-atexit.register(_let_go)
-
+# where the docs say more of the ranks' options
+_DDP = "[Frameworks: DDP](frameworks.md#a-stalled-step-and-the-slow-rank-with-no-sync)"
 
 def check_ranks_every(ranks_every: object) -> int | None:
     """``ranks_every=``: an int >= 1 (gather every that many steps) or None (off)."""
@@ -138,13 +119,17 @@ class RankScores(Part):
         timeout: seconds the gathers' group waits for another rank (``ranks_timeout``).
     """
 
-    OPTIONS = ("ranks_every", "ranks_timeout")
+    OPTIONS = (
+        Option("ranks_every", "int | None", None,
+               "straggler scores across `torch.distributed` ranks", _DDP,
+               lambda name, value: check_ranks_every(value), wrong_type=("100",),
+               wrong_value=(0,)),
+        Option("ranks_timeout", "float", TIMEOUT_S,
+               "seconds the ranks' gathers wait for another rank before they stop (at most the "
+               "process group's timeout)", _DDP, lambda name, value: check_ranks_timeout(value),
+               wrong_type=("60", None), wrong_value=(0, math.inf)),
+    )
     STATS = RankStats
-
-    @staticmethod
-    def check(options: Mapping[str, Any]) -> None:
-        check_ranks_every(options["ranks_every"])
-        check_ranks_timeout(options["ranks_timeout"])
 
     @classmethod
     def build(cls, at: Build) -> RankScores | None:
@@ -229,6 +214,19 @@ class RankScores(Part):
         # next pass's records (self._next stays at the next step while gathers are in flight)
         self._poll()
 
+    def close(self) -> None:
+        """Drop the gloo group and the gathers in flight (their work, their tensors), never waiting
+        for them: the scores stay those of the last gather read.
+
+        Also at the interpreter's exit, before its finalization (the throttle's finalizer runs
+        then): a gloo group or a gather's work destroyed while the interpreter is torn down aborts
+        the process ("terminate called without an active exception", SIGABRT), after
+        ``destroy_process_group()`` too, which leaves the group to the references still held.
+        """
+        self._works.clear()
+        if self._group is not None:
+            self._group = False
+
     def median(self) -> float:
         """This rank's recent median step time (or own work, with sections) in seconds; NaN before
         any sample."""
@@ -280,7 +278,6 @@ class RankScores(Part):
         except Exception as exc:
             self._stop(step, exc, making=True)
             return False
-        _HOLDING.add(self)
         return True
 
     def _launch(self, step: int) -> None:

@@ -9,6 +9,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .._options import check_bool
+from ..core.errors import closed
 from ..core.events import Event, EventFactory
 from ..core.notify import tell
 from ._build import Part
@@ -73,7 +75,7 @@ class Section:
         self._owner, self._core, self._name, self._collective = owner, owner.core, name, collective
 
     def __enter__(self) -> Section:
-        # the hot path, inline: a section is entered every step
+        # (a section is entered every step: docs/architecture.md's hot paths)
         owner = self._owner
         name = self._name
         # the step being run, if any
@@ -175,21 +177,52 @@ class Sections(Part):
         # name -> recent device ms
         self.recent: dict[str, deque[float]] = {}
         self.made: dict[tuple[str, bool], Section] = {}
+        # the throttle was closed: no section is made or entered
+        self.closed = False
 
     def section(self, name: str, collective: bool) -> Section:
-        """The context manager of ``name`` (made once per name and kind, then reused)."""
+        """The context manager of ``name`` (made once per name and kind, then reused: a made one is
+        found first, before any check: ``Throttle.section()`` is called in every step).
+
+        Raises:
+            TypeError: ``name`` is not a str, or ``collective`` not True or False.
+            ValueError: ``name`` is empty.
+            RuntimeError: the throttle is closed.
+        """
+        # (identity, not equality: collective=1 is not taken for True)
+        if type(name) is str and (collective is False or collective is True):
+            made = self.made.get((name, collective))
+            if made is not None:
+                return made
+        check_bool("collective", collective)
+        if not isinstance(name, str):
+            raise TypeError(f"section name must be a non-empty str, got {name!r} "
+                            f"({type(name).__name__}); e.g. section('forward')")
+        if not name:
+            raise ValueError("section name must be a non-empty str, got ''; name the phase, e.g. "
+                             "section('forward')")
+        if self.closed:
+            raise RuntimeError(closed("section()"))
         key = (name, collective)
-        made = self.made.get(key) if type(name) is str else None
+        made = self.made.get(key)
         if made is None:
-            if not isinstance(name, str) or not name:
-                raise TypeError("section name must be a non-empty str, e.g. section('forward'), "
-                                f"got {name!r}")
             made = self.made[key] = Section(self, name, collective)
         return made
+
+    def close(self) -> None:
+        """Let go of the timing events not read and of the sections made (they hold this part); a
+        section entered after raises."""
+        self.closed = True
+        self.made.clear()
+        self.waiting.clear()
+        self.recorded, self.marks = [], []
+        self.open_.clear()
 
     # -- the sections ----------------------------------------------------------
 
     def refuse(self, name: str) -> None:
+        if self.closed:
+            raise RuntimeError(closed(f"section({name!r})"))
         raise RuntimeError(
             f"section({name!r}) was entered outside a step: a section brackets part of a step, so "
             "enter it inside the loop body (a wrapped loop's body, `with throttle.step():` or "

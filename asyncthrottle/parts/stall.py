@@ -12,9 +12,10 @@ import threading
 import traceback
 import weakref
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .._options import Option
 from ..core.events import Event
 from ..core.waits import WaitStrategy
 from ._build import Part
@@ -98,12 +99,14 @@ class StallWatch(Part):
         clock: the throttle's clock.
     """
 
-    OPTIONS = ("stall",)
+    OPTIONS = (
+        Option("stall", "float | str | None", "auto",
+               "log a wait that lasts this long, once, with every thread's stack",
+               "[Frameworks: DDP](frameworks.md#a-stalled-step-and-the-slow-rank-with-no-sync)",
+               lambda name, value: check_stall(value), wrong_type=([1],),
+               wrong_value=(-5.0, "often")),
+    )
     STATS = StallStats
-
-    @staticmethod
-    def check(options: Mapping[str, Any]) -> None:
-        check_stall(options["stall"])
 
     @classmethod
     def build(cls, at: Build) -> StallWatch | None:
@@ -113,7 +116,7 @@ class StallWatch(Part):
         if stall is None or core.synchronous:
             return None
         watch = cls(core, None if stall == "auto" else stall, at.clock)  # type: ignore[arg-type]
-        core.wait_strategy = watch.wrap(core.wait_strategy, core.timeout)
+        core.wrap_wait(watch.wrap)
         return watch
 
     def fields(self) -> dict[str, Any]:
@@ -193,6 +196,10 @@ class StallWatch(Part):
         # the time between passes is no step's
         self._mark_steps = -1
 
+    def close(self) -> None:
+        """No wait runs any more: the watchdog lets go of the watch at its next look."""
+        self._waiting = None
+
     def look(self) -> bool:
         """Report the wait running now if it passed its threshold and was not reported. Any
         thread."""
@@ -241,19 +248,22 @@ class StallWatch(Part):
 
 
 class _Deadline:
-    """A wait strategy that stops at the report's time, reports, and waits on (the loop's
-    thread)."""
+    """A wait strategy that stops at the report's time, reports, and waits on (the loop's thread).
+
+    It holds the watch weakly: the core holds this strategy and the watch holds the core, so a
+    strong reference would be a cycle that only the cyclic garbage collector frees.
+    """
 
     def __init__(self, wait: WaitStrategy, watch: StallWatch) -> None:
-        self.wait, self.watch = wait, watch
+        self.wait, self.watch = wait, weakref.ref(watch)
         self.blocking_events, self.honours_timeout = wait.blocking_events, wait.honours_timeout
         self.resumes = True
 
     def __call__(self, event: Event, timeout: float | None, waited: float = 0.0) -> bool:
-        watch, wait = self.watch, self.wait
-        waiting = watch._waiting
-        # not the core's wait, or reported already
-        if waiting is None or waiting[0] == watch._reported:
+        watch, wait = self.watch(), self.wait
+        waiting = watch._waiting if watch is not None else None
+        # not the core's wait (or the watch is gone), or reported already
+        if watch is None or waiting is None or waiting[0] == watch._reported:
             return wait(event, timeout)
         _, began, limit = waiting
         left = limit - (watch.clock() - began)

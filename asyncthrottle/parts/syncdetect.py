@@ -4,11 +4,11 @@ next wait."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import functools
 from typing import TYPE_CHECKING, Any
 
 from .._callers import warn_at_user
-from .._options import check_choice
+from .._options import Option, check_choice
 from ._build import Part
 from .syncaudit import SyncAudit, summary_lines
 
@@ -52,14 +52,13 @@ class SyncDetect(Part):
     """
 
     __slots__ = ("_active", "_cuda", "_mode", "_previous", "_resume", "audit")
-    OPTIONS = ("detect_sync",)
+    OPTIONS = (
+        Option("detect_sync", "str | None", None, "`\"warn\"`/`\"error\"`: report hidden syncs",
+               "[Telemetry](telemetry.md#hidden-syncs)",
+               functools.partial(check_choice, choices=MODES, fix="pass 'warn', 'error' or None"),
+               wrong_type=(1,), wrong_value=("loud",)),
+    )
     STATS = SyncStats
-
-    @staticmethod
-    def check(options: Mapping[str, Any]) -> None:
-        check_choice(
-            "detect_sync", options["detect_sync"], MODES, fix="pass 'warn', 'error' or None"
-        )
 
     @classmethod
     def build(cls, at: Build) -> SyncDetect | None:
@@ -115,6 +114,10 @@ class SyncDetect(Part):
 
     def on_pause(self, now: float) -> None:
         self._resume = False
+        self._close()
+
+    def close(self) -> None:
+        """Restore CUDA's sync debug mode if a step's window is open (the mode is the process's)."""
         self._close()
 
     def _open(self, *, new_step: bool) -> None:

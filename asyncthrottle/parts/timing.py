@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._options import check_int
+from .._options import Option, check_int
 from ..core.events import Event, EventFactory
 from ..core.notify import tell
 from ._build import Part
@@ -148,14 +149,15 @@ class DeviceTiming(Part):
             recorded), so a first sampled step handed out idle is not timed.
     """
 
-    OPTIONS = ("sample_every",)
+    OPTIONS = (
+        Option("sample_every", "int | None", 8, "time every k-th step on the device (`None`: off)",
+               "[Telemetry](telemetry.md)",
+               functools.partial(check_int, minimum=1,
+                                 rule="an int >= 1 (time every k-th step) or None",
+                                 fix="e.g. sample_every=8, or None for no device timing"),
+               wrong_type=("8",), wrong_value=(0,)),
+    )
     STATS = TimingStats
-
-    @staticmethod
-    def check(options: Mapping[str, Any]) -> None:
-        check_int("sample_every", options["sample_every"], minimum=1,
-                  rule="an int >= 1 (time every k-th step) or None",
-                  fix="e.g. sample_every=8, or None for no device timing")
 
     @classmethod
     def build(cls, at: Build) -> DeviceTiming | None:
@@ -177,6 +179,10 @@ class DeviceTiming(Part):
             f"{stats.device_ms_p90:.2f}; {stats.device_samples} steps timed), idle >= "
             f"{stats.idle_fraction:.0%}"
         ]
+
+    @staticmethod
+    def postfix(stats: Stats) -> list[str]:
+        return [] if stats.idle_fraction is None else [f"idle={stats.idle_fraction:.0%}"]
 
     def __init__(self, core: Core, timed: EventFactory, sampling: Sampling, *,
                  trusted: bool = False) -> None:
@@ -228,8 +234,7 @@ class DeviceTiming(Part):
             self._before_step, self._before = -2, None
         elif not self.sampling.sampled(step):
             # the step before a sampled one (step 0 at every=1): its end is the sampled step's start
-            # (Core.supply_next, inlined: the core is asking this part, so it supplies)
-            core.supplied_step = step + 1
+            core.supply_next(self, step + 1)
             self._before_step, self._before = step, event
             return event
         else:
@@ -341,6 +346,12 @@ class DeviceTiming(Part):
         core.unlisten("on_retire", self._on_retire)
         self.ends.clear()
         self._start_step, self._start = -2, None
+
+    def close(self) -> None:
+        """Let go of the timing events of the samples not read (never read now)."""
+        self.ends.clear()
+        self._start_step, self._start = -2, None
+        self._before_step, self._before = -2, None
 
     def flush(self) -> None:
         """Read the timing of every sampled step seen complete so far. Queries only; never blocks.

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import os
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._options import check_int
+from .._options import Option, check_int
 from ._build import Part
 
 if TYPE_CHECKING:
@@ -80,11 +80,11 @@ class Trace(Part):
     __slots__ = ("_clock", "_core", "_device", "_extra", "_fetch_s", "_fetch_start", "_h_in",
                  "_h_step", "_h_time", "_ring", "_sections", "capacity")
 
-    OPTIONS = ("trace",)
-
-    @staticmethod
-    def check(options: Mapping[str, Any]) -> None:
-        check_trace(options["trace"])
+    OPTIONS = (
+        Option("trace", "int", 0, "keep a timeline of the last N steps",
+               "[Timelines](timelines.md)", lambda name, value: check_trace(value),
+               wrong_type=("8",), wrong_value=(-1,)),
+    )
 
     @classmethod
     def build(cls, at: Build) -> Trace | None:

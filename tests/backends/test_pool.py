@@ -88,6 +88,18 @@ def test_steady_state_keeps_depth_plus_a_constant_events_over_10k_steps(
     assert sum(e.records for e in CountingTorchEvent.made) >= 10_000
 
 
+def test_a_closed_throttle_lets_go_of_the_events_kept_for_reuse(counted: FakeDevice) -> None:
+    dev = counted
+    thr = at.Throttle(2, device="cuda", wait=dev.wait("spin"), clock=dev.clock)
+    for i in thr.wrap(range(20)):
+        dev.launch(0.001)
+        loss = thr.defer(float(i), name="loss")
+    events = inside(thr).core.new_event
+    assert isinstance(events, pool.EventPool) and len(events) > 0
+    thr.close()
+    assert len(events) == 0 and loss.get() == 19.0  # (a kept value keeps its own event)
+
+
 def test_no_event_is_re_recorded_while_anything_refers_to_it(counted: FakeDevice) -> None:
     dev = counted
     thr = at.Throttle(2, device="cuda", wait=dev.wait("spin"), clock=dev.clock, sample_every=2, trace=16, timeout=1.0)

@@ -202,17 +202,6 @@ def _loop(dev: FakeDevice, thr: at.Throttle, refs: list[weakref.ref[_Batch]], na
         thr.defer(float("nan") if nan and i == 1 else 1.0, name="loss")
 
 
-@pytest.fixture
-def no_gc() -> Iterator[None]:
-    """The cyclic garbage collector off: what only it would free stays alive."""
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
 @pytest.mark.usefixtures("no_gc")
 @pytest.mark.parametrize("device", ["fake", "cpu"])
 @pytest.mark.parametrize("cause", ["on_complete", "nonfinite"])
@@ -313,7 +302,7 @@ def test_ctrl_c_between_a_retirement_and_its_telling_loses_no_value(monkeypatch:
     dev, thr = _throttle(2)
     got: list[tuple[int, Any]] = []
     thr.on_complete(lambda step, values: got.append((step, values.get("loss"))))
-    tell = Core._tell_retired
+    tell = Core.tell_retired
 
     def interrupted(core: Core, step: int) -> None:
         if step == 1 and not interrupted.fired:  # type: ignore[attr-defined]
@@ -322,7 +311,7 @@ def test_ctrl_c_between_a_retirement_and_its_telling_loses_no_value(monkeypatch:
         tell(core, step)
 
     interrupted.fired = False  # type: ignore[attr-defined]
-    monkeypatch.setattr(Core, "_tell_retired", interrupted)
+    monkeypatch.setattr(Core, "tell_retired", interrupted)
     deferred: list[float] = []
     with pytest.raises(KeyboardInterrupt):
         for i in thr.wrap(range(4)):

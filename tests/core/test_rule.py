@@ -320,6 +320,33 @@ def test_the_core_is_lean_only_while_no_part_hears_a_step() -> None:
     assert not inside(dev.throttle(2, max_memory=1 << 30, memory=lambda: 0)).core.lean  # a hold
 
 
+def test_a_part_hears_each_batch_a_wrapped_loop_takes_after_its_fetch_and_none_of_a_step_loop() -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(2)
+    core = inside(thr).core
+    heard: list[tuple[str, int, object]] = []
+
+    class Batches:
+        def on_fetch(self, step: int, start: float, seconds: float) -> None:
+            heard.append(("fetch", step, None))
+
+        def on_batch(self, step: int, batch: object) -> None:
+            heard.append(("batch", step, batch))
+
+    assert not core.hears_fetch  # (the step road's one truth test for both)
+    part = Batches()
+    thr.subscribe(part)
+    assert core.hears_fetch and not core.lean
+    for _ in thr.wrap("ab"):
+        dev.launch(0.001)
+    with thr.step():
+        pass
+    assert heard == [("fetch", 0, None), ("batch", 0, "a"), ("fetch", 1, None), ("batch", 1, "b"),
+                     ("fetch", 2, None)]  # the source's end: a fetch, no batch; a step loop's step: none
+    thr.unsubscribe(part)
+    assert not core.hears_fetch and core.lean
+
+
 def test_a_part_that_subscribes_or_unsubscribes_while_told_changes_the_next_notification_only() -> None:
     dev = FakeDevice()
     thr = dev.throttle(2)
@@ -350,8 +377,8 @@ def test_a_part_that_subscribes_or_unsubscribes_while_told_changes_the_next_noti
     assert heard == [("early", 0), ("other", 0), ("early", 1), ("other", 1), ("late", 1), ("other", 2), ("late", 2)]
 
 
-_NOTIFICATIONS = ("before_record", "on_record", "on_drop", "on_dry", "on_fetch", "on_handout", "on_idle",
-                  "on_retire", "on_wait_begin", "on_wait", "on_pause")
+_NOTIFICATIONS = ("before_record", "on_record", "on_drop", "on_dry", "on_fetch", "on_batch", "on_handout",
+                  "on_idle", "on_retire", "on_wait_begin", "on_wait", "on_pause")
 
 
 def _every_notification(dev: FakeDevice, thr: at.Throttle, log: list[tuple[object, ...]]) -> None:

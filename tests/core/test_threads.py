@@ -176,6 +176,16 @@ def test_drain_from_another_thread_during_a_loop_is_refused() -> None:
     assert list(loop) == [1, 2]
 
 
+def test_close_from_another_thread_while_a_step_loop_runs_is_refused() -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(2)
+    thr.begin_step()
+    refused = _joined(thr.close)
+    assert isinstance(refused, RuntimeError) and "close() was called while thread" in str(refused)
+    thr.end_step()
+    thr.close()
+
+
 def _joined(call: Any) -> Any:
     """``call()`` in another thread, joined: what it returned or raised."""
     thread, out = _in_thread(call)

@@ -401,6 +401,18 @@ def test_stats_and_summary_report_the_pinned_bytes(model: FakeCopy) -> None:
     assert "2.0 MiB pinned by the staging ring" in thr.summary()
 
 
+def test_closing_the_throttle_lets_go_of_the_rings_pinned_buffers(model: FakeCopy) -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(1)
+    view = thr.wrap(batches(4, size=2**18), to="cuda")  # (a view kept after close keeps no pinned memory)
+    for _ in view:
+        dev.launch(0.010)
+    ring = _ring(thr)
+    assert ring.nbytes > 0 and ring.busy
+    thr.close()
+    assert ring.nbytes == 0 and not ring.free and not ring.busy and thr.stats.pinned_bytes == 0
+
+
 def test_bad_to_says_what_to_pass_at_the_wrap(fake_cuda: SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> None:
     cpu = at.Throttle(2, device="cpu")
     with pytest.raises(TypeError, match="to must be None, a str such as 'cuda'"):

@@ -395,13 +395,12 @@ def test_ranks_timeout_must_be_positive_seconds(value: object, error: type) -> N
         FakeDevice().throttle(ranks_every=10, ranks_timeout=value)
 
 
-def test_at_exit_every_part_lets_go_of_its_group_and_gathers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A throttle lives in reference cycles: the cyclic GC frees it, at the latest as the interpreter
-    is torn down, where destroying a gloo group or a gather's work aborts the process (SIGABRT, a
-    torchrun rank's exit code -6, after destroy_process_group() too). At exit, before that, every
-    part drops them."""
-    from asyncthrottle.parts import ranks
-
+@pytest.mark.parametrize("how", ["close()", "dropped"])
+def test_a_closed_or_dropped_throttle_lets_go_of_its_group_and_gathers(how: str, monkeypatch: pytest.MonkeyPatch
+                                                                      ) -> None:
+    """A gloo group or a gather's work destroyed while the interpreter is torn down aborts the process
+    (SIGABRT, a torchrun rank's exit code -6, after destroy_process_group() too): the part lets go of them
+    when its throttle is closed or dropped, never waiting for the other ranks."""
     fake = _fake_world(monkeypatch)
     dev = FakeDevice()
     thr = dev.throttle(2, wait="poll", ranks_every=5, sample_every=None)
@@ -409,31 +408,34 @@ def test_at_exit_every_part_lets_go_of_its_group_and_gathers(monkeypatch: pytest
         dev.host(STEP_S)
     part = inside(thr).part(RankScores)
     assert len(part._works) == 2 and part._group == "ranks"  # in flight: the loop never waits for them
-    ranks._let_go()
+    if how == "close()":
+        thr.close()
+    else:
+        del thr  # (freed at once: no garbage collection needed)
     assert not part._works and part._group is False and fake.waited == []
-    for _ in thr.wrap(range(10)):  # (nothing gathers after: the group is gone)
-        dev.host(STEP_S)
-    assert [w.step for w in fake.works] == [4, 9]
 
 
-def test_the_let_go_runs_at_exit_before_the_interpreter_is_torn_down() -> None:
-    code = textwrap.dedent("""
-        import atexit
-        atexit.register(lambda: print("exit handlers end"))  # (last registered runs first: ours)
-        from asyncthrottle.parts import ranks
+def test_a_throttle_alive_at_exit_lets_go_before_the_interpreter_is_torn_down() -> None:
+    """A throttle still held at exit (a script's global) is released by the exit handlers, while the
+    interpreter is whole: its gathers' work is freed before the interpreter finalizes."""
+    code = textwrap.dedent(f"""
+        import atexit, sys
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+        from collections import deque
+        from helpers import inside
+        from asyncthrottle.parts.ranks import RankScores
+        from asyncthrottle.testing import FakeDevice
 
         class Work:
             def __del__(self):
-                print("work freed")
+                print("work freed, finalizing:", sys.is_finalizing())
 
-        class Part:  # a part in a reference cycle, as a throttle's are
-            pass
-
-        part = Part()
-        part.cycle, part._works, part._group = part, [Work()], "group"
-        ranks._HOLDING.add(part)
+        thr = FakeDevice().throttle(2, ranks_every=5)  # a global: alive at exit
+        part = inside(thr).part(RankScores)
+        part._works, part._group = deque([(Work(), [], 4)]), "group"
         del part
+        atexit.register(lambda: print("exit handlers end"))  # (registered last: runs first)
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[:2] == ["work freed", "exit handlers end"], done.stdout
+    assert done.stdout.split("\n")[:2] == ["exit handlers end", "work freed, finalizing: False"], done.stdout

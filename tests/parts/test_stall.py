@@ -247,7 +247,7 @@ def _watchdogs() -> set[threading.Thread]:
 @pytest.mark.parametrize("wait", ["spin", "block"])
 def test_dropped_throttles_leave_no_watchdog_thread_behind(wait: str) -> None:
     gc.collect()
-    gc.disable()  # a throttle is a cycle: only the cyclic GC frees it, so a thread per watch would stay
+    gc.disable()  # (a dropped throttle is freed by reference counts alone; a thread per watch would stay)
     try:
         watches = []
         for _ in range(20):

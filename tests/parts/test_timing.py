@@ -26,7 +26,7 @@ def timing_events(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
         import sys
 
         # (the package's `throttle` is the function: the module is sys.modules')
-        throttle_module = sys.modules["asyncthrottle.throttle"]
+        throttle_module = sys.modules["asyncthrottle._lifecycle"]
         resolve = throttle_module.resolve_backend
 
         def separate(*args: Any, **kwargs: Any) -> Any:
@@ -127,7 +127,7 @@ def trusted(monkeypatch: pytest.MonkeyPatch) -> None:
     hand-out of a sampled step gets a start marker from the first."""
     import sys
 
-    throttle_module = sys.modules["asyncthrottle.throttle"]
+    throttle_module = sys.modules["asyncthrottle._lifecycle"]
     resolve = throttle_module.resolve_backend
 
     def trusting(*args: Any, **kwargs: Any) -> Any:
