@@ -81,7 +81,8 @@ class ThrottleHooks:
         """Start the throttle's steps at the framework's numbering: none yet (the identity)."""
         # the framework takes and moves each batch between its step hooks (it drains before an
         # evaluation): that time is fetching, as a wrapped loop's next() is
-        life = _lifecycle.of(self.throttle)
+        # the throttle's loop, driven directly by begin/end/fail (every step: a call less each)
+        life = self._life = _lifecycle.of(self.throttle)
         life.fetch_between_steps()
         self._numbering.reset()
         watch = life.part(NonFiniteWatch)
@@ -105,11 +106,11 @@ class ThrottleHooks:
             logger.debug("asyncthrottle: a step began before the last one ended; recording the "
                          "last one")
             self.end()
-        step = self.throttle.begin_step()
+        step = self._life.begin_step()
         if number is not None:
             self._numbering.moved(step, number)
         self._open = True
-        self._began = _lifecycle.of(self.throttle).clock()
+        self._began = self._life.clock()
         return step
 
     def framework_step(self, step: int) -> int:
@@ -155,7 +156,7 @@ class ThrottleHooks:
                 self.throttle.defer(loss, name="loss")
         finally:
             self._open = False
-            self.throttle.end_step()
+            self._life.end_step(False)
 
     def fail(self) -> None:
         """The open step raised: record nothing, drop its values, block on nothing."""
@@ -163,7 +164,7 @@ class ThrottleHooks:
         self._phase = None
         if self._open:
             self._open = False
-            self.throttle.end_step(failed=True)
+            self._life.end_step(True)
 
     def abandon(self, at: float | None = None) -> None:
         """Training stopped (an exception): drop the open step and end the pass. Never blocks.
@@ -231,6 +232,7 @@ class ThrottleHooks:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         throttle: Throttle = state.pop("throttle")
+        state.pop("_life", None)
         state["_open"] = False
         state["_phase"] = None
         for name in self._TRANSIENT:
