@@ -198,7 +198,7 @@ class Pass(StepIterator[T]):
         else a new one)."""
         if self._items is None:
             self._start()
-            return self._step()
+            return self.__next__()
         return super()._begin()
 
     def _failed(self, exc: BaseException) -> None:

@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, TypeVar
 
-from .notify import tell_all, tell_rest
-
 if TYPE_CHECKING:
     from .rule import Core
 
@@ -18,14 +16,14 @@ class StepIterator(Iterator[T]):
     """Iterates ``items`` under ``core``'s rule: ``next()`` records the step that ran, takes the
     next batch and admits it.
 
-    That is the per-step path of most loops, where one Python call costs as much as the rule, so
-    it runs in the frame of ``next()`` itself: a wrapped loop's pass (``asyncthrottle.view.Pass``)
-    is a ``StepIterator`` and adds only its lifecycle. The record is written here once, its hooks
-    truth tests (:meth:`Core.record` is this road without a fetch: :meth:`record`); the admit of
-    a lean core (see ``Core.lean``) is a fast path for the steps that wait for nothing, the
-    general :meth:`Core.admit` called otherwise (a random-script test holds the two roads to the
-    same decisions). One of docs/architecture.md's hot paths: the record as a method of its own
-    measured 2-14% more a step.
+    That is the per-step path of most loops, where one Python call costs as much as the rule. The
+    rule's methods are :meth:`Core.record` and :meth:`Core.admit`, written once, in ``rule.py``;
+    ``next()`` calls them, except where the core is lean (see ``Core.lean``: no part hears the
+    step, and it waits for nothing), where it runs their fast paths in its own frame: the record
+    of an event and the retirement of the steps seen complete, no hook told (and a synchronous
+    step no part hears: its count). A random-script test holds these fast paths to the general
+    methods' decisions. A wrapped loop's pass (``asyncthrottle.view.Pass``) is a
+    ``StepIterator`` and adds only its lifecycle. One of docs/architecture.md's hot paths.
 
     The parts hear the record at the clock's time. The fetch is timed from after the record (the
     parts' work there is not the source's) and told (``Core.fetched``), also when it raises
@@ -39,7 +37,7 @@ class StepIterator(Iterator[T]):
 
     def __init__(self, core: Core, items: Iterator[T] | None) -> None:
         self._core = core
-        # the source's iterator (None: not started, or a core's records alone)
+        # the source's iterator (None: not started)
         self._items = items
         # the batch whose admit raised, handed out by the next next()
         self._held: list[T] = []
@@ -65,44 +63,18 @@ class StepIterator(Iterator[T]):
         """``next()`` raised ``exc``: no batch is handed out."""
         self.in_body = False
 
-    def _step(self, record_at: float | None = None) -> T:
-        """``next()``; given ``record_at``, only the record of the open step, at that host time
-        (:meth:`Core.record`)."""
+    def __next__(self) -> T:
+        """The record of the step that ran (if one did), the fetch of the next batch, its admit."""
         core = self._core
-        clock = core.clock
         pending = core.pending
         if self.in_body:
-            step = core.steps
             try:
-                if core.new_event is None:
-                    # synchronous: the step is complete as it ends
-                    core.steps = step + 1
-                    if core.on_record:
-                        hooks = core.on_record
-                        now = clock() if record_at is None else record_at
-                        try:
-                            for hook in hooks:
-                                hook(step, None, now)
-                        except BaseException:
-                            tell_rest(hooks, hook, step, None, now)
-                            if core.on_retire:
-                                # complete all the same
-                                tell_all([core.tell_retired], step)
-                            raise
-                    if core.on_retire:
-                        core.tell_retired(step)
-                else:
+                if core.lean:
+                    # Core.record() where no part hears the step (lean): the fast path
+                    step = core.steps
                     event = (core.supplier.supply_event(step) if step == core.supplied_step
-                             else core.new_event())
+                             else core.new_event())  # type: ignore[misc]
                     try:
-                        if core.before_record:
-                            hooks = core.before_record
-                            try:
-                                for hook in hooks:
-                                    hook(step, event)
-                            except BaseException:
-                                tell_rest(hooks, hook, step, event)
-                                raise
                         # may raise (CUDA graph capture): then the step is not counted
                         event.record()
                     except BaseException:
@@ -117,40 +89,22 @@ class StepIterator(Iterator[T]):
                     if queued > 1 and pending[-2].query():
                         core.dry += 1
                         core.last_dry = step
-                        if core.on_dry:
-                            hooks = core.on_dry
-                            try:
-                                for hook in hooks:
-                                    hook(step)
-                            except BaseException:
-                                tell_rest(hooks, hook, step)
-                                # recorded all the same
-                                tell_all(core.on_record, step, event,
-                                         clock() if record_at is None else record_at)
-                                raise
-                        if queued == 2 and not core.on_retire:
-                            # the step before, seen complete: retired now (the hand-out would ask
-                            # it again)
+                        if queued == 2:
+                            # the step before, seen complete: retired now
                             pending.popleft()
-                    if core.on_record:
-                        hooks = core.on_record
-                        now = clock() if record_at is None else record_at
-                        try:
-                            for hook in hooks:
-                                hook(step, event, now)
-                        except BaseException:
-                            tell_rest(hooks, hook, step, event, now)
-                            raise
+                elif core.new_event is None and not (core.on_record or core.on_retire):
+                    # Core.record() of a synchronous step no part hears: complete as it ends
+                    core.steps += 1
+                else:
+                    core.record()
             except BaseException as exc:
                 self._failed(exc)
                 raise
-            if record_at is not None:
-                # Core.record(): no fetch, no admit
-                return None  # type: ignore[return-value]
         elif self._held or self._items is None:
             return self._begin()
         else:
             self.in_body = True
+        clock = core.clock
         start = clock()
         try:
             item = next(self._items)  # type: ignore[arg-type]
@@ -190,10 +144,4 @@ class StepIterator(Iterator[T]):
             raise
         return item
 
-    __next__ = _step
 
-    def record(self, now: float) -> None:
-        """The record of the step whose body ran, at host time ``now``, without a fetch and an
-        admit: :meth:`Core.record`, this road's first half."""
-        self.in_body = True
-        self._step(now)

@@ -8,8 +8,7 @@ from typing import Any
 
 from .errors import ThrottleTimeout, not_ended
 from .events import Event, EventFactory
-from .loop import StepIterator
-from .notify import STEP_HOOKS, Hooks, tell, tell_rest
+from .notify import STEP_HOOKS, Hooks, tell, tell_all, tell_rest
 from .waits import WaitStrategy
 
 # in-flight histogram size at most (the last bucket counts "that many or more")
@@ -37,10 +36,10 @@ class Core(Hooks):
     one frame. ``lean`` says that a step which waits for nothing has no part to
     tell and no budget but the depth (the backend is asynchronous, the depth is
     set, and no part listens to records, fetches, retirements, hand-outs or
-    holds); the iterator then runs :meth:`admit` inlined, the whole per-step
-    cost of a plain loop (a random-script test holds the two roads to the same
-    decisions). The record is written once, there (:meth:`record` is its first
-    half), its hooks truth tests. Hooks are added and removed only through
+    holds); the iterator then runs the fast paths of :meth:`record` and
+    :meth:`admit` in its frame, the whole per-step cost of a plain loop (a
+    random-script test holds the two roads to the same decisions), and calls
+    them otherwise. Hooks are added and removed only through
     :meth:`subscribe`/:meth:`listen` and their inverses
     (:class:`~asyncthrottle.core.notify.Hooks`), which keep ``lean`` true.
 
@@ -71,7 +70,7 @@ class Core(Hooks):
     """
 
     __slots__ = (
-        "_recorder", "_telling", "_untold", "clock", "depth", "draining", "dry", "fetch_s",
+        "_telling", "_untold", "clock", "depth", "draining", "dry", "fetch_s",
         "hears_fetch", "histogram", "last_dry", "lean", "limit", "max_in_flight", "new_event",
         "pending", "steps", "timeout", "top", "wait_s", "wait_strategy", "waits",
     )
@@ -106,8 +105,6 @@ class Core(Hooks):
         self.lean = False
         # a part hears fetches or batches (on_fetch, on_batch): one truth test a fetch, as lean's
         self.hears_fetch = False
-        # the one road's record alone (record())
-        self._recorder: StepIterator[None] = StepIterator(self, None)
         self.set_depth(depth)
 
     @property
@@ -142,8 +139,6 @@ class Core(Hooks):
         (see :meth:`Hooks.release`). The counters and the queue stay: a value kept by the user still
         waits for its step (``Deferred.get()``)."""
         super().release()
-        # (the recorder holds the core: a cycle)
-        del self._recorder
 
     def _relean(self) -> None:
         self.lean = (self.new_event is not None and self.limit is not None and self.limit < self.top
@@ -152,15 +147,81 @@ class Core(Hooks):
 
     # -- the rule ----------------------------------------------------------
 
-    def record(self, now: float) -> int:
+    def record(self, now: float | None = None) -> int:
         """End of a step: one event, recorded after the step's work was enqueued, the parts told
-        at host time ``now``. Returns the step.
+        at host time ``now`` (None: the clock's now, read only if a part hears it). Returns the
+        step.
 
-        The first half of the rule's one road (a loop's ``next()``: see
-        :class:`~asyncthrottle.core.loop.StepIterator`), without a fetch and an admit.
+        The first half of a loop's ``next()`` (:class:`~asyncthrottle.core.loop.StepIterator`,
+        which runs it inlined while the core is lean), ``end_step()``'s and ``mark()``'s record.
+        A step whose record a part raised at is still recorded (on a synchronous backend, retired
+        too); one whose event cannot be recorded (CUDA graph capture) is dropped, not counted.
         """
-        self._recorder.record(now)
-        return self.steps - 1
+        step = self.steps
+        if self.new_event is None:
+            # synchronous: the step is complete as it ends
+            self.steps = step + 1
+            if self.on_record:
+                hooks = self.on_record
+                now = self.clock() if now is None else now
+                try:
+                    for hook in hooks:
+                        hook(step, None, now)
+                except BaseException:
+                    tell_rest(hooks, hook, step, None, now)
+                    if self.on_retire:
+                        # complete all the same
+                        tell_all([self.tell_retired], step)
+                    raise
+            if self.on_retire:
+                self.tell_retired(step)
+            return step
+        pending = self.pending
+        event = (self.supplier.supply_event(step) if step == self.supplied_step
+                 else self.new_event())
+        try:
+            if self.before_record:
+                hooks = self.before_record
+                try:
+                    for hook in hooks:
+                        hook(step, event)
+                except BaseException:
+                    tell_rest(hooks, hook, step, event)
+                    raise
+            # may raise (CUDA graph capture): then the step is not counted
+            event.record()
+        except BaseException:
+            self.drop()
+            raise
+        pending.append(event)
+        self.steps = step + 1
+        queued = len(pending)
+        if queued > self.max_in_flight:
+            self.max_in_flight = queued
+        # the device ran dry in this body (a query, never a sync)
+        if queued > 1 and pending[-2].query():
+            self.dry += 1
+            self.last_dry = step
+            if self.on_dry:
+                try:
+                    tell(self.on_dry, step)
+                except BaseException:
+                    # recorded all the same
+                    tell_all(self.on_record, step, event, self.clock() if now is None else now)
+                    raise
+            if queued == 2 and not self.on_retire:
+                # the step before, seen complete: retired now (the hand-out would ask it again)
+                pending.popleft()
+        if self.on_record:
+            hooks = self.on_record
+            now = self.clock() if now is None else now
+            try:
+                for hook in hooks:
+                    hook(step, event, now)
+            except BaseException:
+                tell_rest(hooks, hook, step, event, now)
+                raise
+        return step
 
     def fetched(self, step: int, start: float, seconds: float, counted: bool = True,
                 batch: Any = _NO_BATCH) -> None:

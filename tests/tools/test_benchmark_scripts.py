@@ -49,8 +49,9 @@ def test_values_host_cost_runs_and_counts_the_calls_of_each_loop(metrics: bool) 
     # the stand-ins call no JAX, so the counts are the library's own: a bound that one call more a
     # step (a slower walk or watch) breaks. Over half a call of slack: on a loaded machine a few
     # steps take another wait path (one call more a step on a tenth of the steps seen beside two
-    # busy loops); 47.2 and 25.2 read with the rule's one road in next()'s frame
-    assert python <= (47.8 if metrics else 25.8), done.stdout
+    # busy loops); 48.6 and 26.6 read with Core.record called from next() (a deferred value's part
+    # hears the record: the core is not lean)
+    assert python <= (49.2 if metrics else 27.2), done.stdout
 
 
 def test_step_counts_holds_the_hot_path_to_its_python_calls() -> None:
