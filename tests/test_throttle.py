@@ -6,6 +6,8 @@ from __future__ import annotations
 import gc
 import io
 import re
+import subprocess
+import sys
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -204,7 +206,7 @@ def test_a_dropped_throttle_and_its_parts_are_freed_without_the_garbage_collecto
 
 def test_a_dropped_cpu_throttle_and_a_dropped_framework_callback_are_freed_without_the_garbage_collector(
         no_gc: None) -> None:
-    pytest.importorskip("torch")  # (the CPU backend's; a first import of torch keeps frames of its own)
+    pytest.importorskip("torch")  # (the CPU backend's)
     thr = at.Throttle(2, device="cpu")
     for i in thr.wrap(range(3)):
         thr.defer(float(i))
@@ -216,6 +218,29 @@ def test_a_dropped_cpu_throttle_and_a_dropped_framework_callback_are_freed_witho
     del thr, hooks
     assert [ref() for ref in refs] == [None, None, None]
     assert _in_cycles() == []
+
+
+def test_the_throttle_that_first_imports_torch_is_freed_without_the_garbage_collector() -> None:
+    """torch's import leaves frames in reference cycles, and a frame holds its callers: a throttle
+    built before the script imported torch must not be kept alive by its own constructor's frames."""
+    pytest.importorskip("torch")
+    script = (
+        "import gc, sys, weakref\n"
+        "gc.disable()\n"
+        "import asyncthrottle as at\n"
+        "assert 'torch' not in sys.modules\n"
+        "thr = at.Throttle(2)\n"
+        "for i in thr.wrap(range(3)):\n"
+        "    thr.defer(float(i))\n"
+        "assert 'torch' in sys.modules\n"
+        "ref = weakref.ref(thr)\n"
+        "del thr\n"
+        "print('freed' if ref() is None else 'alive')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "freed"
 
 
 def test_a_value_kept_after_its_throttle_was_dropped_still_waits_for_its_step(no_gc: None) -> None:
