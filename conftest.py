@@ -1,6 +1,6 @@
-"""The whole session's settings: one OpenMP thread a torch process, and the doctests of the package's
-modules (a module whose optional framework is not installed is not collected: importing it raises
-ModuleNotFoundError with its install hint, by design)."""
+"""The whole session's settings: one OpenMP thread a torch process, and the doctests of the
+package's modules (a module whose optional framework is not installed is not collected: importing
+it raises ModuleNotFoundError with its install hint, by design)."""
 
 from __future__ import annotations
 
