@@ -4,8 +4,6 @@ code as under plain python, the right steps, every loss, and the sync lines they
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +11,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from _runs import SCRIPTS, env, found_syncs, read_report, said_syncs, start, under_run
+from _runs import SharedRuns, found_syncs, said_syncs, start, under_run
 
 # script, its steps, the steps whose loss is NaN/Inf, and the DataLoader that feeds its loop
 STYLES = [
@@ -36,21 +34,26 @@ STYLES = [
 ]
 
 
+# where a script writes its losses under run (its shared run's folder)
+_LOSSES = "{folder}/run.txt"
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize(("script", "steps", "nonfinite", "loader"), STYLES)
 def test_a_script_runs_as_under_python_and_its_steps_losses_and_syncs_are_found(
         script: str, steps: int, nonfinite: list[int], loader: dict[str, Any] | None,
-        tmp_path: Path) -> None:
-    # both at once: each is a few seconds of importing torch
+        tmp_path: Path, shared_runs: SharedRuns) -> None:
+    # both at once: each is a few seconds of importing torch (the run under run is shared: other
+    # tests read it too)
     started = start(script, str(tmp_path / "plain.txt"))
-    done, report = under_run(script, tmp_path, str(tmp_path / "run.txt"))
+    done, report, folder = shared_runs.run(script, _LOSSES)
     plain = started.wait()
     assert plain.returncode == 0, plain.stderr.decode()
     assert done.returncode == 0, done.stderr.decode()
     # the script's own output, byte for byte, and its own losses (same seed)
     assert done.stdout == plain.stdout
-    kept = json.loads((tmp_path / "run.txt").read_text())
+    kept = json.loads((folder / "run.txt").read_text())
     assert kept == json.loads((tmp_path / "plain.txt").read_text())
     assert report["schema"] == 1 and report["steps"] == steps == len(kept)
     assert report["nonfinite"] == nonfinite
@@ -95,14 +98,12 @@ def test_a_gan_s_batch_is_one_step_and_each_optimizer_has_its_loss_series(
     assert found_syncs(report) == said_syncs("gan.py")
 
 
-def test_a_one_optimizer_report_has_no_series_by_optimizer(tmp_path: Path) -> None:
-    """(the JSON of a one-optimizer loop is as before)"""
-    out = tmp_path / "r.json"
-    done = subprocess.run([sys.executable, "-m", "asyncthrottle", "run", "--json", str(out),
-                           "manual_sgd.py", str(tmp_path / "o.json")], cwd=SCRIPTS, env=env(),
-                          capture_output=True, timeout=300, check=False)
+def test_a_one_optimizer_report_has_no_series_by_optimizer(shared_runs: SharedRuns) -> None:
+    """(the JSON of a one-optimizer loop is as before; the run is the one its style's test
+    reads)"""
+    done, report, _ = shared_runs.run("manual_sgd.py", _LOSSES)
     assert done.returncode == 0, done.stderr.decode()
-    assert "losses_by_optimizer" not in read_report(out)
+    assert report and "losses_by_optimizer" not in report
 
 
 @pytest.mark.slow
