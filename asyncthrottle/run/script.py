@@ -8,6 +8,7 @@ import itertools
 import os
 import sys
 import threading
+import traceback
 import types
 from importlib.machinery import ModuleSpec, PathFinder, SourceFileLoader
 from pathlib import Path
@@ -236,9 +237,11 @@ def _print(exc: BaseException) -> None:
 
 
 def _wait_for_threads() -> None:
-    """Join the non-daemon threads, as python does at exit (a Ctrl-C stops the wait)."""
+    """Join the non-daemon threads, as python does at exit (a Ctrl-C stops the wait): first
+    :func:`_threading_exit_hooks`, then the joins."""
     skip = {threading.current_thread(), threading.main_thread()}
     try:
+        _threading_exit_hooks()
         while True:
             left = [t for t in threading.enumerate()
                     if t not in skip and not t.daemon and t.is_alive()]
@@ -248,6 +251,24 @@ def _wait_for_threads() -> None:
                 thread.join()
     except KeyboardInterrupt:
         return
+
+
+def _threading_exit_hooks() -> None:
+    """Run the hooks that ``threading`` runs at exit before it joins the threads, as python
+    does once the main thread's body has returned: ``concurrent.futures`` ends a pool's idle
+    (non-daemon) workers there, so without them a script that leaves a ``ThreadPoolExecutor``
+    open (inductor's compile workers do) would be waited for forever. Each runs once, last
+    registered first: python's own call at exit finds none left. CPython keeps them in a
+    private list (``threading._register_atexit``'s), read here because no public call runs
+    them; a Python without it gets the joins alone. A hook that raises is printed (its
+    traceback on stderr) and the others still run."""
+    hooks = getattr(threading, "_threading_atexits", None)
+    while hooks:
+        hook = hooks.pop()
+        try:
+            hook()
+        except Exception:
+            traceback.print_exc()
 
 
 def say(text: str) -> None:

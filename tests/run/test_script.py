@@ -324,6 +324,19 @@ def test_the_report_waits_for_the_script_s_threads() -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+def test_a_thread_pool_left_open_ends_as_under_python() -> None:
+    # python ends the pool's idle workers (threading's exit hooks) before it joins the threads;
+    # a runner that only joins them waits forever
+    pytest.importorskip("torch")
+    plain, done = pair(("open_pool.py",), (*_RUN, "open_pool.py"), timeout=120)
+    assert plain.returncode == done.returncode == 0, done.stderr.decode()
+    assert done.stdout == plain.stdout == b"checkpoints [True, True, True, True]\n"
+    assert _before_report(done.stderr) == plain.stderr.decode()
+    assert "open_pool.py: 4 steps" in _report_of(done.stderr)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("how", ["close", "replace"])
 def test_a_script_that_closes_its_streams_keeps_its_exit_code(how: str) -> None:
     plain, done = _both("closes_streams.py", how)
