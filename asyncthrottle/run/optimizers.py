@@ -30,6 +30,12 @@ class Optimizers:
         # the optimizer steps running, by the frame that runs each (an exception leaves one);
         # empty, running() is not called (a call less, every step)
         self.frames: list[FrameType] = []
+        # whether the optimizers step where no hook hears them (a step torch.compile runs calls
+        # none): None until a step tells; False once an optimizer step is heard, True once
+        # their parameters moved with none heard (see moved())
+        self.unheard: bool | None = None
+        # versions() as the open step began, while steps may be unheard
+        self.stamp = 0
 
     def made(self, optimizer: Any) -> None:
         """The script made ``optimizer``."""
@@ -47,14 +53,37 @@ class Optimizers:
         """A done step stepped these optimizers: the cycle of the next ones."""
         self.cycle = set(stepped)
 
-    def name(self, optimizer: Any) -> tuple[int, str | None]:
-        """``optimizer``'s position (in the order of first steps) and, the first time, its name:
-        ``"optimizer 0 (Adam)"``."""
+    def position(self, optimizer: Any, names: list[str]) -> int:
+        """``optimizer``'s position (in the order of first steps); the first time, its name
+        (``"optimizer 0 (Adam)"``) is appended to ``names``."""
         position = self.positions.get(id(optimizer))
-        if position is not None:
-            return position, None
-        position = self.positions[id(optimizer)] = len(self.positions)
-        return position, f"optimizer {position} ({type(optimizer).__name__})"
+        if position is None:
+            position = self.positions[id(optimizer)] = len(self.positions)
+            names.append(f"optimizer {position} ({type(optimizer).__name__})")
+        return position
+
+    def moved(self) -> bool:
+        """Whether the optimizers stepped where no hook heard them (``torch.compile`` ran the
+        step) since :attr:`stamp` was taken: their parameters changed in place. Then their
+        steps are unheard from now on (asked only until an optimizer step is heard)."""
+        if self.versions() == self.stamp:
+            return False
+        self.unheard = True
+        return True
+
+    def versions(self) -> int:
+        """The sum of the version counters of each optimizer's first trainable parameter of
+        each group: an update changes its parameters in place, which raises the counter (a
+        compiled optimizer step too, where no hook runs); a forward or ``backward()`` does not.
+        (A call a step only while no optimizer step was heard: see ``unheard``.)"""
+        total = 0
+        for optimizer in list(self._made):
+            for group in optimizer.param_groups:
+                for param in group["params"]:
+                    if param.requires_grad:
+                        total += param._version
+                        break
+        return total
 
     # -- the steps running ----------------------------------------------------
 

@@ -199,6 +199,7 @@ class Steps:
             self.optimizers.enter(frame)
             return
         self.seen["optimizer_steps"] += 1
+        self.optimizers.unheard = False
         # the same optimizer again (LBFGS's step after step): a new step; another one, the same
         if self.open and id(optimizer) in self.stepped:
             self._close()
@@ -207,7 +208,11 @@ class Steps:
         self.optimizers.frames.append(frame)
         self.stepped.add(id(optimizer))
         self.heard = True
-        self._assign(optimizer)
+        # the backward() values since the last optimizer step are this one's loss
+        assert self.runner is not None  # (opened above)
+        position = self.optimizers.position(optimizer, self.runner.names)
+        if self.pending is not None:
+            self.each[position], self.pending = self.pending, None
         if self.timed:
             self._phase("optimizer")
 
@@ -337,6 +342,10 @@ class Steps:
     # -- the step's life ------------------------------------------------------
 
     def _done(self) -> bool:
+        if not self.updated and self.backwards and not self.stepped and (
+                self.optimizers.unheard is not False and self.optimizers.any):
+            # an optimizer step no hook heard (compiled) updates the step all the same
+            self.updated = self.optimizers.moved()
         return self.updated or (not self.optimizers.any and self.backwards > 0)
 
     def _complete(self) -> bool:
@@ -383,6 +392,9 @@ class Steps:
         number = self.runner.hooks.begin()
         self._reset()
         self.number = number
+        if self.optimizers.unheard is not False and self.optimizers.any:
+            # (until an optimizer step is heard: a call a step where none is, as compiled)
+            self.optimizers.stamp = self.optimizers.versions()
         # the phases of the first steps and of the sampled ones (the ones the throttle times on a
         # device): a section costs calls on every step it is entered
         self.timed = number < _ALL_TIMED or number % SAMPLE_EVERY == 0
@@ -406,7 +418,7 @@ class Steps:
             hooks.fail()
             self._pause(self.opened_at)
             return
-        if self.updated and self.stepped != self.optimizers.cycle:
+        if self.updated and self.stepped and self.stepped != self.optimizers.cycle:
             self.optimizers.learn(self.stepped)
         self.opener = self.first if self.first is not None else self.opener
         loss = None if self.lossless else (
@@ -431,19 +443,6 @@ class Steps:
     def _phase(self, name: str, *, collective: bool = False) -> None:
         assert self.runner is not None
         self.runner.hooks.phase(name, collective=collective)
-
-    def _assign(self, optimizer: Any) -> None:
-        """The backward() values since the last optimizer step are ``optimizer``'s loss."""
-        assert self.runner is not None
-        # (an optimizer seen before: its position, without a call)
-        position = self.optimizers.positions.get(id(optimizer))
-        if position is None:
-            position, name = self.optimizers.name(optimizer)
-            if name is not None:
-                self.runner.names.append(name)
-        if self.pending is not None:
-            self.each[position] = self.pending
-            self.pending = None
 
     def _mark_tail(self) -> None:
         if self.sites is not None and not self.tail_marked:

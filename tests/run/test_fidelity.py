@@ -4,6 +4,7 @@ model's graphs, and the script's own warnings; and what it hears inside a framew
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -59,6 +60,28 @@ def test_a_compiled_step_that_calls_backward_keeps_python_s_graphs_and_breaks(
     assert done.stderr.decode().split("asyncthrottle run:")[0] == plain.stderr.decode()
     kept = json.loads((tmp_path / "plain.json").read_text())
     assert report["steps"] == 3 and report["losses"] == pytest.approx(kept, rel=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_compiled_module_and_a_compiled_optimizer_step_as_under_python(tmp_path: Path) -> None:
+    """``torch.compile(model)`` warns of global module hooks on each call where it sees one (it
+    must not see the runner's), and a compiled ``opt.step()`` calls no optimizer hook (its steps
+    are found by the parameters it moves): gradient accumulation, two batches a step."""
+    plain = python("compiled_optimizer.py", str(tmp_path / "plain.json"))
+    done, report = under_run("compiled_optimizer.py", tmp_path, str(tmp_path / "run.json"))
+    assert plain.returncode == done.returncode == 0, done.stderr.decode()
+    assert done.stdout == plain.stdout == b"trained 6 steps; graphs 2 breaks 2\n"
+    # nothing on stderr that python did not print (torch's log lines, less their time and pid)
+    assert _logged(done.stderr.decode().split("asyncthrottle run:")[0]) == _logged(
+        plain.stderr.decode())
+    kept = json.loads((tmp_path / "plain.json").read_text())
+    assert report["steps"] == 6 and report["losses"] == pytest.approx(kept, rel=1e-6)
+
+
+def _logged(text: str) -> str:
+    """stderr with the time and process id of torch's log lines left out."""
+    return re.sub(r"^([IWE])\d{4} [\d:.]+ \d+ ", r"\1 ", text, flags=re.MULTILINE)
 
 
 def test_torch_s_warning_in_a_hooked_call_is_printed_at_torch_s_line_as_under_python() -> None:

@@ -222,3 +222,81 @@ def test_each_step_s_host_time_and_input_wait_are_kept_by_step_and_a_dropped_bat
     assert timed["step_s"] == pytest.approx([0.0, 0.02, 0.0])
     assert timed["input_wait_s"] == pytest.approx([0.0, 0.002, 0.0])
     assert sum(timed["input_wait_s"]) == pytest.approx(steps.input_wait)
+
+
+class Trainable:
+    """An optimizer of one trainable parameter (and a frozen one first, which no step moves)."""
+
+    def __init__(self) -> None:
+        self.param_groups = [{"params": [torch.zeros(1), torch.zeros(1, requires_grad=True)]}]
+
+    def compiled_step(self) -> None:
+        # a step torch.compile runs: no hook hears it; the parameters change in place
+        with torch.no_grad():
+            self.param_groups[0]["params"][1].add_(1.0)
+
+
+def _train_compiled(steps: Steps, optimizer: Trainable, loss: float,
+                    update: bool = True) -> None:
+    steps.forward(True, None, TRAIN)
+    steps.backward(torch.tensor(loss))
+    steps.after_backward()
+    if update:
+        optimizer.compiled_step()
+
+
+def test_an_optimizer_step_no_hook_hears_is_found_by_its_parameters_changing() -> None:
+    """torch.compile(opt.step) calls no optimizer hook: the next forward where the steps begin
+    ends the step all the same, and the script's last step ends at its end."""
+    steps, _ = _steps()
+    opt = Trainable()
+    steps.optimizers.made(opt)
+    for k in range(4):
+        _train_compiled(steps, opt, 1.0 + k)
+    assert _losses(steps) == [1.0, 2.0, 3.0, 4.0]
+    assert steps.optimizers.unheard is True
+
+
+def test_unheard_optimizer_steps_with_gradient_accumulation_over_a_loader() -> None:
+    """Two batches a step: a batch whose backward moved no parameter goes on accumulating."""
+    steps, clock = _steps()
+    opt = Trainable()
+    steps.optimizers.made(opt)
+    for k in range(8):
+        _batch(steps, clock)
+        _train_compiled(steps, opt, 1.0 + k, update=k % 2 == 1)
+    assert _losses(steps) == [3.0, 7.0, 11.0, 15.0]
+
+
+def test_backward_without_any_update_is_still_no_step() -> None:
+    steps, clock = _steps()
+    opt = Trainable()
+    steps.optimizers.made(opt)
+    for k in range(3):
+        _batch(steps, clock)
+        _train_compiled(steps, opt, 1.0 + k, update=False)
+    assert _losses(steps) == []
+
+
+def test_once_an_optimizer_step_is_heard_the_parameters_are_never_looked_at_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    steps, clock = _steps()
+    opt = Trainable()
+    steps.optimizers.made(opt)
+    looked = []
+    versions = steps.optimizers.versions
+    monkeypatch.setattr(steps.optimizers, "versions", lambda: looked.append(1) or versions())
+    for k in range(6):
+        _batch(steps, clock)
+        # gradient accumulation, heard: two batches a step
+        steps.forward(True, None, TRAIN)
+        steps.backward(torch.tensor(1.0 + k))
+        steps.after_backward()
+        if k % 2 == 1:
+            _update(steps, opt)
+        if k == 1:
+            # the first step's stamp and its second batch's looks, before a step was heard
+            before = len(looked)
+            assert before > 0 and steps.optimizers.unheard is False
+    assert _losses(steps) == [3.0, 7.0, 11.0]
+    assert len(looked) == before
