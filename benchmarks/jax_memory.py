@@ -54,7 +54,7 @@ def measure_mode(mode: str, steps: int, mib: int, budget_mib: int = 256) -> dict
     """
     import numpy as np
 
-    from asyncthrottle import Throttle
+    from asyncthrottle import MemoryBudget, Throttle
     from asyncthrottle.backends.jax import _jax
     from asyncthrottle.backends.memory import rss_bytes
 
@@ -69,7 +69,7 @@ def measure_mode(mode: str, steps: int, mib: int, budget_mib: int = 256) -> dict
     depth, _, budget = mode.partition("+")
     options: dict[str, Any] = {}
     if budget:
-        options = {"max_memory": int((before + budget_mib) * 2**20), "memory": rss_bytes}
+        options = {"max_memory": MemoryBudget(int((before + budget_mib) * 2**20), probe=rss_bytes)}
     thr = (None if mode == "unthrottled"
            else Throttle(depth if depth == "auto" else int(depth), device="jax", **options))
     loop = range(steps) if thr is None else thr.wrap(range(steps))

@@ -16,8 +16,10 @@ any observer built on torch's hooks adds).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import run_loops  # (benchmarks/, this script's own folder)
 import torch
@@ -56,37 +58,57 @@ def loops() -> tuple[dict[str, Callable[[int], None]], torch.optim.Optimizer]:
 
 def added(loop: Callable[[int], None], optimizer: torch.optim.Optimizer,
           steps: int) -> tuple[float, float]:
-    """(Python, C) calls a step of ``loop`` under run's hooks, less its plain count.
-    ``optimizer``, made before the hooks, is told to them as a script's made under run is."""
+    """(Python, C) calls a step of ``loop`` under run's hooks, less its plain count."""
     plain = calls_per_step(loop, steps)
-    sites = SyncSites([str(Path(__file__).resolve().parent)])
-    runner = Steps(lambda device: ThrottleHooks(None, device=device, sample_every=SAMPLE_EVERY,
-                                                trace=0, nonfinite=None), sites)
-    runner.optimizers.made(optimizer)
-    patches = Patches()
-    torchhooks.install(runner, patches)
-    sites.start(patches)
-    try:
+    with run_hooks(optimizer):
         loop(50)
         hooked = calls_per_step(loop, steps)
-    finally:
-        runner.finish()
-        sites.stop()
-        patches.undo()
     return hooked[0] - plain[0], hooked[1] - plain[1]
 
 
+@contextmanager
+def run_hooks(optimizer: torch.optim.Optimizer, *, audit: bool = True,
+              make: Callable[[Any], Any] | None = None) -> Iterator[Steps]:
+    """Run's hooks in place while the block runs, installed as ``run`` installs them (observe
+    only), with its sync audit unless ``audit`` is False; ``make(device)`` builds the runner's
+    throttle hooks (default: run's own). ``optimizer``, made before the hooks, is told to them as
+    a script's made under run is."""
+    sites = SyncSites([str(Path(__file__).resolve().parent)]) if audit else None
+    runner = Steps(make or (lambda device: ThrottleHooks(
+        None, device=device, sample_every=SAMPLE_EVERY, trace=0, nonfinite=None)), sites)
+    runner.optimizers.made(optimizer)
+    patches = Patches()
+    torchhooks.install(runner, patches)
+    if sites is not None:
+        sites.start(patches)
+    try:
+        yield runner
+    finally:
+        runner.finish()
+        if sites is not None:
+            sites.stop()
+        patches.undo()
+
+
 def floor(loop: Callable[[int], None], steps: int) -> tuple[float, float]:
-    """(Python, C) calls a step of ``loop`` under the least any hook-based observer adds: hooks at
-    run's four places (the armed global forward pre-hook, ``torch.autograd.backward``, the
-    optimizer's pre and post hooks), with run's guards (not compiling, the loop's thread), doing
-    nothing but arm and disarm the forward hook."""
+    """(Python, C) calls a step of ``loop`` under :func:`floor_hooks`, less its plain count."""
+    plain = calls_per_step(loop, steps)
+    with floor_hooks():
+        hooked = calls_per_step(loop, steps)
+    return hooked[0] - plain[0], hooked[1] - plain[1]
+
+
+@contextmanager
+def floor_hooks() -> Iterator[None]:
+    """The least any hook-based observer adds, in place while the block runs: hooks at run's four
+    places (the armed global forward pre-hook, ``torch.autograd.backward``, the optimizer's pre
+    and post hooks), with run's guards (not compiling, the loop's thread), doing nothing but arm
+    and disarm the forward hook."""
     from threading import get_ident
 
     from torch.nn.modules import module
     from torch.optim import optimizer
 
-    plain = calls_per_step(loop, steps)
     compiling, thread = torch.compiler.is_compiling, get_ident()
     forward_hooks = module._global_forward_pre_hooks
 
@@ -118,13 +140,12 @@ def floor(loop: Callable[[int], None], steps: int) -> tuple[float, float]:
     torch.autograd.backward = backward  # type: ignore[assignment]
     forward_hooks[key] = hook
     try:
-        hooked = calls_per_step(loop, steps)
+        yield
     finally:
-        for handle in handles:
-            handle.remove()
+        for made in handles:
+            made.remove()
         torch.autograd.backward = original
         forward_hooks.pop(key, None)
-    return hooked[0] - plain[0], hooked[1] - plain[1]
 
 
 def main() -> None:

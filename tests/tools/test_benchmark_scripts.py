@@ -264,6 +264,31 @@ def test_run_cost_times_the_loops_of_a_step_and_of_an_evaluation_plain_and_under
     assert all(row["wall"]["plain_us"] > 0 and row["wall"]["run_us"] > 0 for row in found["loops"])
 
 
+@pytest.mark.timeout(600)
+def test_run_calls_counts_run_s_calls_a_step_and_the_floor_s_exactly() -> None:
+    pytest.importorskip("torch")
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run_calls.py"), "--steps", "24"],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["step/tensors", "step/loader"]
+    # the floor is exact and machine-free: 13 Python calls, 7 C calls a step
+    assert all("(the floor of hooks at its places that do nothing: +13.0, +7.0)" in line for line in lines)
+
+
+@pytest.mark.timeout(600)
+def test_run_step_split_times_each_layer_of_the_runner_and_checks_its_steps() -> None:
+    pytest.importorskip("torch")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "run_step_split.py"), "--rounds", "1", "--repeats", "1",
+         "--steps", "10"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert done.returncode == 0, done.stderr  # its own check: each runner found every step it timed
+    ways = [line.split("  ")[1].strip() for line in done.stdout.splitlines()[1:]]
+    assert ways == ["plain", "floor", "rules", "run, no audit", "run"]
+
+
 def test_run_cost_refuses_an_unknown_script(capsys: pytest.CaptureFixture[str]) -> None:
     import run_cost
 
