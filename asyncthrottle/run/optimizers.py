@@ -53,13 +53,14 @@ class Optimizers:
         """A done step stepped these optimizers: the cycle of the next ones."""
         self.cycle = set(stepped)
 
-    def position(self, optimizer: Any, names: list[str]) -> int:
+    def position(self, optimizer: Any, source: Any, step: int) -> int:
         """``optimizer``'s position (in the order of first steps); the first time, its name
-        (``"optimizer 0 (Adam)"``) is appended to ``names``."""
+        (``"optimizer 0 (Adam)"``) is told to ``source`` (:meth:`Source.named`), with the
+        ``step`` it first steps in."""
         position = self.positions.get(id(optimizer))
         if position is None:
             position = self.positions[id(optimizer)] = len(self.positions)
-            names.append(f"optimizer {position} ({type(optimizer).__name__})")
+            source.named(f"optimizer {position} ({type(optimizer).__name__})", step)
         return position
 
     def moved(self) -> bool:

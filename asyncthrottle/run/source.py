@@ -50,6 +50,8 @@ class Source:
         self.hooks = hooks
         self.framework = framework
         self.names: list[str] = []
+        # the step the second optimizer first stepped in: the steps before had the first alone
+        self._shared_from = 0
         self._loss = _Series()
         self._each: dict[str, _Series] = {}
         # each step's host time (its batch taken, or its first call, to its end) and its loader's
@@ -66,6 +68,12 @@ class Source:
         whether it is in a pass, and the sync audit's ``in_step`` (a dropped step's reads are
         filed outside steps)."""
         self.hooks.throttle.subscribe(_Watch(self, sites))
+
+    def named(self, name: str, step: int) -> None:
+        """An optimizer first steps in ``step``: its name, the next of :attr:`names`."""
+        self.names.append(name)
+        if len(self.names) == 2:
+            self._shared_from = step
 
     def _delivered(self, step: int, values: dict[str, Any]) -> None:
         # a host copy: reading it never syncs (and the sync audit does not count the runner's reads)
@@ -132,7 +140,14 @@ class Source:
         if len(self.names) < 2:
             return {}
         count = self.steps
-        return {name: self._each.get(name, _Series()).values(count) for name in self.names}
+        each = {name: self._each.get(name, _Series()).values(count) for name in self.names}
+        # before the second optimizer first stepped (a fine-tuning's new optimizer), the first
+        # stepped alone: the step's loss was its own (kept before its series was)
+        first = each[self.names[0]]
+        for k, loss in enumerate(self._loss.values(min(self._shared_from, count))):
+            if first[k] is None:
+                first[k] = loss
+        return each
 
 
 class _Watch:

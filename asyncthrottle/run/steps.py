@@ -210,7 +210,7 @@ class Steps:
         self.heard = True
         # the backward() values since the last optimizer step are this one's loss
         assert self.runner is not None  # (opened above)
-        position = self.optimizers.position(optimizer, self.runner.names)
+        position = self.optimizers.position(optimizer, self.runner, self.number)
         if self.pending is not None:
             self.each[position], self.pending = self.pending, None
         if self.timed:

@@ -11,7 +11,7 @@ import pytest
 
 from asyncthrottle.framework import ThrottleHooks
 from asyncthrottle.run.steps import Steps
-from asyncthrottle.testing import FakeClock
+from asyncthrottle.testing import FakeClock, FakeDevice
 
 torch = pytest.importorskip("torch")
 
@@ -300,3 +300,28 @@ def test_once_an_optimizer_step_is_heard_the_parameters_are_never_looked_at_agai
             assert before > 0 and steps.optimizers.unheard is False
     assert _losses(steps) == [3.0, 7.0, 11.0]
     assert len(looked) == before
+
+
+@pytest.mark.parametrize("device", ["synchronous", "fake events"])
+def test_a_second_optimizer_in_a_later_loop_keeps_the_first_one_s_losses(device: str) -> None:
+    """Pre-training with one optimizer, then fine-tuning with a new one (another loop, another
+    line): each one's series holds its own steps, the first one's from before the second was
+    known too (kept then as the step's loss)."""
+    if device == "synchronous":
+        steps, _ = _steps()
+    else:
+        fake = FakeDevice()
+        steps = Steps(lambda _: ThrottleHooks(2, events=fake.event, clock=fake.clock, trace=0,
+                                              nonfinite=None), clock=fake.clock)
+    first, second = Optimizer(), Optimizer()
+    steps.optimizers.made(first)
+    for k in range(3):
+        _train(steps, first, 1.0 + k)
+    steps.optimizers.made(second)
+    for k in range(4):
+        _train(steps, second, 10.0 + k, site=ELSEWHERE)
+    assert _losses(steps) == [1.0, 2.0, 3.0, 10.0, 11.0, 12.0, 13.0]
+    assert steps.runner is not None
+    assert steps.runner.by_optimizer() == {
+        "optimizer 0 (Optimizer)": [1.0, 2.0, 3.0, None, None, None, None],
+        "optimizer 1 (Optimizer)": [None, None, None, 10.0, 11.0, 12.0, 13.0]}

@@ -98,6 +98,22 @@ def test_a_gan_s_batch_is_one_step_and_each_optimizer_has_its_loss_series(
     assert found_syncs(report) == said_syncs("gan.py")
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_fine_tuning_s_new_optimizer_has_its_own_steps_and_the_first_keeps_its_own(
+        tmp_path: Path) -> None:
+    kept, report = _run_both("finetune.py", tmp_path)
+    first, second = kept["first"], kept["second"]
+    assert report["steps"] == len(first) + len(second) == 7
+    assert report["losses"] == pytest.approx(first + second, rel=1e-6)
+    series = report["losses_by_optimizer"]
+    assert list(series) == ["optimizer 0 (SGD)", "optimizer 1 (Adam)"]
+    sgd, adam = series.values()
+    assert sgd[3:] == [None] * 4 and sgd[:3] == pytest.approx(first, rel=1e-6)
+    assert adam[:3] == [None] * 3 and adam[3:] == pytest.approx(second, rel=1e-6)
+    assert found_syncs(report) == said_syncs("finetune.py")
+
+
 def test_a_one_optimizer_report_has_no_series_by_optimizer(shared_runs: SharedRuns) -> None:
     """(the JSON of a one-optimizer loop is as before; the run is the one its style's test
     reads)"""
