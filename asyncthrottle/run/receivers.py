@@ -28,16 +28,17 @@ def receivers(row: dict[str, Any], call: str) -> list[str]:
     line = int(number) if number.isdigit() else 0
     # the file as it is now, not as the script's traceback (or an earlier report) read it
     linecache.checkcache(file)
-    found = _parsed(file, line, call)
+    found = _parsed(file, line, call, row.get("fields") or [])
     if not found:
         fallback = _matched(linecache.getline(file, line), call)
         found = [fallback] if fallback else []
     return found or ["the value"]
 
 
-def _parsed(file: str, line: int, call: str) -> list[str]:
+def _parsed(file: str, line: int, call: str, fields: list[int]) -> list[str]:
     """The receivers ``ast`` finds on ``line`` of ``file`` (the reads that start on it, else the
-    innermost that span it), left to right."""
+    innermost that span it), left to right; of an f-string's, the ``fields`` (positions among
+    the line's, as the audit saw them formatted) where they are known."""
     tree = _tree("".join(linecache.getlines(file)))
     if tree is None:
         return []
@@ -48,6 +49,11 @@ def _parsed(file: str, line: int, call: str) -> list[str]:
         span = min(_span(read) for read, _ in hits)
         starting = [hit for hit in hits if _span(hit[0]) == span]
     starting.sort(key=lambda hit: (hit[0].lineno, hit[0].col_offset))
+    if fields:
+        values = sorted((hit for hit in starting if isinstance(hit[0], ast.FormattedValue)),
+                        key=lambda hit: (hit[1].lineno, hit[1].col_offset))
+        if max(fields) < len(values):
+            starting = [values[k] for k in fields]
     names: list[str] = []
     for _, target in starting:
         name = ast.unparse(target)

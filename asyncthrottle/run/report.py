@@ -107,11 +107,15 @@ def _syncs(rows: Sequence[dict[str, Any]], tail: Sequence[dict[str, Any]],
     counts: dict[tuple[str, str, str | None, bool], int] = {}
     blocked: dict[tuple[str, str, str | None, bool], float] = {}
     files: dict[str, str | None] = {}
+    # the f-string fields a site's Tensor.__format__ reads formatted
+    fields: dict[str, list[int]] = {}
     for row in rows:
         key = (row["site"], row["call"], row.get("via"), bool(row["in_step"]))
         counts[key] = counts.get(key, 0) + row["count"]
         _add_blocked(blocked, key, row.get("blocked_s"))
         files[row["site"]] = files.get(row["site"]) or row.get("file")
+        if row.get("fields"):
+            fields[row["site"]] = row["fields"]
     for row in tail:
         inside = (row["site"], row["call"], row.get("via"), True)
         outside = (*inside[:3], False)
@@ -129,6 +133,8 @@ def _syncs(rows: Sequence[dict[str, Any]], tail: Sequence[dict[str, Any]],
                         "via": via, "file": files.get(site), "blocked_s": seconds,
                         "blocked_per_step_s": seconds / steps if seconds is not None and steps
                         else None})
+            if call == "Tensor.__format__" and site in fields:
+                out[-1]["fields"] = fields[site]
     return sorted(out, key=lambda row: (-row["per_step"], row["site"], row["via"] or ""))
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .blocked import ReadTimer
 from .cudasyncs import CUDA_SYNC, CudaSyncs
 from .frames import Frames, Site, Where
+from .fstrings import Fields
 from .reads import patch_reads
 
 if TYPE_CHECKING:
@@ -98,6 +99,9 @@ class SyncSites:
         """
         self.on_read = on_read
         self._frames = Frames(roots)
+        # the f-string fields each line's Tensor.__format__ reads formatted (by path and line)
+        self._fields = Fields()
+        self._formatted: dict[tuple[str, int], set[int]] = {}
         self.loading = False
         self._in_step = self._marked = self._merged = False
         self._counts: dict[Key, Count] = {}
@@ -202,6 +206,9 @@ class SyncSites:
                 "via": self._via(via), "file": path, "blocked_s": blocked,
                 "blocked_per_step_s": blocked / steps if blocked is not None and steps > 0
                 else None})
+            fields = self._formatted.get((path, line)) if call == "Tensor.__format__" else None
+            if fields:
+                rows[-1]["fields"] = sorted(fields)
         return rows
 
     def named(self, where: Site) -> tuple[str, str | None]:
@@ -264,6 +271,12 @@ class SyncSites:
         if call in _COPIES:
             self._copy = (id(frame), where)
         self.add(where, call)
+        if call == "Tensor.__format__" and isinstance(
+                self._frames.kind_of(frame.f_code.co_filename), str):
+            # the script's own f-string: which of the line's fields (the report names that one)
+            field = self._fields.at(frame)
+            if field is not None:
+                self._formatted.setdefault((where[0], where[1]), set()).add(field)
         return True
 
     def add(self, where: Site, call: str) -> None:

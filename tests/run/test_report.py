@@ -90,6 +90,21 @@ def test_a_read_every_step_is_suggested_with_the_name_its_line_reads(tmp_path: P
     ]
 
 
+def test_an_f_string_s_suggestion_names_the_fields_that_formatted_tensors(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text('print(f"epoch {epoch} step {i} loss {loss:.4f} {acc}")\n')
+    rows = [_row(f"{script}:1", "Tensor.__format__", 10, True)]
+    rows[0]["fields"] = [2, 3]
+    (row,) = _syncs(rows, [], 10)
+    assert row["fields"] == [2, 3]
+    said = suggestions(_data([row]), synchronous=True)
+    assert said[0].startswith(f"{script}:1 calls f'{{loss}}' and f'{{acc}}' every step"), said
+    # fields not known (an older report): every field of the line, as before
+    del row["fields"]
+    said = suggestions(_data([row]), synchronous=True)
+    assert "f'{epoch}' and f'{i}' and f'{loss}' and f'{acc}'" in said[0], said
+
+
 @pytest.mark.parametrize(("synchronous", "expected"), [
     (False, "DataLoader(num_workers=0, pin_memory=False): try num_workers=4, pin_memory=True"),
     (True, "DataLoader(num_workers=0): try num_workers=4"),

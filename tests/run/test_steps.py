@@ -114,6 +114,21 @@ def test_a_fine_tuning_s_new_optimizer_has_its_own_steps_and_the_first_keeps_its
     assert found_syncs(report) == said_syncs("finetune.py")
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_an_f_string_of_ints_and_a_loss_is_one_read_and_its_suggestion_names_the_loss(
+        tmp_path: Path) -> None:
+    started = start("fstring_log.py")
+    done, report = under_run("fstring_log.py", tmp_path)
+    plain = started.wait()
+    assert plain.returncode == done.returncode == 0, done.stderr.decode()
+    assert done.stdout == plain.stdout and report["steps"] == 6
+    assert found_syncs(report) == said_syncs("fstring_log.py")
+    (row,) = report["syncs"]
+    assert row["fields"] == [2]
+    assert report["suggestions"][0].startswith("fstring_log.py:16 calls f'{loss}' every step")
+
+
 def test_a_one_optimizer_report_has_no_series_by_optimizer(shared_runs: SharedRuns) -> None:
     """(the JSON of a one-optimizer loop is as before; the run is the one its style's test
     reads)"""

@@ -234,6 +234,18 @@ def test_a_read_inside_repr_or_format_is_counted_once(sites: SyncSites) -> None:
                                       (site(show), "Tensor.__repr__", 2, False)]
 
 
+def test_an_f_string_s_row_says_which_of_its_fields_formatted_a_tensor(sites: SyncSites) -> None:
+    scalar, step = X.sum(), 3
+    log = lambda: f"step {step} of {step} loss {scalar:.3f} {scalar}"  # noqa: E731
+    log()
+    log()
+    (row,) = sites.rows(1)
+    # the third and fourth fields of the line; the ints are no reads
+    assert (row["call"], row["count"], row["fields"]) == ("Tensor.__format__", 4, [2, 3])
+    format(scalar, ".2f")  # no f-string: no field
+    assert [r.get("fields") for r in sites.rows(1) if r["site"] != row["site"]] == [None]
+
+
 def _code_in(folder: str, source: str) -> dict[str, Any]:
     """Functions whose frames are files of ``folder`` (torch's, this library's)."""
     scope: dict[str, Any] = {}
