@@ -81,8 +81,9 @@ class Optimizers:
         for optimizer in list(self._made):
             for group in optimizer.param_groups:
                 for param in group["params"]:
-                    if param.requires_grad:
-                        total += param._version
+                    if getattr(param, "requires_grad", False):
+                        # (a tensor without a counter, a subclass's: never seen to move)
+                        total += getattr(param, "_version", 0)
                         break
         return total
 

@@ -317,7 +317,7 @@ def test_the_core_is_lean_only_while_no_part_hears_a_step() -> None:
     core.set_depth(3)
     assert core.lean
     assert not inside(at.Throttle(2, device="cpu")).core.lean  # synchronous
-    assert not inside(dev.throttle(2, max_memory=1 << 30, memory=lambda: 0)).core.lean  # a hold
+    assert not inside(dev.throttle(2, max_memory=at.MemoryBudget(1 << 30, probe=lambda: 0))).core.lean  # a hold
 
 
 def test_a_part_hears_each_batch_a_wrapped_loop_takes_after_its_fetch_and_none_of_a_step_loop() -> None:
