@@ -173,8 +173,9 @@ class Lifecycle:
         self.passes.in_step = True
         return core.steps
 
-    def end_step(self, failed: bool) -> None:
-        """``Throttle.end_step()``, ``failed`` checked."""
+    def end_step(self, failed: bool, at: float | None = None) -> None:
+        """``Throttle.end_step()``, ``failed`` checked; ``at``: the host time it ended (None:
+        now)."""
         # (begin_step()'s claim: another thread's end_step() is refused; a call only then)
         if self.ownership.owner != get_ident():
             self.ownership.check("end_step()")
@@ -184,7 +185,7 @@ class Lifecycle:
         self.passes.in_step = False
         try:
             # a failed body is body too, not fetching
-            self.host.step_end = now = self.clock()
+            self.host.step_end = now = self.clock() if at is None else at
             if failed:
                 self.core.drop()
             else:

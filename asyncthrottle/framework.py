@@ -143,9 +143,16 @@ class ThrottleHooks:
         self.fail()
         self.throttle.close()
 
-    def end(self, loss: Any = None) -> None:
+    def end(self, loss: Any = None, at: float | None = None) -> None:
         """End the open step: defer ``loss`` (if given) as ``"loss"``, record the step. Never
-        blocks."""
+        blocks.
+
+        Args:
+            loss: the step's loss, or None.
+            at: when the step ended on the throttle's clock (its host time), if earlier than now:
+                what came after was not the step's (``run``'s evaluation found after an update);
+                None: now.
+        """
         if not self._open:
             return
         try:
@@ -156,7 +163,7 @@ class ThrottleHooks:
                 self.throttle.defer(loss, name="loss")
         finally:
             self._open = False
-            self._life.end_step(False)
+            self._life.end_step(False, at)
 
     def fail(self) -> None:
         """The open step raised: record nothing, drop its values, block on nothing."""

@@ -10,6 +10,7 @@ from types import FrameType
 from typing import Any
 
 from ..framework import ThrottleHooks
+from .hearing import Hearing
 from .losses import Losses
 from .optimizers import Optimizers
 from .source import Source, device_of
@@ -24,7 +25,7 @@ _ALL_TIMED = 16
 SEEN = ("forwards", "backwards", "optimizer_steps", "autograd_grad", "other_threads", "processes")
 
 
-class Steps:
+class Steps(Hearing):
     """The state of the script's training, told by the hooks of :mod:`asyncthrottle.run.torchhooks`.
 
     A step is what the script does with one batch. It opens when its loader hands the loop a
@@ -118,6 +119,10 @@ class Steps:
         self.timed = True
         # the call site of the step's first forward
         self.first: Any = None
+        # the step was opened by a DataLoader's batch (its next batch ends it), and when it was
+        # suspended (see _suspend), or None
+        self.batched = False
+        self.suspended: float | None = None
 
     # -- what the hooks tell --------------------------------------------------
 
@@ -143,6 +148,10 @@ class Steps:
         # (a step that has trained nothing yet is neither complete nor failed: no call to ask)
         if self.open and (self.updated or self.stepped or self.backwards) and (
                 again or self._complete() or self._failed()):
+            if self.batched and self.updated and not again:
+                self._suspend()
+                self.disarm()
+                return
             self._close()
         if not self.open:
             if self.opener is not None and site != self.opener:
@@ -275,6 +284,7 @@ class Steps:
         self.input_wait += seconds
         if self.runner is not None and not self.open:
             self._open(None)
+            self.batched = True
             # the loader's wait for a batch that may turn out to be no step's
             self.waited = seconds
             if not self.armed:
@@ -297,48 +307,6 @@ class Steps:
             self._close()
         self._pause(at)
 
-    # -- frameworks -----------------------------------------------------------
-
-    def load(self, on: bool) -> None:
-        """A DataLoader fetches a batch on the loop's thread (``on``), or has fetched it (or
-        failed to): its dataset's modules are no forwards of the script's, and its reads
-        (num_workers=0) stay on the host on any device."""
-        self.loading = on
-        self._hush()
-        if self.sites is not None:
-            self.sites.loading = on
-
-    def stop_on(self, error: Exception) -> None:
-        """The runner's own error: the hooks stand aside from now on (the report says so)."""
-        self.error = error
-        self._hush()
-
-    def _hush(self) -> None:
-        self.hushed = bool(self.framework or self.loading or self.error is not None)
-
-    def framework_begin(self, source: Source) -> None:
-        self.stop()
-        self.framework += 1
-        self._hush()
-        self.framework_source = source
-        self.disarm()
-
-    def framework_end(self, source: Source) -> None:
-        self.framework -= 1
-        self._hush()
-        if source not in self.sources:
-            self.sources.append(source)
-        if not self.framework:
-            self.framework_source = None
-        self.arm()
-
-    def framework_fetch(self, seconds: float, loader: dict[str, Any] | None) -> None:
-        """A framework's loop took a batch: the loader's wait, between its steps."""
-        source = self.framework_source
-        if source is not None and source.in_pass and not source.hooks.step_open:
-            self.input_wait += seconds
-            self.loader = loader
-
     # -- the step's life ------------------------------------------------------
 
     def _done(self) -> bool:
@@ -359,10 +327,29 @@ class Steps:
         return bool(self.stepped) and not self.updated
 
     def _enter(self, where: Any) -> None:
+        if self.suspended is not None:
+            self._resume()
+            return
         if self.open and (self._complete() or self._failed()):
             self._close()
         if not self.open:
             self._open(where)
+
+    def _suspend(self) -> None:
+        """A forward elsewhere after the batch's update: an evaluation with grad on (the step
+        then ended here: see :meth:`_close`) or another model's update in the same batch (a
+        WGAN's generator: :meth:`_resume`); until a ``backward()`` says which, its reads are
+        outside steps and its time is not the step's."""
+        if self.suspended is None:
+            self.suspended = self.clock()
+            if self.sites is not None:
+                self.sites.in_step = False
+
+    def _resume(self) -> None:
+        """The suspended step trains again (a ``backward()``, an optimizer step): it goes on."""
+        self.suspended, self.tail_marked = None, False
+        if self.sites is not None:
+            self.sites.in_step = True
 
     def _hold(self, why: str) -> None:
         """File the reads from now in steps, provisionally: the batch the loop took (or a
@@ -423,17 +410,21 @@ class Steps:
         self.opener = self.first if self.first is not None else self.opener
         loss = None if self.lossless else (
             self.loss if self.loss is not None else self.inner_loss)
-        seconds = self.clock() - self.opened_at
+        # a suspended step ended where it was suspended; the time after is not the loop's
+        at = self.suspended
+        seconds = (self.clock() if at is None else at) - self.opened_at
         if self.synchronous:
             # the step has run (the CPU): its values are on the host, no copy to wait for
             self.runner.keep(self.number, seconds, self.waited, loss, self.each)
-            hooks.end()
-            return
-        self.runner.times(self.number, seconds, self.waited)
-        if len(self.runner.names) > 1:
-            for position, value in self.each.items():
-                hooks.throttle.defer(value, name=f"loss:{position}")
-        hooks.end(loss)
+            loss = None
+        else:
+            self.runner.times(self.number, seconds, self.waited)
+            if len(self.runner.names) > 1:
+                for position, value in self.each.items():
+                    hooks.throttle.defer(value, name=f"loss:{position}")
+        hooks.end(loss, at=at)
+        if at is not None:
+            self._pause(at)
 
     def _pause(self, at: float | None = None) -> None:
         if not self.paused and self.runner is not None:

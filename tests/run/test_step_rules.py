@@ -325,3 +325,43 @@ def test_a_second_optimizer_in_a_later_loop_keeps_the_first_one_s_losses(device:
     assert steps.runner.by_optimizer() == {
         "optimizer 0 (Optimizer)": [1.0, 2.0, 3.0, None, None, None, None],
         "optimizer 1 (Optimizer)": [None, None, None, 10.0, 11.0, 12.0, 13.0]}
+
+
+G_SITE, EVAL_SITE = ("train.py", 40), ("train.py", 50)
+
+
+def test_a_wgan_s_generator_update_every_third_batch_is_that_batch_s_step() -> None:
+    """n_critic: the critic steps every batch, the generator every third, in the same batch and
+    after the critic's update (a forward elsewhere once the batch's step is complete)."""
+    steps, clock = _steps()
+    critic, generator = Optimizer(), Optimizer()
+    steps.optimizers.made(critic)
+    steps.optimizers.made(generator)
+    for k in range(9):
+        _batch(steps, clock)
+        _train(steps, critic, 1.0 + k)
+        if k % 3 == 0:
+            _train(steps, generator, 100.0 + k, site=G_SITE)
+    assert _losses(steps) == [101.0 + 2 * k if k % 3 == 0 else 1.0 + k for k in range(9)]
+    assert steps.runner is not None
+    assert steps.runner.by_optimizer()["optimizer 1 (Optimizer)"] == [
+        100.0 + k if k % 3 == 0 else None for k in range(9)]
+
+
+def test_an_evaluation_with_grad_after_a_batch_s_update_is_not_the_step_s_time() -> None:
+    steps, clock = _steps()
+    opt = Optimizer()
+    steps.optimizers.made(opt)
+    for k in range(4):
+        _batch(steps, clock)
+        _train(steps, opt, 1.0 + k)
+        clock.advance(0.01)
+        if k == 1:
+            # an evaluation's forward (grad on, no backward after it): 5 s that are no step's
+            steps.forward(True, None, EVAL_SITE)
+            clock.advance(5.0)
+    assert _losses(steps) == [1.0, 2.0, 3.0, 4.0]
+    assert steps.runner is not None
+    timed = steps.runner.per_step()
+    assert timed is not None and timed["step_s"] == pytest.approx([0.01] * 4)
+    assert steps.runner.hooks.throttle.stats.wall_s == pytest.approx(0.04)

@@ -129,6 +129,21 @@ def test_an_f_string_of_ints_and_a_loss_is_one_read_and_its_suggestion_names_the
     assert report["suggestions"][0].startswith("fstring_log.py:16 calls f'{loss}' every step")
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_wgan_s_generator_update_every_third_batch_is_part_of_that_batch_s_step(
+        tmp_path: Path) -> None:
+    kept, report = _run_both("wgan_gp.py", tmp_path)
+    critic, gen = kept["critic"], kept["gen"]
+    assert report["steps"] == len(critic) == 9 and len(gen) == 3
+    series = report["losses_by_optimizer"]
+    assert list(series) == ["optimizer 0 (Adam)", "optimizer 1 (Adam)"]
+    assert series["optimizer 1 (Adam)"][0::3] == pytest.approx(gen, rel=1e-6)
+    assert [v for k, v in enumerate(series["optimizer 1 (Adam)"]) if k % 3] == [None] * 6
+    assert series["optimizer 0 (Adam)"] == pytest.approx(critic, rel=1e-6)
+    assert found_syncs(report) == said_syncs("wgan_gp.py")
+
+
 def test_a_one_optimizer_report_has_no_series_by_optimizer(shared_runs: SharedRuns) -> None:
     """(the JSON of a one-optimizer loop is as before; the run is the one its style's test
     reads)"""
