@@ -44,7 +44,7 @@ class Idle:
         self.steps += 1
         return self.steps
 
-    def end(self, loss: Any = None) -> None:
+    def end(self, loss: Any = None, at: float | None = None) -> None:
         pass
 
     def fail(self) -> None:
