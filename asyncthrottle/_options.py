@@ -56,6 +56,8 @@ class Option:
         wrong_value: values refused with a ``ValueError``.
         shown: the default as the table shows it (markdown; None: the value, quoted).
         deprecated: what replaces it, for the table's row of deprecated options (None: current).
+        help: its entry in the ``Args`` of ``Throttle.__init__``'s docstring (what ``help()`` and
+            an IDE show; reStructuredText, one paragraph: ``parts/_declared.py`` wraps it).
     """
 
     name: str
@@ -68,6 +70,7 @@ class Option:
     wrong_value: tuple[Any, ...] = ()
     shown: str | None = None
     deprecated: str | None = None
+    help: str = ""
 
     def checked(self, value: Any) -> Any:
         """``value`` checked (see :attr:`check`)."""
@@ -186,23 +189,46 @@ CORE_OPTIONS = (
            "steps allowed in flight: an int >= 1, `None` (only track), `\"auto\"` or "
            "`at.AutoDepth(max=8)`", "the rule above, [`depth=\"auto\"`](auto-depth.md)",
            lambda name, depth: check_depth(depth), wrong_type=(2.5, AutoDepth),
-           wrong_value=("deep", 0)),
-    Option("device", "Any", None, "which device's events", "below", shown="`None` (auto)"),
+           wrong_value=("deep", 0),
+           help=('steps allowed in flight: an int >= 1, None (track only), ``"auto"`` (start at 2,'
+                 " go one deeper whenever the device keeps running dry in the loop body while the "
+                 "host also waits; never shallower; docs/auto-depth.md) or "
+                 ':class:`~asyncthrottle.AutoDepth` (``"auto"`` with its cap: '
+                 '``AutoDepth(max=16)``; ``"auto"`` is ``AutoDepth()``, at most 8).')),
+    Option("device", "Any", None, "which device's events", "below", shown="`None` (auto)",
+           help=('None auto-detects (an available accelerator, else the CPU); ``"cuda"``, '
+                 '``"cuda:1"``, a ``torch.device``, ``"mps"``, ``"xpu"``, ``"jax"``, ``"cpu"``, or'
+                 " any device ``torch.Event`` supports. An explicit device that is not available "
+                 "raises ``RuntimeError``.")),
     Option("events", "EventFactory | None", None, "your own event factory instead of `device`",
-           "below, [architecture](architecture.md#plugging-in-a-backend)"),
+           "below, [architecture](architecture.md#plugging-in-a-backend)",
+           help=("instead of ``device``, a zero-argument factory of objects with ``record()``, "
+                 "``query()``, ``synchronize()`` and optionally ``elapsed_time(end)`` (device "
+                 "timing turns itself off at the first failure of it).")),
     Option("wait", "str | WaitStrategy", "auto",
            "how the host waits: `\"hybrid\"`, or `\"spin-block\"` on JAX's CPU backend",
-           "[Waits](waits.md)", wrong_value=("sometimes",)),
+           "[Waits](waits.md)", wrong_value=("sometimes",),
+           help=('``"auto"`` (default: ``"spin-block"`` on JAX\'s CPU backend without a '
+                 '``timeout``, where the device is the host\'s own cores; ``"hybrid"`` elsewhere), '
+                 '``"hybrid"`` (sleep until shortly before the predicted completion, then spin), '
+                 '``"spin-block"`` (spin while waits are short, else sleep in the runtime\'s wait),'
+                 ' ``"poll"``, ``"spin"``, ``"block"`` or a :class:`~asyncthrottle.WaitStrategy` '
+                 "(docs/waits.md).")),
     Option("timeout", "float | None", None, "seconds one wait may take, then `at.ThrottleTimeout`",
            "below", functools.partial(check_positive, rule="a number of seconds > 0 or None",
                                       fix="pass e.g. timeout=60.0, or None to wait for ever",
                                       infinite="none"),
-           wrong_type=("5",), wrong_value=(0,)),
+           wrong_type=("5",), wrong_value=(0,),
+           help=("seconds one wait may take before ``ThrottleTimeout`` (None: for ever); needs "
+                 '``"auto"``, ``"hybrid"``, ``"poll"`` or ``"spin"``.')),
     Option("drain", "bool", True, "wait for every step at the end of a wrapped pass",
-           "the rule above", check_bool, wrong_type=("yes",)),
+           "the rule above", check_bool, wrong_type=("yes",),
+           help="wait for every step at the end of a wrapped iteration."),
     Option("streams", "Any", None, "one event per stream, for work on side streams", "below",
-           check_streams, wrong_type=(5, "side", [1, 2], (_Stream(), "side")), wrong_value=([],)),
+           check_streams, wrong_type=(5, "side", [1, 2], (_Stream(), "side")), wrong_value=([],),
+           help="record on these streams (one event each) instead of the current stream."),
     Option("clock", "Callable[[], float]", time.perf_counter,
            "the host clock (tests inject a fake one)", "[Testing](testing.md)", _check_clock,
-           wrong_type=(3,), shown="`time.perf_counter`"),
+           wrong_type=(3,), shown="`time.perf_counter`",
+           help="the clock that times the host (tests inject a fake one)."),
 )

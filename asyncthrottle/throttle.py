@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from . import _compile
 from ._lifecycle import Lifecycle
 from ._options import AutoDepth, check_at, check_bool
 from ._passes import StepBlock
-from .core.events import EventFactory
-from .core.waits import WaitStrategy
+from .parts._declared import Keywords
 from .parts.autodepth import DepthController
-from .parts.memory import MemoryBudget
 from .parts.sections import Section
 from .parts.syncaudit import SyncAudit
 from .parts.syncdetect import SyncDetect
@@ -26,7 +23,7 @@ from .view import Throttled
 T = TypeVar("T")
 
 
-class Throttle:
+class Throttle(Keywords):
     """Blocks the host when more than ``depth`` minibatches are unfinished on the device.
 
     One event is recorded at the end of each step. Before the host starts step
@@ -41,67 +38,9 @@ class Throttle:
         >>> thr.stats.steps, thr.latest["loss"]
         (3, 4)
 
-    Every option is also in the table of docs/depth-rule.md; a wrong type raises ``TypeError``, a
-    wrong value ``ValueError``, on every backend.
-
-    Args:
-        depth: steps allowed in flight: an int >= 1, None (track only), ``"auto"`` (start at 2,
-            go one deeper whenever the device keeps running dry in the loop body while the host
-            also waits; never shallower; docs/auto-depth.md) or
-            :class:`~asyncthrottle.AutoDepth` (``"auto"`` with its cap: ``AutoDepth(max=16)``;
-            ``"auto"`` is ``AutoDepth()``, at most 8).
-        device: None auto-detects (an available accelerator, else the CPU); ``"cuda"``,
-            ``"cuda:1"``, a ``torch.device``, ``"mps"``, ``"xpu"``, ``"jax"``, ``"cpu"``, or any
-            device ``torch.Event`` supports. An explicit device that is not available raises
-            ``RuntimeError``.
-        events: instead of ``device``, a zero-argument factory of objects with ``record()``,
-            ``query()``, ``synchronize()`` and optionally ``elapsed_time(end)`` (device timing
-            turns itself off at the first failure of it).
-        wait: ``"auto"`` (default: ``"spin-block"`` on JAX's CPU backend without a ``timeout``,
-            where the device is the host's own cores; ``"hybrid"`` elsewhere), ``"hybrid"``
-            (sleep until shortly before the predicted completion, then spin), ``"spin-block"``
-            (spin while waits are short, else sleep in the runtime's wait), ``"poll"``,
-            ``"spin"``, ``"block"`` or a :class:`~asyncthrottle.WaitStrategy` (docs/waits.md).
-        timeout: seconds one wait may take before ``ThrottleTimeout`` (None: for ever); needs
-            ``"auto"``, ``"hybrid"``, ``"poll"`` or ``"spin"``.
-        stall: seconds after which a wait for one step is logged once, with every thread's
-            stack, as a stall; the wait goes on. ``"auto"`` (default): 50 median step times, at
-            least 30 s; None: off. Never touches an event.
-        drain: wait for every step at the end of a wrapped iteration.
-        streams: record on these streams (one event each) instead of the current stream.
-        sample_every: time every k-th step on the device, step 0 (compilation, autotuning)
-            excepted (None: no device timing, no sections).
-        ranks_every: under ``torch.distributed``, all-gather the ranks' recent median step
-            times (their sections' own work, when the loop has sections) every that many steps,
-            without a wait, for ``stats.rank_scores``/``slowest_rank``; every rank must use it.
-        ranks_timeout: with ``ranks_every``: seconds the ranks' gathers wait for another rank
-            (their group is made at the first record, a collective) before they stop, at most
-            the process group's timeout (default 300; gloo's own is 30 minutes).
-        detect_sync: ``"warn"`` or ``"error"``: CUDA's sync debug mode from each hand-out until
-            the throttle next waits, so hidden syncs are reported (``"warn"`` also counts them
-            per site: :attr:`sync_audit`). Off CUDA it warns once, here, and is off.
-        trace: keep a timeline of the last ``trace`` steps for :meth:`export_trace` (0: none).
-        nvtx: NVTX ranges for each wait and step (Nsight Systems; CUDA only: elsewhere it warns
-            once, here, and is off). Under a ``torch.profiler`` session each wait is a
-            ``record_function`` range anyway.
-        clock: the clock that times the host (tests inject a fake one).
-        max_depth: deprecated (it goes in 0.5): ``depth=AutoDepth(max=...)``.
-        max_memory: a memory budget: before a hand-out, wait for the oldest steps while the
-            memory probe reports more (or until nothing is in flight). Bytes (the backend's
-            probe: CUDA's pinned host memory in use plus reserved device memory, JAX's
-            ``memory_stats()``; the CPU and ``events=`` have none) or a
-            :class:`~asyncthrottle.MemoryBudget` (the bytes and your probe).
-        memory: deprecated (it goes in 0.5): ``max_memory=MemoryBudget(bytes, probe=...)``.
-        to: deprecated (it goes in 0.5): ``wrap(iterable, to=...)``; here, the default of every
-            :meth:`wrap`.
-        nonfinite: ``"warn"`` (default), ``"raise"`` or None: look for NaN/Inf in every
-            deferred value's host copy as its step completes; warn once
-            (:class:`~asyncthrottle.NonFiniteWarning`) or raise
-            :class:`~asyncthrottle.NonFiniteError` from the call that delivered it. No sync.
-        batch_size: samples a second (``stats.samples_per_s``, the summary, the progress bar):
-            ``"auto"`` reads the leading dimension of the first tensor of each batch a wrapped
-            loop hands out (of a dict, a list or a tuple: its first tensor); an int is every
-            step's batch size (any loop; no cost per step). None: off.
+    Its keywords, their types, defaults and docs: ``Throttle.__init__`` (``help(Throttle)``), each
+    declared once by what owns it (docs/architecture.md) and listed in the table of
+    docs/depth-rule.md.
 
     Threads: one loop runs in one thread; ``stats``, ``latest``,
     ``in_flight`` and ``Deferred.ready()``/``get()`` are safe from any thread.
@@ -118,34 +57,10 @@ class Throttle:
     records or queries events.
     """
 
-    def __init__(
-        self,
-        depth: int | str | AutoDepth | None = 2,
-        *,
-        device: Any = None,
-        events: EventFactory | None = None,
-        wait: str | WaitStrategy = "auto",
-        timeout: float | None = None,
-        stall: float | str | None = "auto",
-        drain: bool = True,
-        streams: Any = None,
-        sample_every: int | None = 8,
-        ranks_every: int | None = None,
-        ranks_timeout: float = 300.0,
-        detect_sync: str | None = None,
-        trace: int = 0,
-        nvtx: bool = False,
-        clock: Callable[[], float] = time.perf_counter,
-        max_depth: int | None = None,
-        max_memory: int | MemoryBudget | None = None,
-        memory: Callable[[], int] | None = None,
-        to: Any = None,
-        nonfinite: str | None = "warn",
-        batch_size: int | str | None = None,
-    ) -> None:
-        # every keyword by name (the first statement: the locals are the arguments alone)
-        self._life = Lifecycle(self, {name: value for name, value in locals().items()
-                                      if name != "self"})
+    def _open(self, options: dict[str, Any]) -> None:
+        # Keywords.__init__ (parts/_declared.py, written from the declarations) gives every
+        # keyword by name
+        self._life = Lifecycle(self, options)
 
     # -- reading: safe from any thread, never blocks ------------------------
 

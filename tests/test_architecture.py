@@ -311,8 +311,9 @@ def test_the_line_count_leaves_out_docstrings_comments_and_blank_lines() -> None
 
 
 def test_every_part_is_listed_and_its_stats_are_a_base_of_the_parts_stats() -> None:
-    """A part's module alone does nothing: its class must be in ``PARTS`` (built, its options checked, its
-    lines shown) and its ``STATS`` among ``PartStats``'s bases (fields of ``Stats``)."""
+    """A public ``Part`` of a module of ``parts/`` is a part of the throttle: it has a ``PLACE``, so the command
+    lists it in ``PARTS`` (built, its options checked, its lines shown) and its ``STATS`` among ``PartStats``'s
+    bases (fields of ``Stats``); tests/test_declared.py holds the written file to the declarations."""
     import importlib
     import pkgutil
 
@@ -321,12 +322,15 @@ def test_every_part_is_listed_and_its_stats_are_a_base_of_the_parts_stats() -> N
 
     defined = set()
     for info in pkgutil.iter_modules(parts.__path__):
+        if info.name.startswith("_"):
+            continue
         module = importlib.import_module(f"{parts.__name__}.{info.name}")
         defined |= {kind for kind in vars(module).values() if isinstance(kind, type) and issubclass(kind, Part)
                     and kind is not Part and kind.__module__ == module.__name__ and not kind.__name__.startswith("_")}
-    assert defined - set(parts.PARTS) == set(), "add these to PARTS in asyncthrottle/parts/__init__.py"
+    assert defined - set(parts.PARTS) == set(), (
+        "give these a PLACE, then run python -m asyncthrottle.parts._declare")
     stats = {part.STATS for part in parts.PARTS if part.STATS is not None}
-    assert stats - set(parts.PartStats.__mro__) == set(), "add these to PartStats's bases in parts/__init__.py"
+    assert stats - set(parts.PartStats.__mro__) == set(), "run python -m asyncthrottle.parts._declare"
 
 
 # Private names the package owns in one module and reads elsewhere on another library's object; each a reason.

@@ -131,10 +131,16 @@ def test_the_signature_is_the_declarations() -> None:
 
 
 def test_the_docstring_says_what_each_declared_option_is() -> None:
-    doc = inspect.getdoc(at.Throttle) or ""
-    args = doc[doc.index("Args:"):doc.index("\n\n", doc.index("Args:"))]
+    """``Throttle.__init__``'s ``Args`` (help(Throttle), an IDE): each keyword, in the signature's order, with
+    its declaration's ``help``."""
+    doc = inspect.getdoc(at.Throttle.__init__) or ""
+    args = doc[doc.index("Args:"):]
     named = re.findall(r"^    (\w+):", args, flags=re.MULTILINE)
     assert named == [name for name in inspect.signature(at.Throttle).parameters], named
+    flat = " ".join(args.split())
+    for option in OPTIONS:
+        assert option.help, f"{option.name}: declare its help= (its entry in Args)"
+        assert f"{option.name}: {' '.join(option.help.split())}" in flat, option.name
 
 
 def test_the_options_table_is_the_declarations() -> None:

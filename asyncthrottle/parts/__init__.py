@@ -1,8 +1,11 @@
 """The opt-in parts of a throttle: one feature per module, built in the order of :data:`PARTS`.
 
-A part brings its options (each declared once: :data:`OPTIONS` gathers them), its
-:class:`~asyncthrottle.Stats` fields and its hooks, which the throttle subscribes (see
-:class:`~asyncthrottle.parts._build.Part`).
+A part is a :class:`~asyncthrottle.parts._build.Part` with a ``PLACE`` in a module of its own
+here. It brings its options (each declared once: :data:`OPTIONS` gathers them), its
+:class:`~asyncthrottle.Stats` fields and its hooks, which the throttle subscribes. What a static
+type needs listed (:data:`PARTS` in the parts' order, ``PartStats``'s bases, ``Throttle``'s
+signature and its ``Args``) is written from those declarations into ``_declared.py`` by
+``python -m asyncthrottle.parts._declare``; ``tests/test_declared.py`` fails while it is stale.
 
 The few public methods of a part that a :class:`~asyncthrottle.Throttle` entry point forwards to are
 part of that protocol too, each named here: ``Sections.section(name, collective)``
@@ -14,41 +17,18 @@ part of that protocol too, each named here: ``Sections.section(name, collective)
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from .._options import CORE_OPTIONS, Option
 from ._build import Build
-from .autodepth import AutoDepthStats, DepthController
-from .memory import MemoryGate, MemoryStats
-from .nonfinite import NonFiniteStats, NonFiniteWatch
-from .prefetch import Prefetch, PrefetchStats
-from .profiling import NvtxRanges, ProfilerRanges
-from .ranks import RankScores, RankStats
-from .samples import SampleRate, SampleStats
-from .sections import Sections, SectionStats
-from .stall import StallStats, StallWatch
-from .syncdetect import SyncDetect, SyncStats
-from .timing import DeviceTiming, TimingStats
-from .trace import Trace
+from ._declared import PARTS, PartStats
 
-# Built in this order (a part may use the parts before it: ``Build.part``), told of each
-# notification in this order, and shown in this order by ``Stats.summary()``.
-PARTS = (
-    DeviceTiming, Sections, MemoryGate, DepthController, StallWatch, RankScores, Prefetch,
-    ProfilerRanges, NvtxRanges, Trace, SyncDetect, NonFiniteWatch, SampleRate,
-)
+__all__ = ["OPTIONS", "PARTS", "PartStats", "build"]
+
 # every keyword of the Throttle, each declared once: the core's, then each part's
 OPTIONS: tuple[Option, ...] = (
     *CORE_OPTIONS, *(option for part in PARTS for option in part.OPTIONS),
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class PartStats(SampleStats, SyncStats, NonFiniteStats, PrefetchStats, MemoryStats, RankStats,
-                SectionStats, StallStats, AutoDepthStats, TimingStats):
-    """The parts' fields of :class:`~asyncthrottle.Stats` (a dataclass lists the last base's fields
-    first)."""
 
 
 def build(at: Build) -> dict[type, Any]:

@@ -45,7 +45,9 @@ class Part:
     """A feature of the throttle, in a module of its own under ``asyncthrottle/parts/``; subclasses
     override.
 
-    It owns its options: ``OPTIONS`` declares each once (an
+    It declares its place among the parts (``PLACE``: ``parts/_declared.py`` lists the parts
+    in that order, written by ``python -m asyncthrottle.parts._declare``). It owns its options:
+    ``OPTIONS`` declares each once (an
     :class:`~asyncthrottle._options.Option`: name, type, default, check, docs
     line), the throttle checks every value with its declaration's check on
     every backend before anything is built, and :meth:`check` adds the
@@ -69,6 +71,9 @@ class Part:
     """
 
     __slots__ = ()
+    # its place among the parts: built, subscribed and summarised in the order of PLACE (a part
+    # may use the parts placed before it: ``Build.part``); None: not a part of the throttle
+    PLACE: ClassVar[int | None] = None
     OPTIONS: ClassVar[tuple[Option, ...]] = ()
     STATS: ClassVar[type | None] = None
 

@@ -81,13 +81,15 @@ class DepthController(Part):
             applies from the hand-out of ``step`` on.
     """
 
+    PLACE = 40
     OPTIONS = (
         Option("max_depth", "int | None", None, "`depth=\"auto\"`'s cap", "",
                functools.partial(check_int, minimum=1,
                                  rule="an int >= 1 (the deepest depth='auto' may go) or None",
                                  fix=f"e.g. depth=AutoDepth(max=16); None means "
                                      f"{DEFAULT_MAX_DEPTH}"),
-               wrong_type=(2.5,), wrong_value=(4,), deprecated="`depth=at.AutoDepth(max=8)`"),
+               wrong_type=(2.5,), wrong_value=(4,), deprecated="`depth=at.AutoDepth(max=8)`",
+               help='deprecated (it goes in 0.5): ``depth=AutoDepth(max=...)``.'),
     )
     STATS = AutoDepthStats
 

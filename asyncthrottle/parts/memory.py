@@ -108,19 +108,26 @@ class MemoryGate(Part):
         last: the latest reading.
     """
 
+    PLACE = 30
     OPTIONS = (
         Option("max_memory", "int | MemoryBudget | None", None,
                "a memory budget: bytes (the backend's probe), or "
                "`at.MemoryBudget(bytes, probe=...)`",
                "[`depth=\"auto\"` and memory](auto-depth.md)",
                lambda name, value: check_max_memory(value), wrong_type=("1GB", MemoryBudget),
-               wrong_value=(-1,)),
+               wrong_value=(-1,),
+               help=('a memory budget: before a hand-out, wait for the oldest steps while the '
+                     'memory probe reports more (or until nothing is in flight). Bytes (the '
+                     "backend's probe: CUDA's pinned host memory in use plus reserved device "
+                     "memory, JAX's ``memory_stats()``; the CPU and ``events=`` have none) or a "
+                     ':class:`~asyncthrottle.MemoryBudget` (the bytes and your probe).')),
         Option("memory", "Callable[[], int] | None", None, "the budget's probe", "",
                functools.partial(check_callable,
                                  rule="a zero-argument callable returning the bytes held",
                                  fix="e.g. max_memory=MemoryBudget(2 * 2**30, probe=rss_bytes)"),
                wrong_type=(5,), wrong_value=(lambda: 0,),
-               deprecated="`max_memory=at.MemoryBudget(bytes, probe=...)`"),
+               deprecated="`max_memory=at.MemoryBudget(bytes, probe=...)`",
+               help='deprecated (it goes in 0.5): ``max_memory=MemoryBudget(bytes, probe=...)``.'),
     )
     STATS = MemoryStats
 

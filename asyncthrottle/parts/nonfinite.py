@@ -109,10 +109,16 @@ class NonFiniteWatch(Part):
                functools.partial(check_choice, choices=_CHOICES,
                                  fix="pass nonfinite='warn' (the default), 'raise' to stop the "
                                      "loop, or None to look at nothing"),
-               wrong_type=(1, True), wrong_value=("loud",)),
+               wrong_type=(1, True), wrong_value=("loud",),
+               help=('``"warn"`` (default), ``"raise"`` or None: look for NaN/Inf in every '
+                     "deferred value's host copy as its step completes; warn once "
+                     "(:class:`~asyncthrottle.NonFiniteWarning`) or raise "
+                     ":class:`~asyncthrottle.NonFiniteError` from the call that delivered it. No "
+                     "sync.")),
     )
     STATS = NonFiniteStats
     __slots__ = ("core", "first", "mode", "number", "steps", "warned")
+    PLACE = 120
 
     @classmethod
     def build(cls, at: Build) -> NonFiniteWatch | None:

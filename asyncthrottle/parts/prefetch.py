@@ -49,10 +49,13 @@ class Prefetch(Part):
         backend: the resolved device (``Backend.mover``: where a ``to=`` goes, and how).
     """
 
+    PLACE = 70
     OPTIONS = (
         Option("to", "Any", None, "every `wrap()`'s default `to=`", "",
                lambda name, value: check_to(value), wrong_type=(3,),
-               deprecated="`wrap(loader, to=...)`"),
+               deprecated="`wrap(loader, to=...)`",
+               help=('deprecated (it goes in 0.5): ``wrap(iterable, to=...)``; here, the default '
+                     'of every :meth:`wrap`.')),
     )
     STATS = PrefetchStats
 

@@ -43,6 +43,7 @@ class ProfilerRanges(Part):
     """
 
     __slots__ = ("_core", "_open", "_torch")
+    PLACE = 80
 
     @classmethod
     def build(cls, at: Build) -> ProfilerRanges:
@@ -131,9 +132,13 @@ class NvtxRanges(Part):
     """
 
     __slots__ = ("_core", "_nvtx", "_step")
+    PLACE = 90
     OPTIONS = (
         Option("nvtx", "bool", False, "NVTX ranges for Nsight Systems (CUDA)",
-               "[Timelines](timelines.md)", check_bool, wrong_type=(1,)),
+               "[Timelines](timelines.md)", check_bool, wrong_type=(1,),
+               help=("NVTX ranges for each wait and step (Nsight Systems; CUDA only: elsewhere it "
+                     "warns once, here, and is off). Under a ``torch.profiler`` session each wait "
+                     "is a ``record_function`` range anyway.")),
     )
 
     @classmethod

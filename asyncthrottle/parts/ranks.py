@@ -119,15 +119,23 @@ class RankScores(Part):
         timeout: seconds the gathers' group waits for another rank (``ranks_timeout``).
     """
 
+    PLACE = 60
     OPTIONS = (
         Option("ranks_every", "int | None", None,
                "straggler scores across `torch.distributed` ranks", _DDP,
                lambda name, value: check_ranks_every(value), wrong_type=("100",),
-               wrong_value=(0,)),
+               wrong_value=(0,),
+               help=("under ``torch.distributed``, all-gather the ranks' recent median step times "
+                     "(their sections' own work, when the loop has sections) every that many "
+                     'steps, without a wait, for ``stats.rank_scores``/``slowest_rank``; every '
+                     'rank must use it.')),
         Option("ranks_timeout", "float", TIMEOUT_S,
                "seconds the ranks' gathers wait for another rank before they stop (at most the "
                "process group's timeout)", _DDP, lambda name, value: check_ranks_timeout(value),
-               wrong_type=("60", None), wrong_value=(0, math.inf)),
+               wrong_type=("60", None), wrong_value=(0, math.inf),
+               help=("with ``ranks_every``: seconds the ranks' gathers wait for another rank "
+                     '(their group is made at the first record, a collective) before they stop, at'
+                     " most the process group's timeout (default 300; gloo's own is 30 minutes).")),
     )
     STATS = RankStats
 

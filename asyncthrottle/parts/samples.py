@@ -80,11 +80,16 @@ class SampleRate(Part):
     """
 
     __slots__ = ("core", "host", "samples", "size")
+    PLACE = 130
     OPTIONS = (
         Option("batch_size", "int | str | None", None,
                "samples a second: `\"auto\"` reads each batch's leading dimension, an int is every "
                "step's batch size", "[Telemetry](telemetry.md)", check_batch_size,
-               wrong_type=(2.5, [64]), wrong_value=(0, "all")),
+               wrong_type=(2.5, [64]), wrong_value=(0, "all"),
+               help=("samples a second (``stats.samples_per_s``, the summary, the progress bar): "
+                     '``"auto"`` reads the leading dimension of the first tensor of each batch a '
+                     "wrapped loop hands out (of a dict, a list or a tuple: its first tensor); an "
+                     "int is every step's batch size (any loop; no cost per step). None: off.")),
     )
     STATS = SampleStats
 

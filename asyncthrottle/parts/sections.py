@@ -144,6 +144,7 @@ class Sections(Part):
     (raised by the record: the step still counts; the section is forgotten).
     """
 
+    PLACE = 20
     STATS = SectionStats
 
     @classmethod

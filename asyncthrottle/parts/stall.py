@@ -99,12 +99,16 @@ class StallWatch(Part):
         clock: the throttle's clock.
     """
 
+    PLACE = 50
     OPTIONS = (
         Option("stall", "float | str | None", "auto",
                "log a wait that lasts this long, once, with every thread's stack",
                "[Frameworks: DDP](frameworks.md#a-stalled-step-and-the-slow-rank-with-no-sync)",
                lambda name, value: check_stall(value), wrong_type=([1],),
-               wrong_value=(-5.0, "often")),
+               wrong_value=(-5.0, "often"),
+               help=("seconds after which a wait for one step is logged once, with every thread's "
+                     'stack, as a stall; the wait goes on. ``"auto"`` (default): 50 median step '
+                     'times, at least 30 s; None: off. Never touches an event.')),
     )
     STATS = StallStats
 

@@ -52,11 +52,16 @@ class SyncDetect(Part):
     """
 
     __slots__ = ("_active", "_cuda", "_mode", "_previous", "_resume", "audit")
+    PLACE = 110
     OPTIONS = (
         Option("detect_sync", "str | None", None, "`\"warn\"`/`\"error\"`: report hidden syncs",
                "[Telemetry](telemetry.md#hidden-syncs)",
                functools.partial(check_choice, choices=MODES, fix="pass 'warn', 'error' or None"),
-               wrong_type=(1,), wrong_value=("loud",)),
+               wrong_type=(1,), wrong_value=("loud",),
+               help=('``"warn"`` or ``"error"``: CUDA\'s sync debug mode from each hand-out until '
+                     'the throttle next waits, so hidden syncs are reported (``"warn"`` also '
+                     "counts them per site: :attr:`sync_audit`). Off CUDA it warns once, here, and"
+                     " is off.")),
     )
     STATS = SyncStats
 

@@ -149,13 +149,16 @@ class DeviceTiming(Part):
             recorded), so a first sampled step handed out idle is not timed.
     """
 
+    PLACE = 10
     OPTIONS = (
         Option("sample_every", "int | None", 8, "time every k-th step on the device (`None`: off)",
                "[Telemetry](telemetry.md)",
                functools.partial(check_int, minimum=1,
                                  rule="an int >= 1 (time every k-th step) or None",
                                  fix="e.g. sample_every=8, or None for no device timing"),
-               wrong_type=("8",), wrong_value=(0,)),
+               wrong_type=("8",), wrong_value=(0,),
+               help=('time every k-th step on the device, step 0 (compilation, autotuning) '
+                     'excepted (None: no device timing, no sections).')),
     )
     STATS = TimingStats
 

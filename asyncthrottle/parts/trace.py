@@ -80,10 +80,13 @@ class Trace(Part):
     __slots__ = ("_clock", "_core", "_device", "_extra", "_fetch_s", "_fetch_start", "_h_in",
                  "_h_step", "_h_time", "_ring", "_sections", "capacity")
 
+    PLACE = 100
     OPTIONS = (
         Option("trace", "int", 0, "keep a timeline of the last N steps",
                "[Timelines](timelines.md)", lambda name, value: check_trace(value),
-               wrong_type=("8",), wrong_value=(-1,)),
+               wrong_type=("8",), wrong_value=(-1,),
+               help=("keep a timeline of the last ``trace`` steps for :meth:`export_trace` (0: "
+                     "none).")),
     )
 
     @classmethod
