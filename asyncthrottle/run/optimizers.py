@@ -27,6 +27,8 @@ class Optimizers:
         self.cycle: set[int] | None = None
         # each optimizer's position (by id), in the order of first steps
         self.positions: dict[int, int] = {}
+        # each position by its optimizer's class and parameters (see position())
+        self._kinds: dict[tuple[type, tuple[int, ...]], int] = {}
         # the optimizer steps running, by the frame that runs each (an exception leaves one);
         # empty, running() is not called (a call less, every step)
         self.frames: list[FrameType] = []
@@ -56,11 +58,21 @@ class Optimizers:
     def position(self, optimizer: Any, source: Any, step: int) -> int:
         """``optimizer``'s position (in the order of first steps); the first time, its name
         (``"optimizer 0 (Adam)"``) is told to ``source`` (:meth:`Source.named`), with the
-        ``step`` it first steps in."""
+        ``step`` it first steps in.
+
+        An optimizer of the class of one before it, over the same parameters, takes that one's
+        place: a script that makes its optimizer anew each epoch (to reset its state or its
+        learning rate) has one optimizer's losses, not one series an epoch. (Looked at once an
+        optimizer, at its first step.)"""
         position = self.positions.get(id(optimizer))
         if position is None:
-            position = self.positions[id(optimizer)] = len(self.positions)
-            source.named(f"optimizer {position} ({type(optimizer).__name__})", step)
+            kind = (type(optimizer), tuple(id(param) for group in optimizer.param_groups
+                                           for param in group["params"]))
+            position = self._kinds.get(kind)
+            if position is None:
+                position = self._kinds[kind] = len(self._kinds)
+                source.named(f"optimizer {position} ({type(optimizer).__name__})", step)
+            self.positions[id(optimizer)] = position
         return position
 
     def moved(self) -> bool:

@@ -327,6 +327,31 @@ def test_a_second_optimizer_in_a_later_loop_keeps_the_first_one_s_losses(device:
         "optimizer 1 (Optimizer)": [None, None, None, 10.0, 11.0, 12.0, 13.0]}
 
 
+def test_an_optimizer_made_again_over_the_same_parameters_keeps_its_place() -> None:
+    """Made anew each epoch (same class, same parameters): one optimizer, named once; another class,
+    or other parameters, is another optimizer."""
+    steps, _ = _steps()
+    first = Optimizer()
+    params = first.param_groups[0]["params"]
+    again, other = Optimizer(), Optimizer()
+    again.param_groups = [{"params": list(params)}]
+
+    class SGD(Optimizer):
+        pass
+
+    same_params_other_class = SGD()
+    same_params_other_class.param_groups = [{"params": list(params)}]
+    for optimizer in (first, again, other, same_params_other_class):
+        steps.optimizers.made(optimizer)
+        _train(steps, optimizer, 1.0)
+    steps.finish()
+    assert steps.runner is not None
+    assert steps.runner.names == ["optimizer 0 (Optimizer)", "optimizer 1 (Optimizer)",
+                                  "optimizer 2 (SGD)"]
+    assert [steps.optimizers.positions[id(o)] for o in (first, again, other, same_params_other_class)] == [
+        0, 0, 1, 2]
+
+
 G_SITE, EVAL_SITE = ("train.py", 40), ("train.py", 50)
 
 

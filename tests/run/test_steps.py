@@ -116,6 +116,18 @@ def test_a_fine_tuning_s_new_optimizer_has_its_own_steps_and_the_first_keeps_its
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+def test_an_optimizer_made_anew_each_epoch_is_one_optimizer(tmp_path: Path) -> None:
+    """The same class over the same parameters, made again each epoch (its learning rate reset): the
+    report of a one-optimizer loop, not a series an epoch."""
+    kept, report = _run_both("optimizer_per_epoch.py", tmp_path)
+    assert report["steps"] == len(kept) == 12
+    assert report["losses"] == pytest.approx(kept, rel=1e-6)
+    assert "losses_by_optimizer" not in report
+    assert found_syncs(report) == said_syncs("optimizer_per_epoch.py")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_an_f_string_of_ints_and_a_loss_is_one_read_and_its_suggestion_names_the_loss(
         tmp_path: Path) -> None:
     started = start("fstring_log.py")
