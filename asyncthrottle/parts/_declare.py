@@ -10,7 +10,9 @@ so this writes them out, as matplotlib writes pyplot's wrappers and CPython's Ar
 parsers: ``PARTS`` in the parts' order, ``PartStats`` with each part's ``STATS`` as a base, and
 ``Keywords``, whose ``__init__`` is ``Throttle``'s signature (each option's type and default) and
 whose docstring is its ``Args`` (each option's ``help``).
-``tests/test_declared.py`` fails while the file on disk is not what this writes.
+``tests/test_declared.py`` fails while the file on disk is not what this writes. (It imports the
+package, and so the file it replaces: after deleting or renaming a part, delete its lines there
+first.)
 """
 
 from __future__ import annotations
