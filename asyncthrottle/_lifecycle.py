@@ -139,8 +139,9 @@ class Lifecycle:
 
     # -- step loops ----------------------------------------------------------
 
-    def begin_step(self) -> int:
-        """``Throttle.begin_step()``."""
+    def begin_step(self, at: float | None = None) -> int:
+        """``Throttle.begin_step()``; ``at``: the host time it began, if earlier than now (never
+        before the last step's end)."""
         ownership, core = self.ownership, self.core
         self._claim("begin_step()")
         try:
@@ -148,6 +149,8 @@ class Lifecycle:
                 raise RuntimeError("begin_step() was called twice without end_step(); step() is "
                                    "not reentrant")
             now, host = self.clock(), self.host
+            if at is not None and at < now:
+                now = at if host.started is None else max(at, host.step_end)
             if host.started is None:
                 host.begin(now)
                 # a compile set up since (where no compile traces)

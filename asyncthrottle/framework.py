@@ -94,19 +94,22 @@ class ThrottleHooks:
         """True between ``begin()`` and ``end()``/``fail()``."""
         return self._open
 
-    def begin(self, number: int | None = None) -> int:
+    def begin(self, number: int | None = None, at: float | None = None) -> int:
         """Wait until the next step may start (the depth rule) and start it; returns the throttle's
         number of it.
 
         Args:
             number: the framework's number of the step (see :meth:`framework_step`); None: one
                 more than the last step's.
+            at: when the step began on the throttle's clock (its host time), if earlier than now
+                and not before the last step's end: what came before was the step's (``run``'s
+                teacher forward, heard only as the step trains); None: now.
         """
         if self._open:
             logger.debug("asyncthrottle: a step began before the last one ended; recording the "
                          "last one")
             self.end()
-        step = self._life.begin_step()
+        step = self._life.begin_step(at)
         if number is not None:
             self._numbering.moved(step, number)
         self._open = True

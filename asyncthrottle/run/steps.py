@@ -10,6 +10,7 @@ from types import FrameType
 from typing import Any
 
 from ..framework import ThrottleHooks
+from .filing import Filing
 from .hearing import Hearing
 from .losses import Losses
 from .optimizers import Optimizers
@@ -25,12 +26,13 @@ _ALL_TIMED = 16
 SEEN = ("forwards", "backwards", "optimizer_steps", "autograd_grad", "other_threads", "processes")
 
 
-class Steps(Hearing):
+class Steps(Hearing, Filing):
     """The state of the script's training, told by the hooks of :mod:`asyncthrottle.run.torchhooks`.
 
     A step is what the script does with one batch. It opens when its loader hands the loop a
     batch (once the loop has trained: the work before the first forward is the step's, not the
-    loader's), else at the first training forward (grad enabled), ``backward()`` or optimizer step;
+    loader's), else at the first training forward (grad enabled), ``backward()`` or optimizer step,
+    or back at a forward without grad after the last update (a teacher's) once the step trains;
     it is done once every optimizer of the script's cycle has stepped (a GAN's two; the first
     step expects every optimizer the script made, later ones the set the last step stepped), or
     -- with no optimizer in the script -- once it has called ``backward()``. A done step stays open
@@ -90,6 +92,10 @@ class Steps(Hearing):
         self.armed = False
         # the values backward() is called on, unscaled, as the step keeps them
         self.losses = Losses()
+        # a backward() is running (kept by torchhooks' wrapper): one inside it is its own work
+        self.backing = False
+        # when a forward without grad came after a done step (see _quiet), or None
+        self.quiet_at: float | None = None
         # where the last done step's first forward was called: a forward elsewhere opens no step
         self.opener: Any = None
         self.last: Any = None
@@ -129,13 +135,15 @@ class Steps(Hearing):
     def forward(self, grad: bool, module: Any, site: Any = None) -> None:
         """A module's forward begins, called from ``site`` (the script's code and line; armed
         only while the next one may open or end a step)."""
-        if self.optimizers.frames and self.optimizers.running():
+        if self.backing or (self.optimizers.frames and self.optimizers.running()):
+            # (a block's forward run again by backward(): reentrant checkpointing)
             return
         if not grad:
-            # an evaluation; a teacher's forward inside a step that has not trained yet stays
-            # (a batch with no training forward after it was an evaluation's: see fetch_begin)
+            # an evaluation, or the next step's teacher (see _quiet); a teacher's forward inside a
+            # step that has not trained yet stays (a batch with no training forward after it was
+            # an evaluation's: see fetch_begin)
             if not self.open or self._done():
-                self.leave()
+                self._quiet()
                 self.disarm()
             else:
                 self.heard = True
@@ -299,6 +307,18 @@ class Steps(Hearing):
         if not self.open:
             self._pause()
 
+    def _quiet(self) -> None:
+        """A forward without grad once the step is done: an evaluation's (the time from here is not
+        the loop's) or the next step's, before it trains (a teacher's or a target network's
+        forward in a loop with no loader): the done step ends here; a pause (``model.eval()``,
+        an epoch's end, the script's end) reaches back to here (:meth:`_pause`), and a step that
+        opens first began here (:meth:`_open`)."""
+        self._unhold()
+        if self.open:
+            self._close()
+        if not self.paused and self.quiet_at is None:
+            self.quiet_at = self.clock()
+
     def stop(self, at: float | None = None) -> None:
         """Training stops (an epoch's end at ``at``, a framework's ``fit()``): the open step ends,
         dropped if it never trained."""
@@ -335,38 +355,6 @@ class Steps(Hearing):
         if not self.open:
             self._open(where)
 
-    def _suspend(self) -> None:
-        """A forward elsewhere after the batch's update: an evaluation with grad on (the step
-        then ended here: see :meth:`_close`) or another model's update in the same batch (a
-        WGAN's generator: :meth:`_resume`); until a ``backward()`` says which, its reads are
-        outside steps and its time is not the step's."""
-        if self.suspended is None:
-            self.suspended = self.clock()
-            if self.sites is not None:
-                self.sites.in_step = False
-
-    def _resume(self) -> None:
-        """The suspended step trains again (a ``backward()``, an optimizer step): it goes on."""
-        self.suspended, self.tail_marked = None, False
-        if self.sites is not None:
-            self.sites.in_step = True
-
-    def _hold(self, why: str) -> None:
-        """File the reads from now in steps, provisionally: the batch the loop took (or a
-        forward) may start a step, which then claims them; else they go outside steps."""
-        if self.sites is not None and not self.open:
-            if not self.holding:
-                self.sites.in_step = True
-            self.holding = why
-
-    def _unhold(self) -> None:
-        """The held reads belong to no step: outside steps."""
-        if self.holding:
-            self.holding = None
-            if self.sites is not None:
-                self.sites.discard_step()
-                self.sites.in_step = False
-
     def _open(self, where: Any) -> None:
         # the reads held since the batch was taken are this step's
         held, self.holding = self.holding, None
@@ -376,7 +364,9 @@ class Steps(Hearing):
             self.losses.synchronous = self.synchronous
             self.runner = Source(hooks, direct=self.synchronous)
             self.sources.append(self.runner)
-        number = self.runner.hooks.begin()
+        # a step that trains after a quiet forward began there (see _quiet)
+        began, self.quiet_at = self.quiet_at, None
+        number = self.runner.hooks.begin(at=began)
         self._reset()
         self.number = number
         if self.optimizers.unheard is not False and self.optimizers.any:
@@ -385,7 +375,7 @@ class Steps(Hearing):
         # the phases of the first steps and of the sampled ones (the ones the throttle times on a
         # device): a section costs calls on every step it is entered
         self.timed = number < _ALL_TIMED or number % SAMPLE_EVERY == 0
-        self.opened_at = self.clock()
+        self.opened_at = self.clock() if began is None else began
         self.open, self.paused = True, False
         self.loader = self._fetched or self.loader
         if self.sites is not None and not held:
@@ -427,6 +417,10 @@ class Steps(Hearing):
             self._pause(at)
 
     def _pause(self, at: float | None = None) -> None:
+        # (from the quiet forward that came first, if one did)
+        quiet, self.quiet_at = self.quiet_at, None
+        if quiet is not None and (at is None or quiet < at):
+            at = quiet
         if not self.paused and self.runner is not None:
             self.runner.hooks.throttle.pause(at)
             self.paused = True
@@ -448,6 +442,8 @@ class Steps(Hearing):
             if self._done() and self.tail_marked and self.sites is not None:
                 self.tail_reads = self.sites.tail_rows()
             self._close()
+        if self.quiet_at is not None:
+            self._pause()
         for source in self.sources:
             source.hooks.drain()
 

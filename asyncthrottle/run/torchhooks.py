@@ -206,13 +206,19 @@ def _backward(steps: Steps, patches: Patches, compiling: Callable[[], bool]) -> 
             if get_ident() != steps.thread or steps.hushed:
                 _elsewhere(steps)
                 return original(tensors, *args, **kwargs)
+            if steps.backing:
+                # a backward() inside backward(): reentrant checkpointing runs its block's forward
+                # and backward again, as the outer one's work
+                return original(tensors, *args, **kwargs)
             try:
                 steps.backward(tensors)
             except Exception as exc:
                 steps.stop_on(exc)
+            steps.backing = True
             try:
                 return original(tensors, *args, **kwargs)
             finally:
+                steps.backing = False
                 try:
                     steps.after_backward()
                 except Exception as exc:

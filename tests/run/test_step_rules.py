@@ -177,6 +177,60 @@ def test_a_teacher_s_forward_without_grad_inside_a_step_is_the_step_s() -> None:
     assert _losses(steps) == [0.0, 1.0, 2.0]
 
 
+TEACHER = ("train.py", 5)
+
+
+def _train_after_teacher(steps: Steps, clock: FakeClock, opt: Any, loss: float) -> None:
+    """A step with no loader: the teacher's forward under no_grad (the runner's forward hook then
+    stands down, so the student's forward goes unheard), 2 s of forwards, backward and update."""
+    steps.forward(False, None, TEACHER)
+    clock.advance(2.0)
+    steps.backward(torch.tensor(loss))
+    steps.after_backward()
+    clock.advance(0.5)
+    _update(steps, opt)
+
+
+def test_without_a_loader_a_teacher_s_forward_without_grad_begins_the_step_it_trains_in() -> None:
+    """Distillation, or a target network's forward (reinforcement learning), over batches the loop
+    makes itself: the time from the no-grad forward is the step's, and the loop's."""
+    steps, clock = _steps()
+    opt = Optimizer()
+    steps.optimizers.made(opt)
+    for k in range(4):
+        _train_after_teacher(steps, clock, opt, float(k))
+    assert _losses(steps) == [0.0, 1.0, 2.0, 3.0]
+    assert steps.runner is not None
+    timed = steps.runner.per_step()
+    # the first step opens at its backward (a no-grad forward before any training is no step's)
+    assert timed is not None and timed["step_s"] == pytest.approx([0.5, 2.5, 2.5, 2.5])
+    assert steps.runner.hooks.throttle.stats.wall_s == pytest.approx(8.0)
+
+
+@pytest.mark.parametrize("ends", ["script", "eval()", "a later step"])
+def test_without_a_loader_an_evaluation_without_grad_after_training_is_not_loop_time(ends: str) -> None:
+    """A no-grad forward after the last update, then 5 s of evaluation: not the loop's time when the
+    script ends or calls ``model.eval()``; when a step trains after it instead, it was that step's."""
+    steps, clock = _steps()
+    opt = Optimizer()
+    steps.optimizers.made(opt)
+    for k in range(2):
+        _train_after_teacher(steps, clock, opt, float(k))
+    steps.forward(False, None, ELSEWHERE)
+    clock.advance(5.0)
+    if ends == "eval()":
+        steps.leave()
+        clock.advance(1.0)
+    elif ends == "a later step":
+        steps.backward(torch.tensor(9.0))
+        steps.after_backward()
+        _update(steps, opt)
+    _losses(steps)
+    assert steps.runner is not None
+    wall = steps.runner.hooks.throttle.stats.wall_s
+    assert wall == pytest.approx(3.0 + (5.0 if ends == "a later step" else 0.0))
+
+
 def test_an_evaluation_without_grad_between_epochs_is_no_step_and_not_loop_time() -> None:
     steps, clock = _steps()
     opt = Optimizer()

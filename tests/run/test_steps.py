@@ -31,6 +31,10 @@ STYLES = [
     ("eval_with_grad.py", 6, [], {"num_workers": 0, "pin_memory": False, "batch_size": 8}),
     # a dataset's nn.Module transform is the loader's work; its reads and a logger's are no syncs
     ("transforms_logger.py", 12, [], {"num_workers": 0, "pin_memory": False, "batch_size": 4}),
+    # a teacher's forward under no_grad, with no loader, begins the step it trains in
+    ("distill_no_loader.py", 8, [], None),
+    # reentrant checkpointing: a backward() inside the step's backward() is the step's own work
+    ("reentrant_checkpoint.py", 6, [], None),
 ]
 
 
@@ -69,6 +73,9 @@ def test_a_script_runs_as_under_python_and_its_steps_losses_and_syncs_are_found(
     # also takes a batch inside its step)
     if script != "accumulation.py":
         assert report["input_wait_s"] <= report["stats"]["fetch_s"] * 1.01 + 1e-4, report["stats"]
+    if script == "distill_no_loader.py":
+        # each step after the first began at its teacher's 3 ms (a lower bound: load only adds)
+        assert min(report["per_step"]["step_s"][1:]) >= 0.003, report["per_step"]
 
 
 
