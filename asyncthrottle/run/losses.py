@@ -36,26 +36,48 @@ class Losses:
             if big is not small:
                 self._scaled[id(big)] = (weakref.ref(big), small)
 
-    def value(self, tensors: Any) -> Any:
-        """The loss ``backward(tensors)`` stands for: one scalar tensor, unscaled (a float on a
-        synchronous device, else the tensor detached); None for anything else."""
-        if isinstance(tensors, (list, tuple)):
-            if len(tensors) != 1:
+    def value(self, tensors: Any, weights: Any = None) -> Any:
+        """The loss ``backward(tensors, weights)`` stands for, unscaled (a float on a synchronous
+        device, else a tensor detached): that of a scalar tensor; of several (``weights``: their
+        ``grad_tensors``, None for ones), what autograd differentiates, the sum of each scalar
+        times its weight (``errD_real.backward(mone)`` is ``-errD_real``). None where a tensor is
+        not a scalar (a vector-Jacobian product has no loss)."""
+        if weights is None and not isinstance(tensors, (list, tuple)):
+            return self._scalar(tensors, None)
+        many = isinstance(tensors, (list, tuple))
+        tensors = list(tensors) if many else [tensors]
+        weights = (list(weights) if isinstance(weights, (list, tuple))
+                   else [weights] * len(tensors) if weights is None else [weights])
+        if not tensors or len(weights) != len(tensors):
+            return None
+        total = None
+        for tensor, weight in zip(tensors, weights, strict=True):
+            value = self._scalar(tensor, weight)
+            if value is None:
                 return None
-            tensors = tensors[0]
-        kept = self._scaled.pop(id(tensors), None)
-        if kept is not None and kept[0]() is tensors:
-            tensors = kept[1]
-        numel = getattr(tensors, "numel", None)
+            total = value if total is None else total + value
+        return total
+
+    def _scalar(self, tensor: Any, weight: Any) -> Any:
+        kept = self._scaled.pop(id(tensor), None)
+        if kept is not None and kept[0]() is tensor:
+            tensor = kept[1]
+        numel = getattr(tensor, "numel", None)
         if numel is None or numel() != 1:
             return None
+        if weight is not None and getattr(weight, "numel", lambda: 1)() != 1:
+            return None
         if not self.synchronous:
-            return tensors.detach()
+            value = tensor.detach()
+            # (a tensor weight: one more device op, where a script passes one)
+            return value if weight is None else value * getattr(weight, "detach", lambda: weight)()
         item = self._item
         if item is None:
             item = self._item = _base_item()
         try:
-            return float(item(tensors))
+            value = float(item(tensor))
+            return value if weight is None else value * float(
+                item(weight) if hasattr(weight, "numel") else weight)
         except (TypeError, ValueError, RuntimeError):
             return None
 

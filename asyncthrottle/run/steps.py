@@ -40,8 +40,9 @@ class Steps(Hearing, Filing):
     step begins, the same optimizer steps again, an evaluation starts (``model.eval()``, a forward
     without grad) or the script ends. A step that never trained (an evaluation batch, a batch
     whose optimizer step raised and was caught) is dropped, its reads are filed outside steps and
-    its time is not the loop's. Its loss is the sum of the values its ``backward()`` calls were
-    given, unscaled when a ``GradScaler`` scaled them (inside ``optimizer.step(closure)``: the first
+    its time is not the loop's. Its loss is the sum of what its ``backward()`` calls differentiate
+    (a scalar; several at once, each times its ``grad_tensors`` weight: see ``Losses.value``),
+    unscaled when a ``GradScaler`` scaled them (inside ``optimizer.step(closure)``: the first
     closure's); with several optimizers, each one's loss is the ``backward()`` calls before its
     step. Only the loop's thread counts.
 
@@ -179,12 +180,13 @@ class Steps(Hearing, Filing):
             self._phase("forward")
         self.disarm()
 
-    def backward(self, tensors: Any) -> None:
-        """``backward()`` is called on ``tensors`` (before autograd runs)."""
+    def backward(self, tensors: Any, weights: Any = None) -> None:
+        """``backward()`` is called on ``tensors`` (before autograd runs), with ``weights`` (its
+        ``grad_tensors``: None for ones)."""
         if self.optimizers.frames and self.optimizers.running():
             # a closure evaluated by optimizer.step(closure) (LBFGS): its first loss is the step's
             if self.inner_loss is None:
-                self.inner_loss = self.losses.value(tensors)
+                self.inner_loss = self.losses.value(tensors, weights)
             return
         self.seen["backwards"] += 1
         if not self.open or self.updated or self.stepped or self.backwards:
@@ -195,7 +197,7 @@ class Steps(Hearing, Filing):
         self.heard = True
         if self.timed:
             self._phase("backward", collective=self.collective)
-        value = self.losses.value(tensors)
+        value = self.losses.value(tensors, weights)
         if value is None:
             self.lossless = True
         else:

@@ -211,7 +211,8 @@ def _backward(steps: Steps, patches: Patches, compiling: Callable[[], bool]) -> 
                 # and backward again, as the outer one's work
                 return original(tensors, *args, **kwargs)
             try:
-                steps.backward(tensors)
+                # (grad_tensors: the second argument)
+                steps.backward(tensors, args[0] if args else kwargs.get("grad_tensors"))
             except Exception as exc:
                 steps.stop_on(exc)
             steps.backing = True

@@ -107,6 +107,20 @@ def test_a_gan_s_batch_is_one_step_and_each_optimizer_has_its_loss_series(
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+def test_backward_with_signs_and_backward_of_several_losses_give_the_loss_autograd_takes(
+        tmp_path: Path) -> None:
+    """``err_real.backward(one)``, ``err_fake.backward(mone)``: the critic's loss is their difference;
+    ``torch.autograd.backward([a, b])``: the generator's is their sum."""
+    kept, report = _run_both("wgan_signs.py", tmp_path)
+    assert report["steps"] == len(kept["d"]) == 5
+    critic, generator = report["losses_by_optimizer"].values()
+    assert critic == pytest.approx(kept["d"], rel=1e-5, abs=1e-7)
+    assert generator == pytest.approx(kept["g"], rel=1e-5, abs=1e-7)
+    assert found_syncs(report) == said_syncs("wgan_signs.py")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_a_fine_tuning_s_new_optimizer_has_its_own_steps_and_the_first_keeps_its_own(
         tmp_path: Path) -> None:
     kept, report = _run_both("finetune.py", tmp_path)
