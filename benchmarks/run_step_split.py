@@ -40,7 +40,7 @@ class Idle:
     def __init__(self, device: Any = None) -> None:
         self.throttle, self.steps, self.step_open = self._Throttle(), 0, False
 
-    def begin(self) -> int:
+    def begin(self, number: int | None = None, at: float | None = None) -> int:
         self.steps += 1
         return self.steps
 
