@@ -43,7 +43,8 @@ class Losses:
             if len(tensors) != 1:
                 return None
             tensors = tensors[0]
-        kept = self._scaled.pop(id(tensors), None)
+        # (none scaled, no look-up: every step of a script without a GradScaler)
+        kept = self._scaled.pop(id(tensors), None) if self._scaled else None
         if kept is not None and kept[0]() is tensors:
             tensors = kept[1]
         numel = getattr(tensors, "numel", None)
