@@ -142,10 +142,14 @@ class Lifecycle:
     def begin_step(self, at: float | None = None) -> int:
         """``Throttle.begin_step()``; ``at``: the host time it began, if earlier than now (never
         before the last step's end)."""
-        ownership, core = self.ownership, self.core
-        self._claim("begin_step()")
+        ownership, core, passes = self.ownership, self.core, self.passes
+        # (_claim(), inlined: every step of a step loop)
+        ownership.claim("begin_step()")
         try:
-            if self.passes.in_step:
+            if passes.kept is not None:
+                passes.raise_kept()
+            passes.refuse("begin_step()")
+            if passes.in_step:
                 raise RuntimeError("begin_step() was called twice without end_step(); step() is "
                                    "not reentrant")
             now, host = self.clock(), self.host
@@ -157,7 +161,9 @@ class Lifecycle:
                 _compile.see_dynamo()
             elif core.steps:
                 gap = core.fetched if self.gaps_fetch else host.between
-                gap(core.steps, host.step_end, max(0.0, now - host.step_end))
+                # (max(0.0, ...) without its call: every step)
+                seconds = now - host.step_end
+                gap(core.steps, host.step_end, seconds if seconds > 0.0 else 0.0)
             if not ownership.held:
                 # the loop keeps the throttle between its steps, until drain() or pause()
                 ownership.hold()
@@ -173,7 +179,7 @@ class Lifecycle:
         except BaseException:
             ownership.release()
             raise
-        self.passes.in_step = True
+        passes.in_step = True
         return core.steps
 
     def end_step(self, failed: bool, at: float | None = None) -> None:

@@ -113,7 +113,9 @@ class Passes:
 
     def refuse(self, what: str) -> None:
         """``RuntimeError`` while a pass runs: ``what`` (a step loop's call) cannot mix with it."""
-        if self.running() is not None:
+        # (running(), inlined: every begin_step() of a step loop)
+        ref = self._ref
+        if ref is not None and ref() is not None:
             raise RuntimeError(
                 f"{what} was called inside a wrapped loop over this Throttle; the wrapper already "
                 "records and waits for each step -- use one or the other"

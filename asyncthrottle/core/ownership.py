@@ -46,7 +46,11 @@ class Ownership:
     def claim(self, what: str) -> None:
         """Claim the throttle for ``what`` (a call, or a pass) until :meth:`release`."""
         me = threading.get_ident()
-        with self._lock:
+        # (the lock's acquire() and release(), not a with block, which makes two bound methods:
+        # here and in release(), every begin_step() and end_step())
+        lock = self._lock
+        lock.acquire()
+        try:
             owner = self.owner
             if owner is not None and owner != me:
                 self._refuse(what, me)
@@ -54,6 +58,8 @@ class Ownership:
                 self._thread = threading.current_thread()
             self.owner = self.loop_thread = me
             self._claims += 1
+        finally:
+            lock.release()
 
     def check(self, what: str) -> None:
         """Raise ``RuntimeError`` where :meth:`claim` would, claiming nothing (``end_step()``
@@ -81,10 +87,15 @@ class Ownership:
         self._claims, self.held, self.owner = 0, False, None
 
     def release(self) -> None:
-        with self._lock:
-            self._claims = max(0, self._claims - 1)
-            if not self._claims:
+        lock = self._lock
+        lock.acquire()
+        try:
+            claims = self._claims
+            self._claims = claims = claims - 1 if claims > 0 else 0
+            if not claims:
                 self.owner = None
+        finally:
+            lock.release()
 
     def hold(self) -> None:
         """The calling thread's step loop keeps the throttle between its steps (call it with a

@@ -59,7 +59,8 @@ class Losses:
         return total
 
     def _scalar(self, tensor: Any, weight: Any) -> Any:
-        kept = self._scaled.pop(id(tensor), None)
+        # (none scaled, no look-up: every step of a script without a GradScaler)
+        kept = self._scaled.pop(id(tensor), None) if self._scaled else None
         if kept is not None and kept[0]() is tensor:
             tensor = kept[1]
         numel = getattr(tensor, "numel", None)

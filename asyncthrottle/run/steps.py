@@ -218,18 +218,22 @@ class Steps(Hearing, Filing):
             self.optimizers.enter(frame)
             return
         self.seen["optimizer_steps"] += 1
-        self.optimizers.unheard = False
+        optimizers, key = self.optimizers, id(optimizer)
+        optimizers.unheard = False
         # the same optimizer again (LBFGS's step after step): a new step; another one, the same
-        if self.open and id(optimizer) in self.stepped:
+        if self.open and key in self.stepped:
             self._close()
         if not self.open:
             self._open(optimizer)
-        self.optimizers.frames.append(frame)
-        self.stepped.add(id(optimizer))
+        optimizers.frames.append(frame)
+        self.stepped.add(key)
         self.heard = True
-        # the backward() values since the last optimizer step are this one's loss
-        assert self.runner is not None  # (opened above)
-        position = self.optimizers.position(optimizer, self.runner, self.number)
+        # the backward() values since the last optimizer step are this one's loss (a known
+        # optimizer's position without a call: every step)
+        position = optimizers.positions.get(key)
+        if position is None:
+            assert self.runner is not None  # (opened above)
+            position = optimizers.position(optimizer, self.runner, self.number)
         if self.pending is not None:
             self.each[position], self.pending = self.pending, None
         if self.timed:

@@ -3,6 +3,7 @@ error the script catches leaves the hooks hearing, and the sync audit counting, 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -67,3 +68,28 @@ def test_a_loader_error_the_script_catches_leaves_the_hooks_hearing_and_the_audi
     assert steps.runner is not None
     assert steps.runner.steps == 7
     assert [row["call"] for row in sites.rows(7)] == ["Tensor.item"]
+
+
+def test_the_forward_hook_names_each_call_site_by_its_line_as_the_calls_alternate() -> None:
+    # the hook keeps the line of the last code and instruction that called a module: calls from
+    # two lines of one function, alternating, each get their own line every time
+    steps = Steps(lambda device: ThrottleHooks(None, device=device, trace=0, nonfinite=None))
+    patches = Patches()
+    torchhooks.install(steps, patches)
+    model = torch.nn.Linear(4, 2)
+    x = torch.zeros(1, 4)
+    heard = []
+    try:
+        for _ in range(3):
+            steps.arm()
+            line = sys._getframe().f_lineno + 1
+            model(x)
+            heard.append(steps.last)
+            steps.arm()
+            model(x)
+            heard.append(steps.last)
+    finally:
+        steps.finish()
+        patches.undo()
+    code = sys._getframe().f_code
+    assert heard == [(code, line), (code, line + 3)] * 3
