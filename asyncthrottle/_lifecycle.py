@@ -160,10 +160,13 @@ class Lifecycle:
                 # a compile set up since (where no compile traces)
                 _compile.see_dynamo()
             elif core.steps:
-                gap = core.fetched if self.gaps_fetch else host.between
-                # (max(0.0, ...) without its call: every step)
+                # (max(0.0, ...) without its call, and no bound method made: every step)
                 seconds = now - host.step_end
-                gap(core.steps, host.step_end, seconds if seconds > 0.0 else 0.0)
+                seconds = seconds if seconds > 0.0 else 0.0
+                if self.gaps_fetch:
+                    core.fetched(core.steps, host.step_end, seconds)
+                else:
+                    host.between(core.steps, host.step_end, seconds)
             if not ownership.held:
                 # the loop keeps the throttle between its steps, until drain() or pause()
                 ownership.hold()
