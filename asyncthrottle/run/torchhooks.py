@@ -64,8 +64,9 @@ def _forwards(steps: Steps, patches: Patches, compiling: Callable[[], bool]) -> 
     grad_enabled = torch.is_grad_enabled
     torch_file = module.__file__
     # the last call site's code, instruction and line: a frame's f_lineno scans its code's line
-    # table from the start (about 14 us at the end of a 400-line function), and a loop calls its
-    # model from the same instruction every step (the line is a function of the two)
+    # table from the start (about 14 us at the end of a 400-line function, unless a profiler or
+    # tracer made the code's line array), and a loop calls its model from the same instruction
+    # every step (the line is a function of the two)
     last: list[Any] = [None, -1, 0]
 
     def hook(mod: Any, args: Any) -> None:
