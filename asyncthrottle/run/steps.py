@@ -10,7 +10,7 @@ from types import FrameType
 from typing import Any
 
 from ..framework import ThrottleHooks
-from .filing import Filing
+from .beginnings import Beginnings
 from .hearing import Hearing
 from .losses import Losses
 from .optimizers import Optimizers
@@ -26,7 +26,7 @@ _ALL_TIMED = 16
 SEEN = ("forwards", "backwards", "optimizer_steps", "autograd_grad", "other_threads", "processes")
 
 
-class Steps(Hearing, Filing):
+class Steps(Hearing, Beginnings):
     """The state of the script's training, told by the hooks of :mod:`asyncthrottle.run.torchhooks`.
 
     A step is what the script does with one batch. It opens when its loader hands the loop a
@@ -97,8 +97,11 @@ class Steps(Hearing, Filing):
         self.backing = False
         # when a forward without grad came after a done step (see _quiet), or None
         self.quiet_at: float | None = None
-        # where the last done step's first forward was called: a forward elsewhere opens no step
-        self.opener: Any = None
+        # where the trained steps' first forwards were called: a forward elsewhere opens no step
+        # until it trains (see _elsewhere)
+        self.openers: set[Any] = set()
+        # a forward elsewhere was heard, and no step or pause followed yet (see _elsewhere)
+        self.elsewhere = False
         self.last: Any = None
         # the sync audit files reads in a step that may not come (see _hold): what started
         # holding them, "batch" (a batch taken) or "forward" (a forward elsewhere), or None
@@ -139,6 +142,10 @@ class Steps(Hearing, Filing):
         if self.backing or (self.optimizers.frames and self.optimizers.running()):
             # (a block's forward run again by backward(): reentrant checkpointing)
             return
+        if self.elsewhere and site not in self.openers:
+            # inside or after a forward elsewhere (see _elsewhere): nothing new until a forward
+            # where the steps begin
+            return
         if not grad:
             # an evaluation, or the next step's teacher (see _quiet); a teacher's forward inside a
             # step that has not trained yet stays (a batch with no training forward after it was
@@ -163,15 +170,14 @@ class Steps(Hearing, Filing):
                 return
             self._close()
         if not self.open:
-            if self.opener is not None and site != self.opener:
-                # not where the steps begin: an evaluation with grad on, unless it trains; its
-                # time is not the loop's
-                self._hold("forward")
-                self._pause()
-                self.disarm()
+            if self.openers and site not in self.openers:
+                self._elsewhere()
                 return
-            if self.holding == "forward":
+            if self.elsewhere:
+                # the forwards since one elsewhere were an evaluation's (with grad on): not the
+                # loop's time, and their reads are outside steps
                 self._unhold()
+                self._pause()
             self._open(module)
         if self.first is None:
             self.first = site
@@ -270,6 +276,9 @@ class Steps(Hearing, Filing):
             self.sites.loading = True
         if self.holding:
             self._unhold()
+        if self.elsewhere:
+            # (the forward elsewhere trained nothing: an evaluation's)
+            self._pause()
         # a batch that only ran forwards (an evaluation's) was no step; one that ran backward()
         # without an update is accumulating gradients: its step goes on
         forwards_only = self.heard and not self.backwards and not self.stepped
@@ -313,18 +322,6 @@ class Steps(Hearing, Filing):
         if not self.open:
             self._pause()
 
-    def _quiet(self) -> None:
-        """A forward without grad once the step is done: an evaluation's (the time from here is not
-        the loop's) or the next step's, before it trains (a teacher's or a target network's
-        forward in a loop with no loader): the done step ends here; a pause (``model.eval()``,
-        an epoch's end, the script's end) reaches back to here (:meth:`_pause`), and a step that
-        opens first began here (:meth:`_open`)."""
-        self._unhold()
-        if self.open:
-            self._close()
-        if not self.paused and self.quiet_at is None:
-            self.quiet_at = self.clock()
-
     def stop(self, at: float | None = None) -> None:
         """Training stops (an epoch's end at ``at``, a framework's ``fit()``): the open step ends,
         dropped if it never trained."""
@@ -364,6 +361,7 @@ class Steps(Hearing, Filing):
     def _open(self, where: Any) -> None:
         # the reads held since the batch was taken are this step's
         held, self.holding = self.holding, None
+        self.elsewhere = False
         if self.runner is None:
             hooks = self._make(device_of(where))
             self.synchronous = hooks.throttle.synchronous
@@ -403,7 +401,8 @@ class Steps(Hearing, Filing):
             return
         if self.updated and self.stepped and self.stepped != self.optimizers.cycle:
             self.optimizers.learn(self.stepped)
-        self.opener = self.first if self.first is not None else self.opener
+        if self.first is not None:
+            self.openers.add(self.first)
         loss = None if self.lossless else (
             self.loss if self.loss is not None else self.inner_loss)
         # a suspended step ended where it was suspended; the time after is not the loop's
@@ -421,15 +420,6 @@ class Steps(Hearing, Filing):
         hooks.end(loss, at=at)
         if at is not None:
             self._pause(at)
-
-    def _pause(self, at: float | None = None) -> None:
-        # (from the quiet forward that came first, if one did)
-        quiet, self.quiet_at = self.quiet_at, None
-        if quiet is not None and (at is None or quiet < at):
-            at = quiet
-        if not self.paused and self.runner is not None:
-            self.runner.hooks.throttle.pause(at)
-            self.paused = True
 
     def _phase(self, name: str, *, collective: bool = False) -> None:
         assert self.runner is not None

@@ -444,3 +444,63 @@ def test_an_evaluation_with_grad_after_a_batch_s_update_is_not_the_step_s_time()
     timed = steps.runner.per_step()
     assert timed is not None and timed["step_s"] == pytest.approx([0.01] * 4)
     assert steps.runner.hooks.throttle.stats.wall_s == pytest.approx(0.04)
+
+
+TASK_A, TASK_B, CHILD = ("train.py", 20), ("train.py", 22), ("model.py", 8)
+
+
+def test_without_a_loader_steps_whose_forwards_alternate_between_two_lines_begin_at_them() -> None:
+    """Two tasks trained in turn, each forward at its own line (no loader): the second line's
+    first forward is one elsewhere (an evaluation, until it trains); its ``backward()`` makes the
+    step begin back at that forward, and its line then opens steps as the first does."""
+    steps, clock = _steps()
+    opt = Optimizer()
+    steps.optimizers.made(opt)
+    for k in range(6):
+        steps.forward(True, None, TASK_A if k % 2 == 0 else TASK_B)
+        # the model's own modules, heard while the hook stays armed
+        steps.forward(True, None, CHILD)
+        clock.advance(2.0)
+        steps.backward(torch.tensor(float(k)))
+        steps.after_backward()
+        clock.advance(0.5)
+        _update(steps, opt)
+    assert _losses(steps) == [float(k) for k in range(6)]
+    assert steps.runner is not None
+    timed = steps.runner.per_step()
+    assert timed is not None and timed["step_s"] == pytest.approx([2.5] * 6)
+    assert steps.runner.hooks.throttle.stats.wall_s == pytest.approx(15.0)
+    assert steps.openers == {TASK_A, TASK_B}
+
+
+@pytest.mark.parametrize("ends", ["a forward where steps begin", "eval()", "a batch", "script"])
+def test_without_a_loader_an_evaluation_with_grad_after_a_step_is_not_loop_time(ends: str) -> None:
+    """A forward with grad at another line after the last update, and 5 s of its evaluation
+    (more forwards, its modules'): not the loop's time, however it ends."""
+    steps, clock = _steps()
+    opt = Optimizer()
+    steps.optimizers.made(opt)
+    for k in range(2):
+        _train(steps, opt, float(k))
+        clock.advance(1.0)
+    for _ in range(3):
+        steps.forward(True, None, ELSEWHERE)
+        steps.forward(True, None, CHILD)
+        clock.advance(5.0 / 3)
+    if ends == "a forward where steps begin":
+        _train(steps, opt, 2.0)
+        clock.advance(1.0)
+    elif ends == "eval()":
+        steps.leave()
+    elif ends == "a batch":
+        _batch(steps, clock, seconds=0.25)
+        _train(steps, opt, 2.0)
+        clock.advance(1.0)
+    _losses(steps)
+    assert steps.runner is not None
+    assert ELSEWHERE not in steps.openers
+    trained = 2 if ends in ("eval()", "script") else 3
+    # each step 1 s, from its forward to the next one's (the last to the evaluation's first
+    # forward, or to its end); the first batch after the evaluation is taken while paused, as
+    # after model.eval()
+    assert steps.runner.hooks.throttle.stats.wall_s == pytest.approx(trained)

@@ -35,6 +35,8 @@ STYLES = [
     ("distill_no_loader.py", 8, [], None),
     # reentrant checkpointing: a backward() inside the step's backward() is the step's own work
     ("reentrant_checkpoint.py", 6, [], None),
+    # two tasks in turn, each forward at its own line: each step begins at its forward
+    ("alternating_tasks.py", 8, [], None),
 ]
 
 
@@ -73,8 +75,9 @@ def test_a_script_runs_as_under_python_and_its_steps_losses_and_syncs_are_found(
     # also takes a batch inside its step)
     if script != "accumulation.py":
         assert report["input_wait_s"] <= report["stats"]["fetch_s"] * 1.01 + 1e-4, report["stats"]
-    if script == "distill_no_loader.py":
-        # each step after the first began at its teacher's 3 ms (a lower bound: load only adds)
+    if script in ("distill_no_loader.py", "alternating_tasks.py"):
+        # each step after the first began at its teacher's (or its own) 3 ms forward (a lower
+        # bound: load only adds)
         assert min(report["per_step"]["step_s"][1:]) >= 0.003, report["per_step"]
 
 
