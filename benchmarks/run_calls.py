@@ -98,12 +98,17 @@ def floor(loop: Callable[[int], None], steps: int) -> tuple[float, float]:
     return hooked[0] - plain[0], hooked[1] - plain[1]
 
 
+PLACES = ("forward", "backward", "optimizer")
+
+
 @contextmanager
-def floor_hooks() -> Iterator[None]:
+def floor_hooks(places: tuple[str, ...] = PLACES) -> Iterator[None]:
     """The least any hook-based observer adds, in place while the block runs: hooks at run's four
     places (the armed global forward pre-hook, ``torch.autograd.backward``, the optimizer's pre
     and post hooks), with run's guards (not compiling, the loop's thread), doing nothing but arm
-    and disarm the forward hook."""
+    and disarm the forward hook. ``places``: some of them only (``"forward"``: the forward hook,
+    re-armed by an optimizer post hook; ``"backward"``; ``"optimizer"``: the pre and post
+    hooks)."""
     from threading import get_ident
 
     from torch.nn.modules import module
@@ -121,7 +126,7 @@ def floor_hooks() -> Iterator[None]:
             pass
 
     def after(opt: object, args: object, kwargs: object) -> None:
-        if not compiling() and get_ident() == thread:
+        if not compiling() and get_ident() == thread and "forward" in places:
             forward_hooks[key] = hook
 
     # the key a handle would take, as run's hook keeps it
@@ -135,10 +140,19 @@ def floor_hooks() -> Iterator[None]:
             pass
         return original(tensors, *args, **kwargs)  # type: ignore[arg-type]
 
-    handles = (optimizer.register_optimizer_step_pre_hook(before),
-               optimizer.register_optimizer_step_post_hook(after))
-    torch.autograd.backward = backward  # type: ignore[assignment]
-    forward_hooks[key] = hook
+    def rearm(opt: object, args: object, kwargs: object) -> None:
+        forward_hooks[key] = hook
+
+    handles = []
+    if "optimizer" in places:
+        handles = [optimizer.register_optimizer_step_pre_hook(before),
+                   optimizer.register_optimizer_step_post_hook(after)]
+    elif "forward" in places:
+        handles = [optimizer.register_optimizer_step_post_hook(rearm)]
+    if "backward" in places:
+        torch.autograd.backward = backward  # type: ignore[assignment]
+    if "forward" in places:
+        forward_hooks[key] = hook
     try:
         yield
     finally:

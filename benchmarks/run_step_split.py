@@ -7,18 +7,21 @@ table gives the median over ``--rounds`` rounds and its range, then (``least``) 
 its rounds and that less plain's least: on a machine whose neighbours come and go, load only ever
 adds time, and the least is the figure to read when the rounds' range is wide. The ways:
 
-- ``floor``: hooks at run's four places, doing nothing (``run_calls.floor_hooks``);
+- ``floor``: hooks at run's four places, doing nothing (``run_calls.floor_hooks``); with
+  ``--floor``, also each place alone: ``forward hook`` (the armed global forward pre-hook and
+  the optimizer post hook that re-arms it), ``backward wrapper``, ``optimizer hooks``;
 - ``rules``: run's hooks and step rules, telling a throttle that does nothing (:class:`Idle`);
 - ``run, no audit``: the same with run's throttle (observe only, as ``run`` makes it);
 - ``run``: and the sync audit, as ``run`` installs it.
 
     python benchmarks/run_step_split.py [--loop step/tensors] [--rounds 5] [--repeats 3]
-        [--steps 400]
+        [--steps 400] [--floor]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -78,6 +81,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--floor", action="store_true",
+                        help="also time each of the floor's places alone")
     args = parser.parse_args()
     made, optimizer = run_calls.loops()
     loop = made[args.loop]
@@ -95,6 +100,10 @@ def main() -> None:
 
     ways: dict[str, Callable[[], float]] = {
         "plain": lambda: timed(nullcontext),
+        **({f"{place} {what}": functools.partial(timed, functools.partial(
+            run_calls.floor_hooks, (place,)))
+            for place, what in zip(run_calls.PLACES, ("hook", "wrapper", "hooks"), strict=True)}
+           if args.floor else {}),
         "floor": lambda: timed(run_calls.floor_hooks),
         "rules": lambda: timed(lambda: run_calls.run_hooks(optimizer, audit=False, make=Idle)),
         "run, no audit": lambda: timed(lambda: run_calls.run_hooks(optimizer, audit=False)),

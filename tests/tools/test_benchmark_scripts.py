@@ -281,12 +281,13 @@ def test_run_step_split_times_each_layer_of_the_runner_and_checks_its_steps() ->
     pytest.importorskip("torch")
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "run_step_split.py"), "--rounds", "1", "--repeats", "1",
-         "--steps", "10"],
+         "--steps", "10", "--floor"],
         capture_output=True, text=True, timeout=600, check=False,
     )
     assert done.returncode == 0, done.stderr  # its own check: each runner found every step it timed
     ways = [line.split("  ")[1].strip() for line in done.stdout.splitlines()[1:]]
-    assert ways == ["plain", "floor", "rules", "run, no audit", "run"]
+    assert ways == ["plain", "forward hook", "backward wrapper", "optimizer hooks", "floor", "rules",
+                    "run, no audit", "run"]
 
 
 def test_run_cost_refuses_an_unknown_script(capsys: pytest.CaptureFixture[str]) -> None:
