@@ -71,7 +71,7 @@ def suggestions(data: dict[str, Any], *, synchronous: bool) -> list[str]:
     (not ``synchronous``) the reads that blocked the host longest a step come first (those not
     timed last); on a synchronous device, where no read waits, the most frequent. Each read's
     suggestion says what a fix recovers at most (:func:`recovers`)."""
-    rows = [row for row in data["syncs"] or [] if row["per_step"] >= OFTEN and (
+    rows = [row for row in _one_per_read(data["syncs"] or []) if row["per_step"] >= OFTEN and (
         row["in_step"] or (row.get("via") and row["per_step"] >= 1))]
     if not synchronous:  # sorted is stable: by count a step within equal times
         rows = sorted(rows, key=lambda row: (row.get("blocked_per_step_s") is None,
@@ -85,6 +85,27 @@ def suggestions(data: dict[str, Any], *, synchronous: bool) -> list[str]:
     if data["verdict"] not in ("synchronous", "unknown", "device-bound", "balanced"):
         said.append(f"the verdict, {data['verdict']}: {data['advice']}")
     return said
+
+
+def _one_per_read(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of one read -- its line, call and package line (``via``) -- in steps and between
+    them as one (a framework's read, made in its step and again after it: Lightning's progress
+    bar and its logger read the same value), with their counts and time blocked added; in the
+    order of each read's first row."""
+    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in rows:
+        key = (row["site"], row["call"], row.get("via"))
+        kept = merged.get(key)
+        if kept is None:
+            merged[key] = dict(row)
+            continue
+        kept["count"] += row["count"]
+        kept["per_step"] += row["per_step"]
+        kept["in_step"] = kept["in_step"] or row["in_step"]
+        for name in ("blocked_s", "blocked_per_step_s"):
+            if row.get(name) is not None:
+                kept[name] = (kept.get(name) or 0.0) + row[name]
+    return list(merged.values())
 
 
 def recovers(row: dict[str, Any], data: dict[str, Any], *,

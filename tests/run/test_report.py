@@ -90,6 +90,24 @@ def test_a_read_every_step_is_suggested_with_the_name_its_line_reads(tmp_path: P
     ]
 
 
+def test_a_framework_s_read_in_its_step_and_after_it_is_one_suggestion_with_both_counts() -> None:
+    """Lightning reads a ``prog_bar=True`` value in its step and again after it (its progress bar,
+    its logger): two rows of the table, one read to change, said once."""
+    via = "lightning/fabric/utilities/apply_func.py:134"
+    rows = [_row("t.py:18", "Tensor.item", 10, True, via, blocked_s=0.5),
+            _row("t.py:18", "Tensor.item", 10, False, via, blocked_s=0.25),
+            # the line's own read stays a read of its own
+            _row("t.py:18", "Tensor.item", 10, True)]
+    said = suggestions(_data(rows), synchronous=False)
+    assert len(said) == 2, said
+    assert said[0].startswith(f"t.py:18 calls lightning, whose {via} reads a device value "
+                              "(Tensor.item) 2 times a step: Lightning's own read"), said
+    assert said[0].endswith("a fix recovers at most 75.0 ms a step, the time it blocks"), said
+    assert said[1].startswith("t.py:18 calls "), said
+    # the table keeps its rows
+    assert [row["in_step"] for row in rows] == [True, False, True]
+
+
 def test_an_f_string_s_suggestion_names_the_fields_that_formatted_tensors(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text('print(f"epoch {epoch} step {i} loss {loss:.4f} {acc}")\n')
