@@ -100,6 +100,9 @@ class Steps(Hearing, Beginnings):
         # where the trained steps' first forwards were called: a forward elsewhere opens no step
         # until it trains (see _elsewhere)
         self.openers: set[Any] = set()
+        # the last of them (a site's hash hashes its code object's contents: compared first, a
+        # loop's every step looks nothing up)
+        self.opener: Any = None
         # a forward elsewhere was heard, and no step or pause followed yet (see _elsewhere)
         self.elsewhere = False
         self.last: Any = None
@@ -142,7 +145,7 @@ class Steps(Hearing, Beginnings):
         if self.backing or (self.optimizers.frames and self.optimizers.running()):
             # (a block's forward run again by backward(): reentrant checkpointing)
             return
-        if self.elsewhere and site not in self.openers:
+        if self.elsewhere and site != self.opener and site not in self.openers:
             # inside or after a forward elsewhere (see _elsewhere): nothing new until a forward
             # where the steps begin
             return
@@ -170,7 +173,7 @@ class Steps(Hearing, Beginnings):
                 return
             self._close()
         if not self.open:
-            if self.openers and site not in self.openers:
+            if self.openers and site != self.opener and site not in self.openers:
                 self._elsewhere()
                 return
             if self.elsewhere:
@@ -401,8 +404,10 @@ class Steps(Hearing, Beginnings):
             return
         if self.updated and self.stepped and self.stepped != self.optimizers.cycle:
             self.optimizers.learn(self.stepped)
-        if self.first is not None:
-            self.openers.add(self.first)
+        first = self.first
+        if first is not None and first != self.opener:
+            self.opener = first
+            self.openers.add(first)
         loss = None if self.lossless else (
             self.loss if self.loss is not None else self.inner_loss)
         # a suspended step ended where it was suspended; the time after is not the loop's
