@@ -63,7 +63,24 @@ class Idle:
         pass
 
 
-def _check(runner: Any, trained: int) -> None:
+Layer = Callable[[], AbstractContextManager[Any]]
+
+
+def layers(optimizer: Any, *, floor: bool = False) -> dict[str, Layer]:
+    """The ways to run the tiny step, by name: each a context manager in place while it runs
+    (``floor``: also each of the floor's places alone)."""
+    made: dict[str, Layer] = {"plain": nullcontext}
+    if floor:
+        for place, what in zip(run_calls.PLACES, ("hook", "wrapper", "hooks"), strict=True):
+            made[f"{place} {what}"] = functools.partial(run_calls.floor_hooks, (place,))
+    made["floor"] = run_calls.floor_hooks
+    made["rules"] = functools.partial(run_calls.run_hooks, optimizer, audit=False, make=Idle)
+    made["run, no audit"] = functools.partial(run_calls.run_hooks, optimizer, audit=False)
+    made["run"] = functools.partial(run_calls.run_hooks, optimizer)
+    return made
+
+
+def check(runner: Any, trained: int) -> None:
     """A runner's way timed what it claims: its step rules opened a step for each step the loop
     trained (the last one still open)."""
     if runner is None:
@@ -95,20 +112,11 @@ def main() -> None:
                 start = time.thread_time()
                 loop(args.steps)
                 best.append((time.thread_time() - start) / args.steps * 1e6)
-            _check(runner, 50 + args.repeats * args.steps)
+            check(runner, 50 + args.repeats * args.steps)
         return min(best)
 
-    ways: dict[str, Callable[[], float]] = {
-        "plain": lambda: timed(nullcontext),
-        **({f"{place} {what}": functools.partial(timed, functools.partial(
-            run_calls.floor_hooks, (place,)))
-            for place, what in zip(run_calls.PLACES, ("hook", "wrapper", "hooks"), strict=True)}
-           if args.floor else {}),
-        "floor": lambda: timed(run_calls.floor_hooks),
-        "rules": lambda: timed(lambda: run_calls.run_hooks(optimizer, audit=False, make=Idle)),
-        "run, no audit": lambda: timed(lambda: run_calls.run_hooks(optimizer, audit=False)),
-        "run": lambda: timed(lambda: run_calls.run_hooks(optimizer)),
-    }
+    ways = {name: functools.partial(timed, inside)
+            for name, inside in layers(optimizer, floor=args.floor).items()}
     seen: dict[str, list[float]] = {name: [] for name in ways}
     for round_ in range(args.rounds):
         order = list(ways.items())

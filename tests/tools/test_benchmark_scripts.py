@@ -4,6 +4,7 @@ each, in its own process or imported from the folder)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -288,6 +289,23 @@ def test_run_step_split_times_each_layer_of_the_runner_and_checks_its_steps() ->
     ways = [line.split("  ")[1].strip() for line in done.stdout.splitlines()[1:]]
     assert ways == ["plain", "forward hook", "backward wrapper", "optimizer hooks", "floor", "rules",
                     "run, no audit", "run"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_run_instructions_counts_each_layer_s_instructions_a_step() -> None:
+    pytest.importorskip("torch")
+    if shutil.which("valgrind") is None or shutil.which("cc") is None or not Path(
+            "/usr/include/valgrind/callgrind.h").exists():
+        pytest.skip("no valgrind, callgrind.h or C compiler (apt-get install valgrind gcc)")
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run_instructions.py"),
+                           "--steps", "5"], capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode == 0, done.stderr  # its own check: each runner found every step
+    rows = [line.split() for line in done.stdout.splitlines()[1:]]
+    added = {" ".join(row[:-3]): float(row[-1].rstrip("k")) for row in rows}
+    assert list(added) == ["plain", "floor", "rules", "run, no audit", "run"]
+    # each layer is the one before and more (tens of thousands of instructions each)
+    assert added["plain"] == 0.0 < added["floor"] < added["rules"] < added["run, no audit"]
 
 
 def test_run_cost_refuses_an_unknown_script(capsys: pytest.CaptureFixture[str]) -> None:
