@@ -10,7 +10,6 @@ import re
 from types import SimpleNamespace
 from typing import Any
 
-import jsonschema
 import pytest
 from _runs import valid
 
@@ -19,6 +18,8 @@ from asyncthrottle.run.report import collect, schema
 from asyncthrottle.run.steps import SEEN
 from asyncthrottle.run.validate import ANNOTATIONS, KEYWORDS, problems
 from asyncthrottle.stats import _ADVICE, Stats
+
+jsonschema = pytest.importorskip("jsonschema")
 
 _SCHEMA = schema()
 

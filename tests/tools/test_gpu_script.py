@@ -77,9 +77,11 @@ def test_the_mnist_section_runs_the_example_and_tabulates_it() -> None:
     assert "| 2 + .item() |" in body and "failed" not in body, body
 
 
-def test_the_sections_fit_in_8_minutes_and_each_run_gets_what_it_needs() -> None:
+def test_the_sections_fit_in_9_minutes_and_each_run_gets_what_it_needs() -> None:
     gpu = _gpu()
-    assert sum(step.budget_s for step in gpu.STEPS) <= gpu.TOTAL_S <= 480  # twice in 15 minutes of GPU time
+    # one run and a partial rerun in 15 minutes of GPU time, the machine's start included; one
+    # command may run 10 minutes
+    assert sum(step.budget_s for step in gpu.STEPS) <= gpu.TOTAL_S <= 540
     budgets = {step.title: step.budget_s for step in gpu.STEPS}
     frameworks = next(b for t, b in budgets.items() if t.startswith("Lightning and transformers"))
     assert frameworks / len(gpu.FRAMEWORK_RUNS) >= 15  # a run took 10-15 s with imports; they got ~9 s
