@@ -145,9 +145,18 @@ def steps_named(steps: Sequence[int]) -> str:
     return shown + (f", ... ({len(steps)} in all)" if len(steps) > 10 else "")
 
 
+# the runner's own phases, in a step's order, before any other section (as the steps ran them)
+_PHASES = ("forward", "backward", "optimizer")
+
+
 def _sections(data: dict[str, Any]) -> list[str]:
-    timed = ", ".join(f"{name} {duration(ms)}" if ms is not None else f"{name} -"
-                      for name, ms in data["sections"].items())
+    # (a section's median is kept from the step it was first timed in: a step begun back at a
+    # teacher's forward has no forward section, so the first timed step may list it last)
+    found = data["sections"]
+    ordered = [name for name in _PHASES if name in found] + [
+        name for name in found if name not in _PHASES]
+    timed = ", ".join(f"{name} {duration(found[name])}" if found[name] is not None
+                      else f"{name} -" for name in ordered)
     wait = f"input wait {data['input_wait_s']:.3f} s ({data['input_wait_fraction']:.0%})"
     return [f"  sections (median per step): {timed or 'none'}; {wait}"]
 

@@ -278,7 +278,8 @@ def test_figures_have_3_significant_digits_and_no_exponent(value: float, shown: 
 
 
 def test_a_slow_step_s_rate_and_long_sections_read_right() -> None:
-    stats = _stats(2, 48.0, sections={"forward": 50_300.0, "backward": 12.34, "eval": None,
+    # (in a step's order, whatever the order they were first timed in)
+    stats = _stats(2, 48.0, sections={"backward": 12.34, "eval": None, "forward": 50_300.0,
                                       "tiny": 999.96})
     _, said = _report(_steps(_source(stats, [1.0, 0.5])))
     assert "2 steps in 48.00 s (0.0417 steps/s)" in said.splitlines()[0]
