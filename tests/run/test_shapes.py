@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from _runs import SharedRuns, found_syncs, said_syncs, start  # noqa: E402
+from _runs import SharedRuns, found_syncs, said_syncs, start
 
 
 def _misread(why: str) -> Any:

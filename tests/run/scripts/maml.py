@@ -22,7 +22,7 @@ for _ in range(5):
         support = nn.functional.mse_loss(functional_call(model, weights, (xs,)),
                                          amplitude * torch.sin(xs))
         grads = torch.autograd.grad(support, list(weights.values()), create_graph=True)
-        adapted = {name: w - 0.01 * g for (name, w), g in zip(weights.items(), grads)}
+        adapted = {name: w - 0.01 * g for (name, w), g in zip(weights.items(), grads, strict=True)}
         query = nn.functional.mse_loss(functional_call(model, adapted, (xq,)),
                                        amplitude * torch.sin(xq))
         meta_loss = meta_loss + query

@@ -21,13 +21,13 @@ for x, y in loader:
     with torch.no_grad():
         norm = torch.norm(torch.stack([p.grad.norm() for p in model.parameters()]))
         moved = [RHO * p.grad / (norm + 1e-12) for p in model.parameters()]
-        for p, e in zip(model.parameters(), moved):
+        for p, e in zip(model.parameters(), moved, strict=True):
             p.add_(e)
     opt.zero_grad()
     second = nn.functional.mse_loss(model(x), y)
     second.backward()
     with torch.no_grad():
-        for p, e in zip(model.parameters(), moved):
+        for p, e in zip(model.parameters(), moved, strict=True):
             p.sub_(e)
     opt.step()
     opt.zero_grad()

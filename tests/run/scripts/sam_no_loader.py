@@ -18,13 +18,13 @@ for _ in range(12):
     first.backward()
     with torch.no_grad():
         moved = [RHO * p.grad / (p.grad.norm() + 1e-12) for p in model.parameters()]
-        for p, e in zip(model.parameters(), moved):
+        for p, e in zip(model.parameters(), moved, strict=True):
             p.add_(e)
     opt.zero_grad()
     second = nn.functional.mse_loss(model(x), y)
     second.backward()
     with torch.no_grad():
-        for p, e in zip(model.parameters(), moved):
+        for p, e in zip(model.parameters(), moved, strict=True):
             p.sub_(e)
     opt.step()
     opt.zero_grad()

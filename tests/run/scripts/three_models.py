@@ -15,7 +15,7 @@ opts = [torch.optim.Adam(m.parameters(), lr=1e-2) for m in models]
 kept = []
 for x, y in loader:
     step_loss = None
-    for model, opt in zip(models, opts):
+    for model, opt in zip(models, opts, strict=True):
         loss = nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
         loss.backward()
