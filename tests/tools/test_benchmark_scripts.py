@@ -288,7 +288,7 @@ def test_run_step_split_times_each_layer_of_the_runner_and_checks_its_steps() ->
     assert done.returncode == 0, done.stderr  # its own check: each runner found every step it timed
     ways = [line.split("  ")[1].strip() for line in done.stdout.splitlines()[1:]]
     assert ways == ["plain", "forward hook", "backward wrapper", "optimizer hooks", "floor", "rules",
-                    "run, no audit", "run"]
+                    "run, no audit", "run", "run --events"]
 
 
 @pytest.mark.slow
@@ -303,9 +303,10 @@ def test_run_instructions_counts_each_layer_s_instructions_a_step() -> None:
     assert done.returncode == 0, done.stderr  # its own check: each runner found every step
     rows = [line.split() for line in done.stdout.splitlines()[1:]]
     added = {" ".join(row[:-3]): float(row[-1].rstrip("k")) for row in rows}
-    assert list(added) == ["plain", "floor", "rules", "run, no audit", "run"]
+    assert list(added) == ["plain", "floor", "rules", "run, no audit", "run", "run --events"]
     # each layer is the one before and more (tens of thousands of instructions each)
     assert added["plain"] == 0.0 < added["floor"] < added["rules"] < added["run, no audit"]
+    assert added["run"] < added["run --events"]
 
 
 def test_run_cost_refuses_an_unknown_script(capsys: pytest.CaptureFixture[str]) -> None:
