@@ -3,6 +3,7 @@ its traceback without the runner's frames, Ctrl-C; and bad input gets a clear er
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import stat
@@ -11,10 +12,17 @@ import sys
 import zipapp
 from pathlib import Path
 
+import _runs
 import pytest
-from _runs import SCRIPTS, env, pair, python, read_report
+from _runs import SCRIPTS, env, read_report
 
 from asyncthrottle.run import main
+
+# What this module tests is the runner's fidelity to python itself (``__main__``, tracebacks,
+# signals, atexit, sys.path): each run starts a fresh interpreter, never a fork of the suite's
+# server that has imported torch (tests/forked.py).
+pair = functools.partial(_runs.pair, fresh=True)
+python = functools.partial(_runs.python, fresh=True)
 
 _RUN = ("-m", "asyncthrottle", "run")
 
