@@ -165,7 +165,7 @@ def _sync_lines(syncs: list[dict[str, Any]] | None) -> list[str]:
     """The sync table: the top sites (in steps first, then by count a step), at most
     ``_SHOWN``; where a shown row's reads were timed, the time they blocked a step."""
     if syncs is None:
-        return ["  sync sites: not counted (asyncthrottle.run.syncsites is not available)"]
+        return ["  sync sites: not counted (asyncthrottle.audit.syncsites is not available)"]
     if not syncs:
         return ["  sync sites: no host reads of device values by the script"]
     shown = sorted(syncs, key=lambda row: (not row["in_step"], -row["per_step"]))[:_SHOWN]
