@@ -163,7 +163,8 @@ def _head(data: dict[str, Any], title: str) -> list[str]:
            f"{escape(verdict)}</span></p><p>{escape(str(data.get('advice') or ''))}</p>"
            f'<dl class="figures">{cells}</dl>{_context(data)}</section>']
     if not data.get("steps"):
-        said = nothing_found(data.get("seen") or {}, data.get("argv") or []).strip()
+        said = nothing_found(data.get("seen") or {}, data.get("argv") or [],
+                             data.get("raised")).strip()
         out.append(f'<p class="note">{escape(said)}</p>')
     out += _guard(data)
     if data.get("error") is not None:
