@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
+from .._typed import command
 from ..core.events import EventFactory
 from ..testing.procdevice import ProcessDevice
 from ..throttle import Throttle
@@ -398,7 +399,7 @@ def _print(result: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the core's benchmark and print (or ``--json``) the figures."""
-    parser = argparse.ArgumentParser(prog="python -m asyncthrottle bench --overhead",
+    parser = argparse.ArgumentParser(prog=command("bench --overhead"),
                                      description=__doc__)
     parser.add_argument("--steps", type=int, default=300_000, help="steps of the overhead loops")
     parser.add_argument("--wait-steps", type=int, default=400, help="steps per wait-strategy run")

@@ -56,6 +56,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .._typed import command
 from ..throttle import Throttle
 from .backends import _cuda_available, _jax_available
 
@@ -297,7 +298,7 @@ def _backends(choice: str) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m asyncthrottle bench --values", description=__doc__,
+    p = argparse.ArgumentParser(prog=command("bench --values"), description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backend", choices=("auto", *_BACKENDS), default="auto",
                    help="auto: every backend present (JAX, and CUDA where there is a GPU)")
