@@ -10,7 +10,10 @@ from typing import Any
 
 from .guard import GUARD_EXIT, NO_STEPS, OVER_LIMIT, PASSED
 
-__all__ = ["text"]
+__all__ = ["GLOSSARY", "text"]
+
+# where the report's words are defined: the glossary of the docs' "Diagnose a script" page
+GLOSSARY = "docs/run.md#glossary"
 
 # the text shows at most this many sync sites and suggestions (the JSON keeps them all)
 _SHOWN = 20
@@ -37,7 +40,8 @@ def text(data: dict[str, Any], *, rank: tuple[int, int] | None = None,
     lines += _sync_lines(data["syncs"])
     lines += _suggestions(data)
     lines += _trace(data)
-    lines += _guard(data)
+    lines.append(f"  the report's words: {GLOSSARY} (\"Diagnose a script\" in the docs)")
+    lines += _guard(data)  # last: what a CI log shows
     return "\n".join(lines)
 
 

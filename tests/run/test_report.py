@@ -15,7 +15,7 @@ from _runs import valid
 
 from asyncthrottle.run.advice import recovers, suggestions
 from asyncthrottle.run.report import _syncs, collect
-from asyncthrottle.run.text import _sync_lines, figure, text
+from asyncthrottle.run.text import GLOSSARY, _sync_lines, figure, text
 
 
 def _row(site: str, call: str, count: int, in_step: bool, via: str | None = None,
@@ -192,6 +192,8 @@ def test_the_sync_table_names_the_package_line_that_made_a_read() -> None:
     ]
 
 
+GLOSSARY_LINE = f'  the report\'s words: {GLOSSARY} ("Diagnose a script" in the docs)'
+
 # -- collect() and text() from fake sources ----------------------------------------------------
 
 SEEN = {"forwards": 0, "backwards": 0, "optimizer_steps": 0, "autograd_grad": 0,
@@ -354,7 +356,8 @@ def test_an_asked_for_trace_is_said_written_or_not_and_not_offered_again(
         steps: int, trace: dict[str, Any], said: str) -> None:
     sources = [_source(_stats(steps, 1.0), [1.0] * steps)] if steps else []
     _, shown = _report(_steps(*sources), trace=trace)
-    assert shown.splitlines()[-1] == said and "--trace" not in shown
+    # the glossary's line last (without --max-syncs-per-step)
+    assert shown.splitlines()[-2:] == [said, GLOSSARY_LINE] and "--trace" not in shown
 
 
 def test_the_sync_table_shows_the_top_20_in_steps_first_and_the_json_keeps_all() -> None:
