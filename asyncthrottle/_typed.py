@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["command"]
-
 # the installed command's file name (pyproject's [project.scripts]; on Windows, its .exe)
 _INSTALLED = ("asyncthrottle", "asyncthrottle.exe")
 
