@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
-from .._typed import command
+from .._typed import command, examples
 from ..core.events import EventFactory
 from ..testing.procdevice import ProcessDevice
 from ..throttle import Throttle
@@ -399,8 +399,12 @@ def _print(result: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the core's benchmark and print (or ``--json``) the figures."""
-    parser = argparse.ArgumentParser(prog=command("bench --overhead"),
-                                     description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog=command("bench --overhead"), description=__doc__,
+        epilog=examples(("bench --overhead", "the core's per-step overhead, 7 rounds"),
+                        ("bench --overhead --runs 3 --json", "fewer rounds, as JSON"),
+                        ("bench --overhead --trace 1000", "what trace=1000 adds a step")),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=300_000, help="steps of the overhead loops")
     parser.add_argument("--wait-steps", type=int, default=400, help="steps per wait-strategy run")
     parser.add_argument("--device-ms", type=float, default=2.0, help="simulated device ms per step")

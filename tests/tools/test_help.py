@@ -40,14 +40,13 @@ def test_the_usage_names_the_command_as_it_was_typed(
     assert typed != "asyncthrottle" or "python -m" not in usage
 
 
-@pytest.mark.parametrize("argv", [[], ["run"], ["bench"], ["compare"], ["plot"]],
-                         ids=lambda argv: " ".join(argv) or "top")
+@pytest.mark.parametrize("argv", COMMANDS, ids=lambda argv: " ".join(argv) or "top")
 def test_each_command_s_help_shows_examples_of_it(
         argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "argv", [STARTED["asyncthrottle"]])
     shown = _help(argv, capsys)
     examples = shown[shown.index("\nexamples:\n"):].splitlines()[2:]
-    command = " ".join(["asyncthrottle", *argv[:1]])
+    command = " ".join(["asyncthrottle", *argv])
     assert [line for line in examples if line.startswith(f"  {command} ")], examples
     assert not [line for line in examples if "python -m asyncthrottle" in line], examples
 
