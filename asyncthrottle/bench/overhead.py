@@ -400,10 +400,8 @@ def _print(result: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the core's benchmark and print (or ``--json``) the figures."""
     parser = argparse.ArgumentParser(
-        prog=command("bench --overhead"), description=__doc__,
-        epilog=examples(("bench --overhead", "the core's per-step overhead, 7 rounds"),
-                        ("bench --overhead --runs 3 --json", "fewer rounds, as JSON"),
-                        ("bench --overhead --trace 1000", "what trace=1000 adds a step")),
+        prog=command("bench --overhead"), description=__doc__, epilog=examples(
+            ("bench --overhead --runs 3 --json", "3 rounds, as JSON"), ("bench --overhead", "")),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=300_000, help="steps of the overhead loops")
     parser.add_argument("--wait-steps", type=int, default=400, help="steps per wait-strategy run")
