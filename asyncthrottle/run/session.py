@@ -167,7 +167,7 @@ def write_report(steps: Steps, sites: Any, options: Options, file: str, ending: 
     """Write the report (stderr, ``--json``, ``--html``, ``--suggest``'s patch); returns its
     data."""
     rows = sites.rows(max(1, _count(steps))) if sites is not None else None
-    data = collect(steps, rows, script=file, code=ending.code, argv=argv)
+    data = collect(steps, rows, script=file, code=ending.code, argv=argv, raised=ending.raised)
     data.update(judge(data, options.max_syncs_per_step))
     data["options"] = options.typed
     rank = _rank()
