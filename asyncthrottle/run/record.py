@@ -25,7 +25,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
     # a DataLoader's next(): begins, and ends (``start``, ``seconds``; ``stopped``: an epoch's end)
     "fetch": (),
     "fetched": ("start", "seconds", "stopped", "loader"),
-    # a module's forward, with grad or not, from its call site [file, function, first line, line]
+    # a module's forward, with grad or not, from its call site (kept as its code and line, written
+    # [file, function, first line, line])
     "forward": ("grad", "site"),
     # backward() on ``loss`` (unscaled; None: not a scalar), and its return
     "backward": ("loss",),
@@ -88,7 +89,13 @@ class Record:
             freed, self._freed = self._freed, []
             for key in freed:
                 self._keep(("freed", self.clock(), key))
-        return self._keep((kind, self.clock(), *fields))
+        # (_keep, inlined: every event)
+        events = self.events
+        if len(events) >= self.limit:
+            self.dropped += 1
+            return -1
+        events.append((kind, self.clock(), *fields))
+        return len(events) - 1
 
     def answer(self, kind: str, *fields: Any) -> None:
         """Append an answer (:data:`ANSWERS`) to the event being heard."""
@@ -120,6 +127,9 @@ class Record:
             line = {"e": kind, "t": at, **dict(zip(FIELDS[kind], values, strict=True))}
             if kind == "backward":
                 line["loss"] = _plain(line["loss"])
+            elif kind == "forward" and line["site"] is not None:
+                code, number = line["site"]
+                line["site"] = [code.co_filename, code.co_name, code.co_firstlineno, number]
             yield json.dumps(line)
         yield json.dumps({"end": {**end, "dropped": self.dropped}})
 

@@ -45,8 +45,8 @@ class RecordingSteps(Steps):
         self.record.add("read", call, path, line, None if via is None else list(via))
 
     def forward(self, grad: bool, module: Any, site: Any = None) -> None:
-        self.record.add("forward", grad, None if site is None else [
-            site[0].co_filename, site[0].co_name, site[0].co_firstlineno, site[1]])
+        # (the site as the hook found it, its code and line: made words as the record is written)
+        self.record.add("forward", grad, site)
         super().forward(grad, module, site)
 
     def backward(self, tensors: Any, weights: Any = None) -> None:
@@ -64,13 +64,17 @@ class RecordingSteps(Steps):
     def optimizer_begin(self, optimizer: Any, frame: FrameType) -> None:
         optimizers = self.optimizers
         assert isinstance(optimizers, _Optimizers)
-        self.record.add("step", optimizers.key(optimizer), optimizers.begun(frame))
+        key = optimizers.keys.get(id(optimizer))
+        if key is None:
+            key = optimizers.key(optimizer)
+        token = optimizers.tokens[id(frame)] = next(optimizers.token)
+        self.record.add("step", key, token)
         super().optimizer_begin(optimizer, frame)
 
     def optimizer_end(self, frame: FrameType) -> None:
         optimizers = self.optimizers
         assert isinstance(optimizers, _Optimizers)
-        self.record.add("step_end", optimizers.ended(frame))
+        self.record.add("step_end", optimizers.tokens.pop(id(frame), -1))
         super().optimizer_end(frame)
 
     def fetch_begin(self) -> None:
@@ -142,31 +146,29 @@ class _Optimizers(Optimizers):
     def __init__(self, record: Record) -> None:
         super().__init__()
         self._record = record
-        self._keys: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        # each live optimizer's key, by id (a freed one's id leaves as it is freed)
+        self.keys: dict[int, int] = {}
         self._count = itertools.count()
         # each running optimizer step's frame (by id) and its token, and the next token
-        self._tokens: dict[int, int] = {}
-        self._token = itertools.count()
+        self.tokens: dict[int, int] = {}
+        self.token = itertools.count()
         self._versions = 0
 
     def key(self, optimizer: Any) -> int:
         """``optimizer``'s key, described in the record the first time."""
-        key = self._keys.get(optimizer)
+        key = self.keys.get(id(optimizer))
         if key is None:
-            key = self._keys[optimizer] = next(self._count)
+            key = self.keys[id(optimizer)] = next(self._count)
             params = [id(param) for group in getattr(optimizer, "param_groups", ())
                       for param in group.get("params", ())]
             kind = type(optimizer)
             self._record.add("opt", key, [kind.__module__, kind.__name__], params)
-            weakref.finalize(optimizer, self._record.free, key)
+            weakref.finalize(optimizer, self._freed, id(optimizer), key)
         return key
 
-    def begun(self, frame: FrameType) -> int:
-        token = self._tokens[id(frame)] = next(self._token)
-        return token
-
-    def ended(self, frame: FrameType) -> int:
-        return self._tokens.pop(id(frame), -1)
+    def _freed(self, ident: int, key: int) -> None:
+        self.keys.pop(ident, None)
+        self._record.free(key)
 
     def made(self, optimizer: Any) -> None:
         self._record.add("made", self.key(optimizer))
