@@ -34,7 +34,7 @@ class Serving(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
     def exec_module(self, module: ModuleType) -> None:
-        module.served = True
+        module.served = True  # type: ignore[attr-defined]
 
 
 @pytest.fixture
@@ -64,7 +64,8 @@ def test_a_module_an_earlier_import_hook_serves_is_its_and_is_heard(
     heard: list[ModuleType] = []
     after_import({fresh: heard.append}, patches)
     module = importlib.import_module(fresh)
-    assert module.served is True and module.__loader__ is hook and module.__spec__.loader is hook
+    assert module.served is True and module.__loader__ is hook
+    assert module.__spec__ is not None and module.__spec__.loader is hook
     assert heard == [module]
 
 
@@ -126,7 +127,7 @@ class Legacy:
 @pytest.mark.filterwarnings("ignore::ImportWarning")
 def test_a_legacy_finder_and_loader_are_asked_as_python_asks_them(
         patches: Patches, fresh: str) -> None:
-    sys.meta_path.insert(0, Legacy(fresh))
+    sys.meta_path.insert(0, Legacy(fresh))  # type: ignore[arg-type]
     heard: list[ModuleType] = []
     after_import({fresh: heard.append}, patches)
     module = importlib.import_module(fresh)
