@@ -19,7 +19,7 @@ from typing import Any
 
 from .htmlsites import Source, cached, read_lines, syncs
 from .svg import Line, Marks, chart
-from .text import duration, figure, loss_summary, nothing_found
+from .text import duration, figure, loss_summary, new_rows, nothing_found, patch_said, suggested
 
 __all__ = ["render", "write"]
 
@@ -50,18 +50,27 @@ code,pre,.mono{font-family:ui-monospace,SFMono-Regular,"SF Mono",Menlo,Consolas,
 .verdict{border:1px solid var(--line);border-left:6px solid var(--info);border-radius:6px;
 padding:12px 16px;margin:16px 0;background:var(--soft)}
 .verdict.good{border-left-color:var(--good)}.verdict.fix{border-left-color:var(--fix)}
+.verdict.warn{border-left-color:var(--bad);background:#fff5f5;border-color:#ffcecb}
 .badge{display:inline-block;font-weight:600;font-size:1.1rem;padding:1px 10px;border-radius:12px;
 background:var(--info);color:#fff}
 .good .badge{background:var(--good)}.fix .badge{background:var(--fix)}
-.figures{display:grid;grid-template-columns:repeat(auto-fill,minmax(104px,1fr));gap:8px;
+.warn .badge{background:var(--bad)}
+ul.seen{margin:4px 0;padding-left:22px}
+.figures{display:grid;grid-template-columns:repeat(auto-fill,minmax(120px,1fr));gap:8px;
 margin:12px 0 0;padding:0}
 .figures div{background:#fff;border:1px solid var(--line);border-radius:6px;padding:6px 10px}
 .figures dt{font-size:12px;color:var(--muted)}.figures dd{margin:0;font-size:1.2rem;
-font-weight:600;font-variant-numeric:tabular-nums}
+font-weight:600;font-variant-numeric:tabular-nums;white-space:nowrap}
 .figures small{display:block;font-size:12px;font-weight:400;color:var(--muted)}
 .note{border:1px solid var(--line);border-left:6px solid var(--bad);border-radius:6px;
 padding:8px 14px;margin:12px 0;background:#fff}
-ol.suggestions li{margin:4px 0}
+ol.suggestions li{margin:4px 0 10px}
+.note.sync{border-left-color:var(--info)}
+pre.diff{margin:6px 0 0;padding:6px 0;background:#fff;border:1px solid var(--line);
+border-radius:4px;overflow-x:auto}
+pre.diff>span{display:block;padding:0 10px;white-space:pre}
+pre.diff .add{background:#dafbe1}pre.diff .del{background:#ffebe9}
+pre.diff .hunk{color:var(--info)}pre.diff .file{font-weight:600}pre.diff .muted{color:var(--muted)}
 svg.chart{display:block;width:100%;min-width:640px;height:auto;margin:8px 0}
 .figure{overflow-x:auto}
 table{border-collapse:collapse;width:100%;font-variant-numeric:tabular-nums}
@@ -73,9 +82,12 @@ padding-top:0}
 .via{display:block;color:var(--muted);font-size:12px}
 pre.src{margin:0;padding:6px 0;background:var(--soft);border:1px solid var(--line);
 border-radius:4px;overflow-x:auto}
-pre.src span{display:block;padding:0 10px}
+pre.src>span{display:block;padding:0 10px}
 pre.src .here{background:#fff8c5;box-shadow:inset 3px 0 0 var(--fix)}
 pre.src .ln{display:inline-block;min-width:3.5em;color:var(--muted);user-select:none}
+pre.src .ctl{color:var(--bad)}
+table.environment{width:auto}table.environment th{background:none;font-size:15px;
+color:var(--muted);font-weight:400;padding-right:24px}
 .bar{display:inline-block;height:10px;background:var(--info);border-radius:2px;
 vertical-align:middle}
 .slowest .bar{background:var(--bad)}
@@ -140,6 +152,12 @@ def _head(data: dict[str, Any], title: str) -> list[str]:
     stats = data.get("stats") or {}
     verdict = str(data.get("verdict") or "unknown")
     kind = "good" if verdict in _GOOD else "fix" if verdict in _FIX else ""
+    advice = f"<p>{escape(str(data.get('advice') or ''))}</p>"
+    if not data.get("steps"):
+        # no verdict to give: the page warns, and says what the hooks saw
+        verdict, kind = "no step found", "warn"
+        said = nothing_found(data.get("seen") or {}, data.get("argv") or []).strip()
+        advice = f"<p>{escape(said)}</p>{_seen(data.get('seen') or {})}"
     wall = stats.get("wall_s") or 0.0
     # (name, value, a smaller note under it)
     figures: list[tuple[str, ...]] = [
@@ -160,16 +178,27 @@ def _head(data: dict[str, Any], title: str) -> list[str]:
     out = [f"<header><h1>{escape(title)}</h1>",
            f'<p class="muted mono">{escape(str(data.get("script") or ""))}</p></header>',
            f'<section class="verdict {kind}" aria-label="verdict"><p><span class="badge">'
-           f"{escape(verdict)}</span></p><p>{escape(str(data.get('advice') or ''))}</p>"
+           f"{escape(verdict)}</span></p>{advice}"
            f'<dl class="figures">{cells}</dl>{_context(data)}</section>']
-    if not data.get("steps"):
-        said = nothing_found(data.get("seen") or {}, data.get("argv") or []).strip()
-        out.append(f'<p class="note">{escape(said)}</p>')
     out += _guard(data)
     if data.get("error") is not None:
         out.append('<p class="note">the runner stopped finding steps after its own error: '
                    f"<code>{escape(str(data['error']))}</code></p>")
     return out
+
+
+# what the hooks saw (the report's "seen"), by key
+_SEEN = {"forwards": "training forwards", "backwards": "backward() calls",
+         "optimizer_steps": "optimizer steps", "autograd_grad": "torch.autograd.grad calls",
+         "other_threads": "backward() or step() calls on other threads",
+         "processes": "processes the script started"}
+
+
+def _seen(seen: dict[str, Any]) -> str:
+    """What the hooks saw, where no step was found: one count each."""
+    items = "".join(f"<li>{escape(str(count))} {escape(_SEEN.get(key, key.replace('_', ' ')))}"
+                    "</li>" for key, count in seen.items())
+    return f'<p>What the hooks saw:</p><ul class="seen">{items}</ul>' if items else ""
 
 
 def _guard(data: dict[str, Any]) -> list[str]:
@@ -205,12 +234,42 @@ def _context(data: dict[str, Any]) -> str:
 
 
 def _suggestions(data: dict[str, Any]) -> list[str]:
-    said = data.get("suggestions") or []
+    """The suggestions, each with the diff of its certain rewrite (its hunks not shown above),
+    and the ``--suggest`` command that writes them all as one patch, or applies it."""
+    head = '<h2 id="suggestions">Suggestions</h2>'
+    said = suggested(data)
     if not said:
-        return ['<h2 id="suggestions">Suggestions</h2><p class="muted">none: no read in most '
-                "steps, no slow loader</p>"]
-    items = "".join(f"<li>{escape(str(s))}</li>" for s in said)
-    return [f'<h2 id="suggestions">Suggestions</h2><ol class="suggestions">{items}</ol>']
+        why = ("no step was found, so nothing is suggested (see above)" if not data.get("steps")
+               else "none: no read in most steps, no slow loader")
+        return [f'{head}<p class="muted">{why}</p>']
+    shown: set[str] = set()
+    items = "".join(f"<li>{escape(line)}"
+                    + (_diff(new_rows(diff, shown)) if diff is not None else "") + "</li>"
+                    for line, diff in said)
+    out = [f'{head}<ol class="suggestions">{items}</ol>']
+    patch = patch_said(data)
+    if patch is not None:
+        before, command, after = patch
+        out.append(f"<p>{escape(before)}" + (f"<code>{escape(command)}</code>" if command else "")
+                   + f"{escape(after)}</p>")
+    return out
+
+
+# a diff's line's class by its first character ("@": a hunk's head; "(": a line of run's own)
+_DIFF = {"+": "add", "-": "del", "@": "hunk", "(": "muted"}
+
+
+def _diff_class(row: str) -> str:
+    if row.startswith(("--- a/", "+++ b/")):
+        return "file"
+    return _DIFF.get(row[:1], "ctx")
+
+
+def _diff(rows: list[str]) -> str:
+    """A rewrite's diff: its added lines green, its removed lines red."""
+    spans = "".join(f'<span class="{_diff_class(row)}">{escape(row) or " "}</span>'
+                    for row in rows)
+    return f'<pre class="diff" aria-label="the rewrite as a diff">{spans}</pre>'
 
 
 def _per_step(data: dict[str, Any]) -> list[str]:
@@ -335,5 +394,35 @@ def _command(data: dict[str, Any]) -> list[str]:
         path = str(trace.get("path"))
         out.append(f"<p>the trace: <code>{escape(path)}</code> (<code>python -m asyncthrottle "
                    f"plot {escape(shlex.quote(path))}</code>)</p>")
-    return [*out, f"<footer>asyncthrottle {escape(__version__)}, report schema "
-                  f"{escape(str(data.get('schema')))}</footer>"]
+    return [*out, *_environment(data), f"<footer>page made by asyncthrottle "
+                  f"{escape(__version__)}, report schema {escape(str(data.get('schema')))}"
+                  "</footer>"]
+
+
+# the environment's rows: label and key
+_ENVIRONMENT = (("date", "date"), ("Python", "python"), ("torch", "torch"), ("OS", "os"),
+                ("asyncthrottle", "asyncthrottle"))
+
+
+def _environment(data: dict[str, Any]) -> list[str]:
+    """Where the run ran, for a bug report: date, Python, torch, device, OS, asyncthrottle,
+    rank and world size."""
+    head = '<h2 id="environment">Environment</h2>'
+    found = data.get("environment")
+    if not isinstance(found, dict):
+        return [head, '<p class="muted">this report has none (it is older than its '
+                "environment)</p>"]
+
+    def known(key: str) -> str:
+        value = found.get(key)
+        return "\u2013" if value is None or value == "" else str(value)
+
+    device = (known("device") if found.get("device") else "\u2013 (no step found one)") + (
+        f" ({found['device_name']})" if found.get("device_name") else "")
+    rows = [(label, known(key)) for label, key in _ENVIRONMENT[:3]]
+    rows += [("device", device), *((label, known(key)) for label, key in _ENVIRONMENT[3:]),
+             ("rank", f"{known('rank')} of {known('world_size')}")]
+    cells = "".join(f"<tr><th>{escape(label)}</th><td class=\"mono\">{escape(value)}</td></tr>"
+                    for label, value in rows)
+    return [head, f'<table class="environment" aria-label="environment"><tbody>{cells}</tbody>'
+                  "</table>"]

@@ -64,8 +64,9 @@ def collect(steps: Steps, rows: Sequence[dict[str, Any]] | None, *, script: str,
         each = {name: _series(values, count) for name, values in several.items()}
         data["losses_by_optimizer"] = {name: found.pop("losses") for name, found in each.items()}
         data["nonfinite_by_optimizer"] = each
-    data["suggestions"] = suggestions(data, synchronous=source is None
-                                      or source.hooks.throttle.synchronous)
+    if source is not None:
+        data["synchronous"] = source.hooks.throttle.synchronous
+    data["suggestions"] = suggestions(data, synchronous=data.get("synchronous") is not False)
     return _plain(data)  # type: ignore[no-any-return]
 
 

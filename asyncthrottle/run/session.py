@@ -13,6 +13,7 @@ from typing import Any
 
 from ..framework import ThrottleHooks
 from .dynamo import keep_out
+from .environment import environment
 from .guard import exit_code, judge
 from .html import render as page
 from .imports import after_import
@@ -137,6 +138,7 @@ def _report(steps: Steps, sites: Any, options: Options, file: str, ending: Endin
     data.update(judge(data, options.max_syncs_per_step))
     data["options"] = options.typed
     rank = _rank()
+    data["environment"] = environment(_device(steps, data), rank)
     main = max(steps.sources, key=lambda s: s.hooks.throttle.stats.steps, default=None)
     slowest = _slowest(main, rank)
     data["trace"] = _trace(main, options.trace, rank)
@@ -204,6 +206,14 @@ def _trace(main: Any, path: str | None, rank: tuple[int, int] | None) -> dict[st
             say(f"python -m asyncthrottle run: --trace {where!r} could not be written ({exc})\n")
             written = False
     return {"path": where, "written": written}
+
+
+def _device(steps: Steps, data: dict[str, Any]) -> Any:
+    """The device the steps ran on: the runner's first step's, else the CPU where the steps'
+    throttle was synchronous (None: not known)."""
+    if steps.device is not None:
+        return steps.device
+    return "cpu" if data.get("synchronous") else None
 
 
 def _count(steps: Steps) -> int:
