@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .noise import noise
 from .report import SCHEMA, schema
 from .text import figure, steps_named
 from .validate import problems
@@ -92,11 +93,12 @@ def compare(before: dict[str, Any], after: dict[str, Any], *, fail_on_new_syncs:
     """The comparison of two run reports, as ``--json OUT`` writes it (see docs/run.md,
     "Compare two runs"); ``exit_code`` is 0, or :data:`FAILED` where a rule asked for failed."""
     syncs = _syncs(before, after)
+    chance = noise(before, after)
     rules = []
     if fail_on_new_syncs:
         rules.append(_new_syncs_rule(before, after, syncs))
     if fail_if_slower is not None:
-        rules.append(_slower_rule(before, after, fail_if_slower))
+        rules.append(_slower_rule(before, after, fail_if_slower, chance))
     warnings = []
     if os.path.normpath(before["script"]) != os.path.normpath(after["script"]):
         warnings.append(f"BEFORE ran {before['script']} and AFTER ran {after['script']}: the "
@@ -107,6 +109,7 @@ def compare(before: dict[str, Any], after: dict[str, Any], *, fail_on_new_syncs:
         "after": _side(after, paths[1]),
         "speed_ratio": (after["steps_per_s"] / before["steps_per_s"]
                         if before["steps_per_s"] > 0 else None),
+        "speed_noise": chance,
         "verdict_changed": before["verdict"] != after["verdict"],
         "losses": _losses(before["losses"], after["losses"]),
         "syncs": syncs,
@@ -232,9 +235,11 @@ def _rate_text(figures: dict[str, Any], steps: int) -> str:
     return f"{figures['count']} in {steps} steps, {figures['per_step']:.2f} a step"
 
 
-def _slower_rule(before: dict[str, Any], after: dict[str, Any], pct: float) -> dict[str, Any]:
+def _slower_rule(before: dict[str, Any], after: dict[str, Any], pct: float,
+                 chance: dict[str, Any] | None) -> dict[str, Any]:
     """``--fail-if-slower PCT``: fails where AFTER's steps/s is more than PCT % below BEFORE's
-    (and where BEFORE found no steps: nothing to measure against)."""
+    (and where BEFORE found no steps: nothing to measure against); its why says where the
+    difference is within the noise the step times show (``chance``)."""
     rule = f"--fail-if-slower {pct:g}"
     old, new = before["steps_per_s"], after["steps_per_s"]
     if old <= 0:
@@ -249,7 +254,14 @@ def _slower_rule(before: dict[str, Any], after: dict[str, Any], pct: float) -> d
     else:
         how = f"{drop:.1f}% slower, more than the {pct:g}% allowed"
     return {"rule": rule, "passed": passed,
-            "why": [f"AFTER {figure(new)} steps/s against BEFORE {figure(old)}: {how}"]}
+            "why": [f"AFTER {figure(new)} steps/s against BEFORE {figure(old)}: {how}"
+                    + (f" ({_chance(chance)})" if chance is not None else "")]}
+
+
+def _chance(chance: dict[str, Any]) -> str:
+    """Whether a speed difference is within the noise the step times show."""
+    return (f"{'within' if chance['within'] else 'beyond'} the noise of "
+            f"\u00b1{chance['pct']:.1f}% the step times show")
 
 
 # -- losses ----------------------------------------------------------------------------------
@@ -292,8 +304,15 @@ def text(found: dict[str, Any], before: dict[str, Any], after: dict[str, Any]) -
 def _speed(found: dict[str, Any]) -> str:
     old, new, ratio = found["before"], found["after"], found["speed_ratio"]
     steps = f"steps {old['steps']} -> {new['steps']}"
-    said = (f"x{ratio:.2f}, {(ratio - 1) * 100:+.0f}%" if ratio is not None
-            else "no ratio: BEFORE found no steps")
+    chance = found.get("speed_noise")
+    if ratio is None:
+        said = "no ratio: BEFORE found no steps"
+    elif chance is not None and chance["within"]:
+        said = (f"x{ratio:.2f}: within the noise of \u00b1{chance['pct']:.1f}% the step times "
+                "show, no faster nor slower that they can tell")
+    else:
+        said = f"x{ratio:.2f}, {(ratio - 1) * 100:+.0f}%" + (
+            f", {_chance(chance)}" if chance is not None else "")
     return (f"  speed: {figure(old['steps_per_s'])} -> {figure(new['steps_per_s'])} steps/s "
             f"({said}); {steps}")
 

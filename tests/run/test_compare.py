@@ -306,8 +306,8 @@ def test_the_json_out_and_one_that_cannot_be_written(tmp_path: Path,
     code, found = _compare(tmp_path, _report(), _report(steps_per_s=90.0), "--fail-if-slower",
                            "20")
     assert code == 0
-    assert set(found) == {"compare", "before", "after", "speed_ratio", "verdict_changed",
-                          "losses", "syncs", "rules", "warnings", "exit_code"}
+    assert set(found) == {"compare", "before", "after", "speed_ratio", "speed_noise",
+                          "verdict_changed", "losses", "syncs", "rules", "warnings", "exit_code"}
     assert (found["compare"], found["exit_code"], found["rules"][0]["passed"]) == (1, 0, True)
     assert found["before"] == {"path": str(tmp_path / "before.json"), "script": "train.py",
                                "steps": 8, "steps_per_s": 100.0, "verdict": "synchronous"}
@@ -356,3 +356,58 @@ def test_removing_a_loss_item_in_a_real_script_compares_as_one_read_removed(
     # the other way round, the read is new in the steps
     assert main([after, before, "--fail-on-new-syncs"]) == FAILED
     assert "FAILED: train.py:21 Tensor.item reads in steps (6 in 6 steps" in capsys.readouterr().out
+
+
+# -- the noise the step times show ----------------------------------------------------------------
+
+def _timed(steps_per_s: float, swing: float = 0.05, steps: int = 40) -> dict[str, Any]:
+    """A report whose step times drift by ``swing`` either way, every 4 steps, about a mean that
+    makes ``steps_per_s``, after a warm-up step 50 times as long."""
+    mean = 1 / steps_per_s
+    step_s: list[float | None] = [mean * (1 + swing * ((k // 4) % 3 - 1)) for k in range(steps)]
+    step_s[0] = 50 * mean
+    report = _report(steps=steps, steps_per_s=steps_per_s)
+    report["per_step"] = {"step_s": step_s, "input_wait_s": [0.0] * steps}
+    return valid(report)
+
+
+def test_the_noise_is_the_spread_of_blocks_of_steps_not_a_warm_up() -> None:
+    from asyncthrottle.run.noise import relative_noise
+
+    steady: list[float | None] = [0.01] * 40
+    assert relative_noise(steady) == 0.0
+    # a warm-up is no noise: it is in both runs
+    assert relative_noise([0.5, *steady[1:]]) == 0.0
+    # block means 0.0095, 0.01, 0.0105 in turn: their MAD 0.0005, over sqrt(10) blocks
+    drift = _timed(100.0)["per_step"]["step_s"]
+    assert relative_noise(drift) == pytest.approx(1.4826 * 0.0005 / 10 ** 0.5 / 0.01)
+    # too few steps to tell; steps not timed are left out
+    assert relative_noise([0.01] * 5) is None and relative_noise([None] * 40) is None
+    assert relative_noise(None) is None
+
+
+def test_a_speed_difference_within_the_noise_is_said_so_not_4_percent_slower(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, found = _compare(tmp_path, _timed(100.0), _timed(96.0), "--fail-if-slower", "10")
+    said = capsys.readouterr().out
+    noise = found["speed_noise"]
+    # two standard errors of the ratio: each run's 2.34 %
+    assert noise["pct"] == pytest.approx(2 * 2 ** 0.5 * 234.4 / 100, rel=1e-3) and noise["within"]
+    assert noise["before_pct"] == pytest.approx(2.344, rel=1e-3)
+    assert ("  speed: 100 -> 96.0 steps/s (x0.96: within the noise of \u00b16.6% the step times "
+            "show, no faster nor slower that they can tell); steps 40 -> 40") in said
+    assert "-4%" not in said and code == 0
+    assert found["rules"][0]["why"] == ["AFTER 96.0 steps/s against BEFORE 100: 4.0% slower "
+                                        "(within the noise of \u00b16.6% the step times show)"]
+
+
+def test_a_difference_beyond_the_noise_is_said_with_it_and_none_without_step_times(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, found = _compare(tmp_path, _timed(100.0), _timed(80.0))
+    assert found["speed_noise"]["within"] is False
+    assert "(x0.80, -20%, beyond the noise of \u00b16.6% the step times show)" in \
+        capsys.readouterr().out
+    # a report without per-step times (a framework's steps): no noise to tell, as before
+    _, found = _compare(tmp_path, _timed(100.0), _report(steps_per_s=96.0))
+    assert found["speed_noise"] is None
+    assert "(x0.96, -4%); steps" in capsys.readouterr().out
