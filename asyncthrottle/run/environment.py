@@ -12,10 +12,11 @@ from typing import Any
 __all__ = ["environment"]
 
 
-def environment(device: Any, rank: tuple[int, int] | None, *,
+def environment(device: Any, rank: tuple[int, int] | None, *, on_host: bool = False,
                 now: Callable[[], datetime.datetime] | None = None) -> dict[str, Any]:
     """The report's ``environment``: ``device`` is the steps' device (a ``torch.device`` or its
-    name; None: no step found it), ``rank`` ``(rank, world size)`` under torchrun (None: one
+    name; None: no step found it), ``on_host`` whether it is the host's processor (the steps'
+    throttle is synchronous), ``rank`` ``(rank, world size)`` under torchrun (None: one
     process). Nothing is initialised here that the script did not: a device's name is asked of
     torch only for the device the steps ran on, and torch's version only where the script
     imported it."""
@@ -29,7 +30,8 @@ def environment(device: Any, rank: tuple[int, int] | None, *,
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "torch": str(getattr(torch, "__version__", "")) or None,
         "device": where,
-        "device_name": _device_name(torch, where) if where is not None else None,
+        "device_name": (_cpu_name() if on_host else _device_name(torch, where))
+        if where is not None else None,
         "os": platform.platform(),
         "asyncthrottle": __version__,
         "rank": rank[0] if rank is not None else 0,
@@ -38,12 +40,9 @@ def environment(device: Any, rank: tuple[int, int] | None, *,
 
 
 def _device_name(torch: Any, device: str) -> str | None:
-    """The name of ``device`` (``"cuda:0"``: the GPU's; ``"cpu"``: the processor's), None where
-    it is not known."""
-    kind = device.partition(":")[0]
-    if kind == "cpu":
-        return _cpu_name()
-    module = getattr(torch, kind, None)
+    """The name of an accelerator (``"cuda:0"``), asked of its torch module
+    (``torch.cuda.get_device_name``); None where it is not known."""
+    module = getattr(torch, device.partition(":")[0], None)
     name = getattr(module, "get_device_name", None)
     if not callable(name):
         return None

@@ -2,9 +2,10 @@
 attach to an issue: no script, no stylesheet, font or image fetched from anywhere (inline CSS,
 inline SVG charts), built from the report's data (:func:`asyncthrottle.run.report.collect`).
 
-The page: the verdict and its figures first, the suggestions, the per-step times, the loss curve
-with its NaN/Inf steps, the sync sites with their source lines, the sections and input wait, the
-ranks' scores under torchrun, the command that made it. A long run stays small: past a few
+The page: the verdict and its figures first (a warning where no step was found), the suggestions
+with their patches, the per-step times, the loss curve with its NaN/Inf steps, the sync sites with
+their source lines, the sections and input wait, the ranks' scores under torchrun, the command
+that made it and the environment it ran in. A long run stays small: past a few
 thousand steps the charts draw each bucket's least and largest value (:mod:`.svg`).
 """
 
@@ -18,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from .htmlsites import Source, cached, read_lines, syncs
+from .htmlsuggestions import suggestions
 from .svg import Line, Marks, chart
-from .text import duration, figure, loss_summary, new_rows, nothing_found, patch_said, suggested
+from .text import duration, figure, loss_summary, nothing_found
 
 __all__ = ["render", "write"]
 
@@ -116,8 +118,9 @@ def render(data: dict[str, Any], *, source: Source | None = None) -> str:
     read = cached(source if source is not None else read_lines)
     script = str(data.get("script") or "")
     title = f"asyncthrottle run: {os.path.basename(script) or 'report'}"
-    body = [*_head(data, title), *_suggestions(data), *_per_step(data), *_losses(data),
-            *syncs(data, read), *_sections(data), *_ranks(data), *_command(data)]
+    body = [*_head(data, title), *suggestions(data), *_per_step(data), *_losses(data),
+            *syncs(data, read), *_sections(data), *_ranks(data), *_command(data),
+            *_environment(data), _footer(data)]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{escape(title)}</title><style>{_STYLE}</style></head>"
@@ -233,45 +236,6 @@ def _context(data: dict[str, Any]) -> str:
     return f'<p class="muted">{"; ".join(said)}</p>' if said else ""
 
 
-def _suggestions(data: dict[str, Any]) -> list[str]:
-    """The suggestions, each with the diff of its certain rewrite (its hunks not shown above),
-    and the ``--suggest`` command that writes them all as one patch, or applies it."""
-    head = '<h2 id="suggestions">Suggestions</h2>'
-    said = suggested(data)
-    if not said:
-        why = ("no step was found, so nothing is suggested (see above)" if not data.get("steps")
-               else "none: no read in most steps, no slow loader")
-        return [f'{head}<p class="muted">{why}</p>']
-    shown: set[str] = set()
-    items = "".join(f"<li>{escape(line)}"
-                    + (_diff(new_rows(diff, shown)) if diff is not None else "") + "</li>"
-                    for line, diff in said)
-    out = [f'{head}<ol class="suggestions">{items}</ol>']
-    patch = patch_said(data)
-    if patch is not None:
-        before, command, after = patch
-        out.append(f"<p>{escape(before)}" + (f"<code>{escape(command)}</code>" if command else "")
-                   + f"{escape(after)}</p>")
-    return out
-
-
-# a diff's line's class by its first character ("@": a hunk's head; "(": a line of run's own)
-_DIFF = {"+": "add", "-": "del", "@": "hunk", "(": "muted"}
-
-
-def _diff_class(row: str) -> str:
-    if row.startswith(("--- a/", "+++ b/")):
-        return "file"
-    return _DIFF.get(row[:1], "ctx")
-
-
-def _diff(rows: list[str]) -> str:
-    """A rewrite's diff: its added lines green, its removed lines red."""
-    spans = "".join(f'<span class="{_diff_class(row)}">{escape(row) or " "}</span>'
-                    for row in rows)
-    return f'<pre class="diff" aria-label="the rewrite as a diff">{spans}</pre>'
-
-
 def _per_step(data: dict[str, Any]) -> list[str]:
     """The strip of each step's times: whichever series the report holds."""
     out = ['<h2 id="per-step">Time per step</h2>']
@@ -377,9 +341,7 @@ def _ranks(data: dict[str, Any]) -> list[str]:
 
 
 def _command(data: dict[str, Any]) -> list[str]:
-    """The command that made the report, where its trace went, what made the page."""
-    from .. import __version__
-
+    """The command that made the report, where its trace went."""
     argv = [str(a) for a in data.get("argv") or []]
     typed = data.get("options")
     line = shlex.join([*(str(a) for a in typed or []), *argv])
@@ -394,14 +356,7 @@ def _command(data: dict[str, Any]) -> list[str]:
         path = str(trace.get("path"))
         out.append(f"<p>the trace: <code>{escape(path)}</code> (<code>python -m asyncthrottle "
                    f"plot {escape(shlex.quote(path))}</code>)</p>")
-    return [*out, *_environment(data), f"<footer>page made by asyncthrottle "
-                  f"{escape(__version__)}, report schema {escape(str(data.get('schema')))}"
-                  "</footer>"]
-
-
-# the environment's rows: label and key
-_ENVIRONMENT = (("date", "date"), ("Python", "python"), ("torch", "torch"), ("OS", "os"),
-                ("asyncthrottle", "asyncthrottle"))
+    return out
 
 
 def _environment(data: dict[str, Any]) -> list[str]:
@@ -419,10 +374,17 @@ def _environment(data: dict[str, Any]) -> list[str]:
 
     device = (known("device") if found.get("device") else "\u2013 (no step found one)") + (
         f" ({found['device_name']})" if found.get("device_name") else "")
-    rows = [(label, known(key)) for label, key in _ENVIRONMENT[:3]]
-    rows += [("device", device), *((label, known(key)) for label, key in _ENVIRONMENT[3:]),
-             ("rank", f"{known('rank')} of {known('world_size')}")]
+    rows = (("date", known("date")), ("Python", known("python")), ("torch", known("torch")),
+            ("device", device), ("OS", known("os")), ("asyncthrottle", known("asyncthrottle")),
+            ("rank", f"{known('rank')} of {known('world_size')}"))
     cells = "".join(f"<tr><th>{escape(label)}</th><td class=\"mono\">{escape(value)}</td></tr>"
                     for label, value in rows)
     return [head, f'<table class="environment" aria-label="environment"><tbody>{cells}</tbody>'
                   "</table>"]
+
+
+def _footer(data: dict[str, Any]) -> str:
+    from .. import __version__
+
+    return (f"<footer>page made by asyncthrottle {escape(__version__)}, report schema "
+            f"{escape(str(data.get('schema')))}</footer>")

@@ -138,7 +138,8 @@ def _report(steps: Steps, sites: Any, options: Options, file: str, ending: Endin
     data.update(judge(data, options.max_syncs_per_step))
     data["options"] = options.typed
     rank = _rank()
-    data["environment"] = environment(_device(steps, data), rank)
+    data["environment"] = environment(_device(steps, data), rank,
+                                      on_host=data.get("synchronous") is True)
     main = max(steps.sources, key=lambda s: s.hooks.throttle.stats.steps, default=None)
     slowest = _slowest(main, rank)
     data["trace"] = _trace(main, options.trace, rank)

@@ -18,7 +18,7 @@ WHEN = datetime.datetime(2026, 12, 7, 20, 5, 9, 123456, tzinfo=datetime.timezone
 
 
 def test_the_environment_names_date_python_torch_device_os_version_rank_and_world() -> None:
-    found = environment("cpu", (1, 4), now=lambda: WHEN)
+    found = environment("cpu", (1, 4), on_host=True, now=lambda: WHEN)
     assert found == {
         "date": "2026-12-07T20:05:09+00:00",
         "python": f"{platform.python_implementation()} {platform.python_version()}",
@@ -50,6 +50,17 @@ def test_a_gpu_s_name_is_asked_of_its_own_torch_module(monkeypatch: pytest.Monke
     # a device whose name cannot be had, or a kind with none: not known, and the report goes on
     assert environment("xpu:0", None, now=lambda: WHEN)["device_name"] is None
     assert environment("meta", None, now=lambda: WHEN)["device_name"] is None
+
+
+def test_the_host_s_name_is_its_processor_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    from asyncthrottle.run import environment as module
+
+    monkeypatch.setattr(module, "_cpu_name", lambda: "a processor")
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(__version__="9.9"))
+    assert environment("cpu", None, on_host=True, now=lambda: WHEN)["device_name"] == (
+        "a processor")
+    # a device not on the host, with no torch module of its kind: not known
+    assert environment("cpu", None, now=lambda: WHEN)["device_name"] is None
 
 
 def test_without_torch_imported_its_version_is_null(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -62,7 +62,7 @@ def _full() -> dict[str, Any]:
     # what the session adds: run --max-syncs-per-step's fields, run's options as typed
     data.update(judge(data, 0.5))
     data["options"] = ["--json", "r.json", "--max-syncs-per-step", "0.5"]
-    data["environment"] = environment("cpu", (1, 2))
+    data["environment"] = environment("cpu", (1, 2), on_host=True)
     return data
 
 
