@@ -21,7 +21,7 @@ from typing import Any
 from .htmlsites import Source, cached, read_lines, syncs
 from .htmlsuggestions import suggestions
 from .svg import Line, Marks, chart
-from .text import duration, figure, loss_summary, nothing_found
+from .text import GLOSSARY, duration, figure, loss_summary, nothing_found
 
 __all__ = ["render", "write"]
 
@@ -159,7 +159,8 @@ def _head(data: dict[str, Any], title: str) -> list[str]:
     if not data.get("steps"):
         # no verdict to give: the page warns, and says what the hooks saw
         verdict, kind = "no step found", "warn"
-        said = nothing_found(data.get("seen") or {}, data.get("argv") or []).strip()
+        said = nothing_found(data.get("seen") or {}, data.get("argv") or [],
+                             data.get("raised")).strip()
         advice = f"<p>{escape(said)}</p>{_seen(data.get('seen') or {})}"
     wall = stats.get("wall_s") or 0.0
     # (name, value, a smaller note under it)
@@ -387,4 +388,6 @@ def _footer(data: dict[str, Any]) -> str:
     from .. import __version__
 
     return (f"<footer>page made by asyncthrottle {escape(__version__)}, report schema "
-            f"{escape(str(data.get('schema')))}</footer>")
+            f"{escape(str(data.get('schema')))}; the report's words are defined in the glossary "
+            f"of &ldquo;Diagnose a script&rdquo; in asyncthrottle's documentation "
+            f"(<code>{escape(GLOSSARY)}</code>)</footer>")

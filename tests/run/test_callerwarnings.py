@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from asyncthrottle.run.callerwarnings import CallerWarnings
-from asyncthrottle.run.patches import Patches
+from asyncthrottle.audit.callerwarnings import CallerWarnings
+from asyncthrottle.audit.patches import Patches
 
 SCRIPT = "fake_script_module"
 WRAPPERS = "fake_wrappers_module"
@@ -102,7 +102,7 @@ def test_a_warning_of_the_wrappers_module_raised_from_no_frame_of_it_is_left_alo
 @pytest.fixture
 def counting() -> Iterator[Any]:
     torch = pytest.importorskip("torch")
-    from asyncthrottle.run.syncsites import SyncSites
+    from asyncthrottle.audit.syncsites import SyncSites
 
     audit, patches = SyncSites([__file__.rpartition("/")[0]]), Patches()
     try:

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from asyncthrottle.audit.patches import Patches
 from asyncthrottle.run.imports import after_import
-from asyncthrottle.run.patches import Patches
 
 
 class Serving(importlib.abc.MetaPathFinder, importlib.abc.Loader):
