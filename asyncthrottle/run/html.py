@@ -89,7 +89,8 @@ pre.src .here{background:#fff8c5;box-shadow:inset 3px 0 0 var(--fix)}
 pre.src .ln{display:inline-block;min-width:3.5em;color:var(--muted);user-select:none}
 pre.src .ctl{color:var(--bad)}
 table.environment{width:auto}table.environment th{background:none;font-size:15px;
-color:var(--muted);font-weight:400;padding-right:24px}
+color:var(--muted);font-weight:400;padding-right:24px}table.environment :is(th,td){
+vertical-align:baseline}
 .bar{display:inline-block;height:10px;background:var(--info);border-radius:2px;
 vertical-align:middle}
 .slowest .bar{background:var(--bad)}
