@@ -204,7 +204,10 @@ class Pass(StepIterator[T]):
     def _failed(self, exc: BaseException) -> None:
         """``next()`` raised ``exc``: no batch is handed out (``StopIteration``: the pass ends)."""
         self.in_body = False
-        if isinstance(exc, StopIteration):
+        if self._state != "running":
+            # ended while its next() ran (a callback closed the throttle): no batch is kept
+            self._held.clear()
+        elif isinstance(exc, StopIteration):
             self._finish()
 
     def close(self) -> None:
@@ -254,6 +257,9 @@ class Pass(StepIterator[T]):
         if self._life.drain_at_end:
             # may raise a timeout: the pass stays open, the next next() drains again
             self._core.drain()
+            if self._state != "running":
+                # a callback of the drain closed the throttle, which ended the pass
+                return
         self._state = "done"
         self._items = None
         self._end()
