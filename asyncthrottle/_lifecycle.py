@@ -73,13 +73,13 @@ class Lifecycle:
         closed: the throttle was closed.
     """
 
-    def __init__(self, owner: object, options: Mapping[str, Any]) -> None:
+    def __init__(self, owner: object, given: Mapping[str, Any]) -> None:
         # each value by its declaration's check, then what goes together: on every backend, before
-        # anything is built
-        checked = {option.name: option.checked(options[option.name]) for option in OPTIONS}
+        # anything is built; from here on every value is the checked one (the parts' too)
+        options = {option.name: option.checked(given[option.name]) for option in OPTIONS}
         for part in PARTS:
             part.check(options)
-        timeout: float | None = checked["timeout"]
+        timeout: float | None = options["timeout"]
         wait = options["wait"]
         # "auto": chosen once the device is known
         chosen = None if wait == "auto" else resolve_wait(wait)
