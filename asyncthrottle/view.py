@@ -167,6 +167,11 @@ class Pass(StepIterator[T]):
     pass's first batch, ``begin_step()``/``step()``, ``mark()``, ``drain()``
     or ``pause()``.
 
+    A pass ended while its own ``next()`` runs -- ``close()`` in an ``on_complete`` callback that
+    ``next()`` delivers, to stop training from the logger -- ends there as a ``break`` would: that
+    ``next()`` raises ``StopIteration`` (the batch it fetched is not handed out), and the step it
+    recorded is recorded once.
+
     A pass ended because a new pass over the same throttle started in the
     same thread (a nested ``for``, ``zip(view, view)``, an iterator kept after
     a ``break``) raises ``RuntimeError`` if it is asked for another batch:

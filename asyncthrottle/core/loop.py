@@ -107,7 +107,10 @@ class StepIterator(Iterator[T]):
                     # (a hook may end the pass: a callback's close(); the step is recorded once)
                     self.in_body = False
                     core.record()
-                    self._go_on()
+                    # (_go_on(), inlined: the per-step path of a loop with deferred values)
+                    if self._items is None:
+                        raise StopIteration
+                    self.in_body = True
             except BaseException as exc:
                 self._failed(exc)
                 raise
@@ -150,7 +153,9 @@ class StepIterator(Iterator[T]):
             elif core.new_event is not None or core.on_handout:
                 self.in_body = False
                 core.admit()
-                self._go_on()
+                if self._items is None:
+                    raise StopIteration
+                self.in_body = True
         except BaseException as exc:
             self._held.append(item)
             self._failed(exc)
