@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .advice import OFTEN
+from .observers import also_writes
 from .rewrite import VALUES, Change, Script, breaks
 
 __all__ = ["patches"]
@@ -163,6 +164,7 @@ class _Edit:
                                 f"{sorted(logged)[0]}, which the script only logs"
             elif isinstance(v, Change) and v.nonfinite == "warn" and checked and not logged:
                 settled[line] = "another NaN check of the loop raises"
+        _in_order(settled)
         return {line: settled[first[v.stmt]] if isinstance(v, Change) else v
                 for line, v in verdicts.items()}
 
@@ -262,6 +264,21 @@ class _Edit:
         made = f"{head}{self.made.thr}.wrap({text}){tail}"
         return (node.lineno - 1, 2, io.StringIO(made, newline="").readlines(),
                 node.end_lineno or node.lineno)
+
+
+def _in_order(settled: dict[int, Change | str]) -> None:
+    """A moved print stays certain only where every other line of its loop that writes to its
+    stream moves too (into the callback, in their order); else it is advice, and so, in turn, are
+    the prints that counted on it."""
+    while True:
+        moving = {id(v.stmt) for v in settled.values() if isinstance(v, Change)}
+        stays = {line: v for line, v in settled.items() if isinstance(v, Change)
+                 and any(id(other) not in moving for other in v.beside)}
+        if not stays:
+            return
+        for line, v in stays.items():
+            other = next(other for other in v.beside if id(other) not in moving)
+            settled[line] = also_writes(f"line {other.lineno}", v.stream or "")
 
 
 def _merged(lines: list[str], edits: list[_Lines], nl: str) -> list[str]:

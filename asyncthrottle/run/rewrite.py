@@ -1,11 +1,14 @@
 """Which host reads ``run --suggest`` rewrites with certainty, found by ``ast`` in the script: a
 read of a value that is only logged, and a NaN check that raises or warns.
 
-A read is rewritten only where the script logs the same lines afterwards. Its statement is a line
-of a ``for`` loop's own body (not inside an ``if`` there) that only logs: ``print(...)`` or a
-logger's ``debug``...``critical(...)``; ``LIST.append(...)`` of a list made ``[]`` once before the
-loop and otherwise only read inside the arguments of a print or logging call after it (in the same
-function); ``TOTAL += ...`` of a number so read. What it logs may hold constants, f-strings,
+A read is rewritten only where the script's observable behaviour stays the same: it logs the same
+lines, in the same order, and ends the same way (:mod:`.observers` says what could see the work run
+later). Its statement is a line of a ``for`` loop's own body (not inside an ``if`` there) that only
+logs: ``print(...)`` to ``sys.stdout`` or ``sys.stderr``, where nothing else of the loop writes to
+that stream (or only prints that move with it); ``LIST.append(...)`` of a list made ``[]`` once
+before the loop and otherwise only read inside the arguments of a print or logging call after it
+(in the same function); ``TOTAL += ...`` of a number so read. A logging call stays advice: its
+record would name the callback's function and line. What it logs may hold constants, f-strings,
 arithmetic, ``round``/``abs``/``min``/``max``/``str``/``len``/``sum``, the reads ``X.item()``,
 ``X.tolist()``, ``float(X)``, ``int(X)`` and ``f"{X:spec}"`` (a spec: a tensor's own text names its
 device) of a name ``X`` the loop assigns (``X.detach()``, ``.float()``, ``.clone()``... before the
@@ -18,8 +21,9 @@ callback reads them from the step's values (``values["loss"].item()``: a host co
 
 A NaN check (``if not torch.isfinite(loss):``, ``if torch.isnan(loss).any():``,
 ``if math.isnan(loss.item()):``, ...) whose branch only raises becomes
-``Throttle(nonfinite="raise")``; one whose branch only calls ``warnings.warn(...)``, the default
-``nonfinite="warn"``. The loss is deferred at its place.
+``Throttle(nonfinite="raise")`` where no handler of the script could see the error (no ``try`` or
+``with`` around the loop or around a call of its function); one whose branch only calls
+``warnings.warn(...)``, the default ``nonfinite="warn"``. The loss is deferred at its place.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import io
 from collections.abc import Sequence
 
 from .movedtext import VALUES, moved
+from .observers import LOGGED, catcher, stream, writers
 from .receivers import read_targets
 from .scriptast import ancestors, binds, breaks, changed, checked, inside, names, own
 
@@ -59,6 +64,9 @@ class Change:
         reads: the keys that are not plain numbers (a NaN in them is seen by ``nonfinite=``).
         total: the name it adds to (``global``/``nonlocal`` in the callback), or None.
         nonfinite: ``"raise"`` or ``"warn"`` for a NaN check, else None.
+        stream: the stream a moved ``print`` writes to (``"sys.stdout"``, ``"sys.stderr"``).
+        beside: the other lines of the loop's body that write to that stream: the print is
+            certain only where they all move with it (their order holds in the callback).
     """
 
     stmt: ast.stmt
@@ -69,6 +77,8 @@ class Change:
     reads: set[str] = dataclasses.field(default_factory=set)
     total: str | None = None
     nonfinite: str | None = None
+    stream: str | None = None
+    beside: list[ast.stmt] = dataclasses.field(default_factory=list)
 
 
 class Script:
@@ -163,6 +173,12 @@ class Script:
         parts, total = self._logging(stmt, loop)
         if isinstance(parts, str):
             return parts
+        printed = stmt.value if isinstance(stmt, ast.Expr) and isinstance(
+            stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Name) else None
+        to = stream(self, printed) if printed is not None else None
+        beside = writers(self, loop, stmt, to) if to is not None else []
+        if isinstance(beside, str):
+            return beside
         found: dict[ast.Name, str] = {}
         for part in parts:
             why = self._value(part, loop, found)
@@ -178,7 +194,8 @@ class Script:
             return body
         keys = [found[name] for name in sorted(found, key=lambda n: (n.lineno, n.col_offset))]
         reads = {key for key in keys if not self._scalar(key)}
-        return Change(stmt, loop, list(dict.fromkeys(keys)), body, left, reads, total)
+        return Change(stmt, loop, list(dict.fromkeys(keys)), body, left, reads, total,
+                      stream=to, beside=beside)
 
     def _logging(self, stmt: ast.stmt, loop: ast.For) -> tuple[list[ast.expr] | str, str | None]:
         """What ``stmt`` logs, and the total it adds to; or why it is more than logging."""
@@ -198,9 +215,14 @@ class Script:
             return ([call.args[0]], None) if why is None else (why, None)
         if not self._logging_call(func, loop):
             return "its statement is more than a print, a logging call or a list's append", None
+        if isinstance(func, ast.Attribute):
+            return LOGGED, None
+        if stream(self, call) is None:
+            return ("it prints to a file other than sys.stdout or sys.stderr, which the script "
+                    "may read back: moved into the callback, its lines would come late"), None
         parts = list(call.args)
         for keyword in call.keywords:
-            if keyword.arg == "file" and self._steady(keyword.value, loop):
+            if keyword.arg == "file":
                 continue
             if keyword.arg is None:
                 return "it passes **keywords", None
@@ -213,12 +235,6 @@ class Script:
             return func.id == "print" and func.id not in self.bound
         return (isinstance(func, ast.Attribute) and func.attr in _LOGGING
                 and isinstance(func.value, ast.Name) and not self._varies(func.value.id, loop))
-
-    def _steady(self, node: ast.expr, loop: ast.For) -> bool:
-        """A name (or its attribute: ``sys.stderr``) the loop does not assign."""
-        while isinstance(node, ast.Attribute):
-            node = node.value
-        return isinstance(node, ast.Name) and not self._varies(node.id, loop)
 
     def _printed(self, name: str, stmt: ast.stmt, loop: ast.For,
                  numbers: tuple[type, ...] | None) -> str | None:
@@ -333,12 +349,9 @@ class Script:
             return "its NaN check does more than raise or warn (an else, several lines)"
         action = stmt.body[0]
         if isinstance(action, ast.Raise):
-            above = self.parent.get(loop)
-            while above is not None:
-                if isinstance(above, ast.Try) and above.handlers:
-                    return "its loop is inside a try: its except clauses would see " \
-                           "asyncthrottle.NonFiniteError instead"
-                above = self.parent.get(above)
+            caught = catcher(self, loop)
+            if caught is not None:
+                return caught
             return Change(stmt, loop, [looked_at], [], reads={looked_at}, nonfinite="raise")
         call = action.value if isinstance(action, ast.Expr) else None
         if isinstance(call, ast.Call) and ast.unparse(call.func) == "warnings.warn":
