@@ -1,13 +1,13 @@
 """What a script's syntax tree says of its names, for :mod:`.rewrite`: what a statement binds or
 changes in place, the name an expression starts from or a NaN/Inf test looks at, a loop's own
-nodes and ``break``, a node's ancestors."""
+nodes, a node's ancestors."""
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Iterator, Sequence
 
-__all__ = ["ancestors", "binds", "breaks", "changed", "checked", "inside", "names", "own", "root",
+__all__ = ["ancestors", "binds", "changed", "checked", "inside", "names", "own", "root",
            "tested"]
 
 
@@ -47,11 +47,6 @@ def tested(node: ast.expr, tests: tuple[str, ...], fold: str) -> str | None:
         else:
             return None
     return None
-
-
-def breaks(loop: ast.For) -> bool:
-    """``loop`` may leave by a ``break`` of its own."""
-    return any(isinstance(node, ast.Break) for node in own(loop.body, loops=True))
 
 
 def binds(node: ast.AST) -> Iterator[str]:
