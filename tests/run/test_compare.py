@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _runs import SCRIPTS, read_report, start, valid
+from _runs import SCRIPTS, found_syncs, read_report, said_syncs, start, valid
 
 from asyncthrottle.__main__ import main as cli
 from asyncthrottle.run.compare import FAILED, UNUSABLE, main, more_often
@@ -465,7 +466,8 @@ def test_compare_is_the_command_line_s_fourth_command(tmp_path: Path,
 def test_removing_a_loss_item_in_a_real_script_compares_as_one_read_removed(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """item_every_step.py and item_removed.py (its .item() line removed), each run as train.py:
-    the read is gone, the read after the loop moved up a line, the losses equal."""
+    the read is gone, the read after the loop moved up a line and is the same read, the losses
+    equal."""
     started = []
     for name in ("item_every_step", "item_removed"):
         (tmp_path / name).mkdir()
@@ -482,9 +484,64 @@ def test_removing_a_loss_item_in_a_real_script_compares_as_one_read_removed(
     found = json.loads(out.read_text())
     assert found["losses"]["agree"] == "equal" and capsys.readouterr().err == ""
     assert [(c["change"], c["call"], c["before"]["site"], (c["after"] or {}).get("site"))
-            for c in found["syncs"]["changes"]] == [
-        ("removed", "Tensor.item", "train.py:21", None),
-        ("moved?", "Tensor.__float__", "train.py:22", "train.py:21")]
+            for c in found["syncs"]["changes"]] == [("removed", "Tensor.item", "train.py:21", None)]
+    # the mean's read, one line up: the same read (its function and text), not a change
+    assert found["syncs"]["unchanged"] == 1 and found["syncs"]["moved"] == [
+        {"call": "Tensor.__float__", "via": None, "in_step": False, "before": "train.py:22",
+         "after": "train.py:21"}]
     # the other way round, the read is new in the steps
     assert main([after, before, "--fail-on-new-syncs"]) == FAILED
     assert "FAILED: train.py:21 Tensor.item reads in steps (6 in 6 steps" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_run_suggest_s_own_patch_passes_its_own_compare(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """#56: suggest_loop.py under ``run --suggest``, the patch applied with ``patch -p1``, the
+    patched script under ``run --json``: the patch inserted lines above the loop and every read
+    below them moved, yet compare says the rewritten read removed and each other read the same
+    (``--fail-on-new-syncs`` passes). In subprocesses: ``run`` runs a script as ``__main__``
+    and ``patch`` is the user's tool."""
+    if shutil.which("patch") is None:
+        pytest.skip("needs patch")
+    name = "suggest_loop.py"
+    ran, patched = tmp_path / "ran", tmp_path / "patched"
+    for folder in (ran, patched):
+        folder.mkdir()
+        shutil.copy(SCRIPTS / name, folder / name)
+    plain = start(name, cwd=ran)
+    first = start("-m", "asyncthrottle", "run", "--suggest", str(tmp_path / "fix.patch"), "--json",
+                  str(tmp_path / "before.json"), name, cwd=ran).wait()
+    assert first.returncode == 0, first.stderr.decode()[-3000:]
+    assert plain.wait().stdout == first.stdout != b""
+    before = read_report(tmp_path / "before.json")
+    assert found_syncs(before) == said_syncs(name)
+    assert sorted((entry["site"], entry["certain"]) for entry in before["patches"]) == [
+        (f"{name}:20", False), (f"{name}:24", False), (f"{name}:30", False), (f"{name}:32", True),
+        (f"{name}:34", False)]
+    subprocess.run(["patch", "-p1", "-i", str(tmp_path / "fix.patch")], cwd=patched, check=True,
+                   capture_output=True)
+    second = start("-m", "asyncthrottle", "run", "--json", str(tmp_path / "after.json"), name,
+                   cwd=patched).wait()
+    assert second.returncode == 0, second.stderr.decode()[-3000:]
+    assert second.stdout == first.stdout  # the same lines, logged once each step completes
+    after = read_report(tmp_path / "after.json")
+    # every read is at another line now, and line 35 holds another read than before
+    def sites(report: dict[str, Any]) -> set[tuple[str, str]]:
+        return {(row["site"], row["text"]) for row in report["syncs"]}
+
+    assert sites(before) & sites(after) == set()
+    assert {site for site, _ in sites(before)} & {site for site, _ in sites(after)} == {
+        f"{name}:35"}
+    out = tmp_path / "out.json"
+    code = main([str(tmp_path / "before.json"), str(tmp_path / "after.json"),
+                 "--fail-on-new-syncs", "--json", str(out)])
+    said = capsys.readouterr().out
+    assert code == 0, said
+    found = json.loads(out.read_text())
+    assert [(c["change"], c["before"]["site"]) for c in found["syncs"]["changes"]] == [
+        ("removed", f"{name}:32")]
+    assert found["syncs"]["unchanged"] == len(before["syncs"]) - 1 == 6
+    assert "  sync sites (1 removed; 6 the same, 6 of them at another line):" in said
+    assert "  --fail-on-new-syncs: passed" in said and found["losses"]["agree"] == "equal"
