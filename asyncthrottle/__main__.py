@@ -6,7 +6,17 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from ._typed import command, examples
+
 __all__ = ["main"]
+
+
+def _examples() -> str:
+    return examples(("run train.py --lr 0.1", "diagnose a script, unchanged"),
+                    ("run --suggest fix.patch train.py", "... and write its fixes as a patch"),
+                    ("compare before.json after.json", "what an edit changed"),
+                    ("bench --backend simulated", "measure the throttle here"),
+                    ("plot trace.json", "draw a --trace file"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -19,8 +29,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
-        prog="python -m asyncthrottle",
+        prog=command(),
         description="asyncthrottle: bound how far the host runs ahead of an asynchronous device.",
+        epilog=_examples(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"asyncthrottle {__version__}")
     parser.add_argument("command", choices=["bench", "plot", "run", "compare"],

@@ -8,8 +8,11 @@ import json
 import math
 import os
 import sys
+import textwrap
 from collections.abc import Sequence
 from typing import Any
+
+from ._typed import command, examples
 
 __all__ = ["axis_top", "draw_trace", "main", "plot_trace", "summarize"]
 
@@ -173,10 +176,14 @@ def _heading(doc: dict[str, Any], title: str | None) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m asyncthrottle plot trace.json -o timeline.png``; returns the exit status."""
     p = argparse.ArgumentParser(
-        prog="python -m asyncthrottle plot",
-        description="Draw a trace written by Throttle.export_trace(): host time per step (wait, "
-        "fetch, body), device time per sampled step, and steps in flight over time. Needs pip "
-        "install 'asyncthrottle[plot]'.",
+        prog=command("plot"),
+        description=textwrap.fill(
+            "Draw a trace written by Throttle.export_trace() or run --trace: host time per step "
+            "(wait, fetch, body), device time per sampled step, and steps in flight over time. "
+            "Needs pip install 'asyncthrottle[plot]'.", 79),
+        epilog=examples(("run --trace trace.json train.py", "a script's trace"),
+                        ("plot trace.json -o timeline.png", "drawn")),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("trace", help="the JSON file written by export_trace()")
     p.add_argument("-o", "--output", default="timeline.png",

@@ -26,11 +26,11 @@ import torch
 from _calls import calls_per_step
 from torch.utils.data import DataLoader, TensorDataset
 
+from asyncthrottle.audit.patches import Patches
+from asyncthrottle.audit.syncsites import SyncSites
 from asyncthrottle.framework import ThrottleHooks
 from asyncthrottle.run import torchhooks
-from asyncthrottle.run.patches import Patches
 from asyncthrottle.run.steps import SAMPLE_EVERY, Steps
-from asyncthrottle.run.syncsites import SyncSites
 
 _BATCHES = 2000
 

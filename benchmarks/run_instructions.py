@@ -11,6 +11,11 @@ about 20 s a layer. Between two trees the plain step moves by up to 3k instructi
 layout): read differences under about 2k as noise.
 
     python benchmarks/run_instructions.py [--loop step/tensors] [--steps 400] [--floor]
+        [--no-valgrind]
+
+``--no-valgrind`` counts nothing: each layer's steps run natively, the helper's marks doing
+nothing outside valgrind, and each runner's steps are checked (what the test suite runs: the
+counted run imports torch under valgrind, a minute and more on its own).
 """
 
 from __future__ import annotations
@@ -85,12 +90,19 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--floor", action="store_true",
                         help="also count each of the floor's places alone")
+    parser.add_argument("--no-valgrind", action="store_true",
+                        help="count nothing: run and check each layer's steps natively")
     parser.add_argument("--in-valgrind", metavar="HELPER", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.steps < 1:
         parser.error(f"--steps must be at least 1, got {args.steps}")
     if args.in_valgrind:
         counted(args.loop, args.steps, args.floor, args.in_valgrind)
+        return
+    if args.no_valgrind:
+        with tempfile.TemporaryDirectory() as where:
+            counted(args.loop, args.steps, args.floor, str(_build(Path(where))))
+        print(f"{args.loop}: each layer ran and found its {_WARM + args.steps} steps (not counted)")
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed: apt-get install valgrind")

@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
 
-from asyncthrottle.run.patches import Patches
-from asyncthrottle.run.syncsites import SyncSites
+from asyncthrottle.audit.patches import Patches
+from asyncthrottle.audit.syncsites import SyncSites
 
 
 def loops() -> dict[str, tuple[Callable[[int], None], bool]]:

@@ -1,6 +1,7 @@
 """The package's architecture rules, read from its source: no import circle at run time, ``core/`` imports nothing
-outside it, nothing outside ``backends/`` compares a device-kind string, no module is over 320 lines of code (the
-Throttle's façade over 200), and no module reads another module's private attributes."""
+outside it, the audit imports nothing of the runner (nor the test helpers of it), nothing outside ``backends/``
+compares a device-kind string, no module is over 320 lines of code (the Throttle's façade over 200), and no module
+reads another module's private attributes."""
 
 from __future__ import annotations
 
@@ -172,6 +173,55 @@ def test_the_core_import_check_sees_the_package_a_third_party_and_a_type_checkin
     assert imports_outside_core(root) == [
         "pkg/core/events.py:1: numpy", "pkg/core/rule.py:7: pkg.view", "pkg/core/rule.py:9: torch",
         "pkg/core/rule.py:10: pkg"]
+
+
+# The rooms below another: each imports nothing of the rooms named (``if TYPE_CHECKING:`` imports too). The
+# sync audit is the library's, under ``run`` and ``forbid_syncs()`` alike.
+LAYERS = {"audit": ("run", "testing"), "testing": ("run",)}
+
+
+def imports_across_layers(root: Path = PACKAGE,
+                          layers: dict[str, tuple[str, ...]] | None = None) -> list[str]:
+    """``file:line: module`` for each import in a room of ``layers`` (``<root>/<room>/``) of a module in one of
+    the rooms it must not import (``<root>.<other>`` or below it)."""
+    layers = LAYERS if layers is None else layers
+    found = []
+    for name, path in _modules(root).items():
+        parts = name.split(".")
+        if len(parts) < 2 or parts[1] not in layers:
+            continue
+        below = tuple(f"{root.name}.{other}" for other in layers[parts[1]])
+        for node in _imports(ast.parse(path.read_text(), str(path)), type_checking=True):
+            targets = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [
+                _from(node, name, path)]
+            if isinstance(node, ast.ImportFrom) and targets == [root.name]:  # from .. import run
+                targets = [f"{root.name}.{alias.name}" for alias in node.names]
+            for target in targets:
+                if target in below or target.startswith(tuple(f"{b}." for b in below)):
+                    found.append(f"{path.relative_to(root.parent)}:{node.lineno}: {target}")
+    return found
+
+
+def test_the_audit_imports_nothing_of_the_runner_nor_the_test_helpers_of_the_runner() -> None:
+    """``run`` and ``asyncthrottle.testing.forbid_syncs`` both stand on the audit; it stands on neither, and the
+    test helpers reach into none of the runner's internals."""
+    assert imports_across_layers() == []
+
+
+def test_the_layer_check_sees_a_relative_an_absolute_and_a_type_checking_import(tmp_path: Path) -> None:
+    root = tmp_path / "pkg"
+    for room in ("audit", "run"):
+        (root / room).mkdir(parents=True)
+        (root / room / "__init__.py").write_text("")
+    (root / "__init__.py").write_text("")
+    (root / "run" / "steps.py").write_text("from ..audit import frames\n")  # the runner on the audit: fine
+    (root / "audit" / "frames.py").write_text(
+        "from typing import TYPE_CHECKING\nfrom .reads import x\nfrom ..parts import y\n"
+        "if TYPE_CHECKING:\n    from ..run.steps import Steps\ndef f():\n    import pkg.run\n"
+        "    from .. import run\n    from pkg.runner import z\n")
+    assert imports_across_layers(root, {"audit": ("run",)}) == [
+        "pkg/audit/frames.py:5: pkg.run.steps", "pkg/audit/frames.py:7: pkg.run",
+        "pkg/audit/frames.py:8: pkg.run"]
 
 
 # the device kinds torch and the package know (Backend.kind's "jax" included); "cuda:1" is one too

@@ -5,30 +5,33 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
+from .._typed import command, examples
 from .backends import BACKENDS, SimCost, pick_backend
 from .experiments import EXPERIMENTS, run_experiment
 from .report import machine, plot_timelines, to_json, to_text
 
 __all__ = ["main"]
 
-_EPILOG = """\
-examples:
-  python -m asyncthrottle bench              # all three experiments, best backend here
-  python -m asyncthrottle bench --backend simulated --json
-  python -m asyncthrottle bench --plot inflight.png  # needs pip install 'asyncthrottle[plot]'
-  python -m asyncthrottle bench --sim-cost add=5:50 --experiments add
-  python -m asyncthrottle bench --overhead   # the core's per-step overhead instead
-  python -m asyncthrottle bench --waits      # each wait strategy, 50 us to 10 ms steps
-  python -m asyncthrottle bench --values     # defer(loss) vs float(loss) vs MaxText's throttler
-
+def _epilog() -> str:
+    return examples(
+        ("bench", "all three experiments, best backend here"),
+        ("bench --backend simulated --json", ""),
+        ("bench --plot inflight.png", "needs pip install 'asyncthrottle[plot]'"),
+        ("bench --sim-cost add=5:50 --experiments add", ""),
+        ("bench --overhead", "the core's per-step overhead instead"),
+        ("bench --waits", "each wait strategy, 50 us to 10 ms steps"),
+        ("bench --values", "defer(loss) vs float(loss) vs MaxText's"),
+    ) + """
 The project's studies (depth='auto' on a simulated device, to= against apex's prefetcher, JAX's
 memory) are scripts in benchmarks/ of the source repository, not in the package.
 """
 
-# flags whose studies moved out of the package: what to run instead
+# flags whose studies moved out of the package: what to run instead (main() says so; the parser
+# and its --help no longer know them)
 _MOVED = {
     "--autodepth": "benchmarks/autodepth.py",
     "--prefetch": "benchmarks/prefetch.py",
@@ -87,20 +90,18 @@ def _sim_cost(text: str) -> tuple[str, SimCost]:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m asyncthrottle bench",
-        description="d2l's three experiments of asynchronous computation (y = x + 1, a matrix "
-        "product, a small training loop), measured: each synchronised every step, fully "
-        "asynchronous, and throttled, beside d2l's cost model.",
-        epilog=_EPILOG,
+        prog=command("bench"),
+        description=textwrap.fill(
+            "d2l's three experiments of asynchronous computation (y = x + 1, a matrix product, a "
+            "small training loop), measured: each synchronised every step, fully asynchronous, "
+            "and throttled, beside d2l's cost model.", 79),
+        epilog=_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--overhead", action="store_true",
                    help="run the core's overhead benchmark (other flags go to it)")
     p.add_argument("--waits", action="store_true",
                    help="run the wait-strategy sweep (other flags go to it)")
-    for flag, script in _MOVED.items():
-        p.add_argument(flag, action="store_true",
-                       help=f"moved: python {script}, from the source repository")
     p.add_argument("--values", action="store_true",
                    help="run deferred values vs float(loss) and MaxText's throttler (other flags "
                         "go to it)")

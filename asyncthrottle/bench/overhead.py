@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
+from .._typed import command, examples
 from ..core.events import EventFactory
 from ..testing.procdevice import ProcessDevice
 from ..throttle import Throttle
@@ -398,8 +399,10 @@ def _print(result: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the core's benchmark and print (or ``--json``) the figures."""
-    parser = argparse.ArgumentParser(prog="python -m asyncthrottle bench --overhead",
-                                     description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog=command("bench --overhead"), description=__doc__, epilog=examples(
+            ("bench --overhead --runs 3 --json", "3 rounds, as JSON"), ("bench --overhead", "")),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=300_000, help="steps of the overhead loops")
     parser.add_argument("--wait-steps", type=int, default=400, help="steps per wait-strategy run")
     parser.add_argument("--device-ms", type=float, default=2.0, help="simulated device ms per step")

@@ -56,6 +56,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .._typed import command, examples
 from ..throttle import Throttle
 from .backends import _cuda_available, _jax_available
 
@@ -297,8 +298,11 @@ def _backends(choice: str) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m asyncthrottle bench --values", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog=command("bench --values"), description=__doc__,
+        epilog=examples(("bench --values", "every backend present"),
+                        ("bench --values --backend jax --rounds 3", "JAX only, 3 rounds")),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backend", choices=("auto", *_BACKENDS), default="auto",
                    help="auto: every backend present (JAX, and CUDA where there is a GPU)")
     p.add_argument("--rounds", type=int, default=9,

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from .._typed import command, examples
 from ..throttle import Throttle
 from .report import Deadline, machine, say
 
@@ -316,8 +317,11 @@ _BENCHES: dict[str, Callable[[], WaitBench]] = {"simulated": SimulatedWaitBench,
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the wait sweep and print a table (or ``--json``)."""
-    p = argparse.ArgumentParser(prog="python -m asyncthrottle bench --waits", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog=command("bench --waits"), description=__doc__,
+        epilog=examples(("bench --waits", "every wait strategy, simulated steps"),
+                        ("bench --waits --strategies spin,hybrid", "two of them")),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backend", choices=tuple(_BENCHES), default="simulated")
     p.add_argument("--strategies", type=lambda t: t.split(","), default=list(WAITS),
                    help="e.g. spin,hybrid")

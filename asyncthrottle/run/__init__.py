@@ -7,15 +7,17 @@ import argparse
 import math
 import os
 import sys
+import textwrap
 from collections.abc import Sequence
 
+from .._typed import command, examples
 from .guard import GUARD_EXIT
 
 __all__ = ["main"]
 
-_USAGE = "python -m asyncthrottle run [--json PATH] [--html PATH] [--trace PATH] " \
-         "[--suggest PATH] [--depth N] [--max-syncs-per-step N] [--] (SCRIPT | -m MODULE) " \
-         "[ARGS...]"
+# the usage after the command as typed (asyncthrottle._typed.command)
+_USAGE = "run [--json PATH] [--html PATH] [--trace PATH] [--suggest PATH] [--depth N] " \
+         "[--max-syncs-per-step N] [--] (SCRIPT | -m MODULE) [ARGS...]"
 # run's options that take a value (the script's own arguments come after SCRIPT)
 _VALUED = ("--json", "--html", "--trace", "--suggest", "--depth", "--max-syncs-per-step")
 _EXITS = (f"exit code: the script's own; 2: a usage error, or a script that cannot be opened; "
@@ -25,11 +27,20 @@ _EXITS = (f"exit code: the script's own; 2: a usage error, or a script that cann
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m asyncthrottle run", usage=_USAGE,
-        description="Run a PyTorch training script unchanged, as python would, and report on "
-                    "stderr at its exit: its steps, loss, verdict, sections, input wait, the "
-                    "lines that read device values (sync sites) and what to change.",
-        epilog=_EXITS)
+        prog=command("run"), usage=command(_USAGE),
+        description=textwrap.fill(
+            "Run a PyTorch training script unchanged, as python would, and report on stderr at "
+            "its exit: its steps, loss, verdict, sections, input wait, the lines that read device "
+            "values (sync sites) and what to change.", 79),
+        epilog=examples(
+            ("run train.py --lr 0.1", "the script's own arguments follow it"),
+            ("run --suggest fix.patch train.py", "the certain fixes as a patch"),
+            ("run --json before.json train.py", "the report as JSON, for compare"),
+            ("run --max-syncs-per-step 0 train.py", "CI: fail on a read in the steps"),
+            ("run -m mypackage.train", "a module, as python -m runs it"))
+        + "\nwhat the report's words mean: the glossary of docs/run.md (\"Diagnose a script\")"
+        + "\n\n" + textwrap.fill(_EXITS, 79),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", metavar="PATH", help="also write the report as JSON (schema 1)")
     parser.add_argument("--html", metavar="PATH",
                         help="also write the report as one self-contained HTML page (no network: "

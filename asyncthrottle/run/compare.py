@@ -15,10 +15,12 @@ import json
 import math
 import os
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .._typed import command, examples
 from .reportfile import ReportError, load
 from .sitematch import match
 from .text import figure, steps_named
@@ -31,7 +33,6 @@ COMPARE = 1
 # the exit codes: a --fail-* rule failed; a report that cannot be compared, or a usage error
 FAILED, UNUSABLE = 1, 2
 
-_PROG = "python -m asyncthrottle compare"
 
 def compare(before: dict[str, Any], after: dict[str, Any], *, fail_on_new_syncs: bool = False,
             fail_if_slower: float | None = None, paths: tuple[str, str] = ("BEFORE", "AFTER")
@@ -291,12 +292,18 @@ def _percent(value: str) -> float:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=_PROG,
-        description="Compare two reports of python -m asyncthrottle run --json (before and "
-                    "after an edit of the script): steps/s and their ratio, the sync sites "
-                    "removed, added and changed, the verdicts, and whether the losses agree. "
-                    "Exit status: 0, 1 where a --fail-* rule failed, 2 for a file that is no "
-                    "run report or a usage error.")
+        prog=command("compare"),
+        description=textwrap.fill(
+            "Compare two reports of run --json (before and after an edit of the script): steps/s "
+            "and their ratio, the sync sites removed, added and changed, the verdicts, and "
+            "whether the losses agree. Exit status: 0, 1 where a --fail-* rule failed, 2 for a "
+            "file that is no run report or a usage error.", 79),
+        epilog=examples(("run --json before.json train.py", "before the edit"),
+                        ("run --json after.json train.py", "after it"),
+                        ("compare before.json after.json", "what changed"),
+                        ("compare before.json after.json --fail-on-new-syncs --fail-if-slower 10",
+                         "")),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("before", metavar="BEFORE.json", help="the earlier run's --json report")
     parser.add_argument("after", metavar="AFTER.json", help="the later run's --json report")
     parser.add_argument("--fail-on-new-syncs", action="store_true",
@@ -316,18 +323,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         before, after = load(args.before, "BEFORE"), load(args.after, "AFTER")
     except ReportError as exc:
-        print(f"{_PROG}: {exc}", file=sys.stderr)
+        print(f"{command('compare')}: {exc}", file=sys.stderr)
         return UNUSABLE
     found = compare(before, after, fail_on_new_syncs=args.fail_on_new_syncs,
                     fail_if_slower=args.fail_if_slower, paths=(args.before, args.after))
     for warning in found["warnings"]:
-        print(f"{_PROG}: warning: {warning}", file=sys.stderr)
+        print(f"{command('compare')}: warning: {warning}", file=sys.stderr)
     print(text(found, before, after))
     if args.json is not None:
         try:
             Path(args.json).write_text(json.dumps(found, indent=1) + "\n", encoding="utf-8")
         except OSError as exc:
-            print(f"{_PROG}: --json {args.json!r} could not be written ({exc}): name a file in "
-                  "a folder that exists and that you can write to", file=sys.stderr)
+            print(f"{command('compare')}: --json {args.json!r} could not be written ({exc}): "
+                  "name a file in a folder that exists and that you can write to", file=sys.stderr)
             return UNUSABLE
     return int(found["exit_code"])

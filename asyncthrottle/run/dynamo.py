@@ -7,8 +7,8 @@ import logging
 import sys
 from types import ModuleType
 
+from ..audit.patches import Patches
 from .imports import after_import
-from .patches import Patches
 
 __all__ = ["keep_out"]
 
@@ -16,7 +16,7 @@ logger = logging.getLogger("asyncthrottle")
 
 # traced inline into a compiled module or op: each of their functions first tests
 # torch.compiler.is_compiling() and returns; skipped, Dynamo would break the graph at them
-_INLINED = ("asyncthrottle.run.torchhooks", "asyncthrottle.run.reads")
+_INLINED = ("asyncthrottle.run.torchhooks", "asyncthrottle.audit.reads")
 
 
 def keep_out(patches: Patches) -> None:

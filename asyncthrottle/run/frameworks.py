@@ -9,9 +9,9 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from ..audit.patches import Patches
 from ..framework import ThrottleHooks
 from .imports import after_import
-from .patches import Patches
 from .source import Source
 from .steps import Steps
 

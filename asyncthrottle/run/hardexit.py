@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from .patches import Patches
+from ..audit.patches import Patches
 from .script import say
 
 __all__ = ["report_before_exit"]

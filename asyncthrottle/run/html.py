@@ -19,7 +19,7 @@ from typing import Any
 
 from .htmlsites import Source, cached, read_lines, syncs
 from .svg import Line, Marks, chart
-from .text import duration, figure, loss_summary, nothing_found
+from .text import GLOSSARY, duration, figure, loss_summary, nothing_found
 
 __all__ = ["render", "write"]
 
@@ -163,7 +163,8 @@ def _head(data: dict[str, Any], title: str) -> list[str]:
            f"{escape(verdict)}</span></p><p>{escape(str(data.get('advice') or ''))}</p>"
            f'<dl class="figures">{cells}</dl>{_context(data)}</section>']
     if not data.get("steps"):
-        said = nothing_found(data.get("seen") or {}, data.get("argv") or []).strip()
+        said = nothing_found(data.get("seen") or {}, data.get("argv") or [],
+                             data.get("raised")).strip()
         out.append(f'<p class="note">{escape(said)}</p>')
     out += _guard(data)
     if data.get("error") is not None:
@@ -336,4 +337,6 @@ def _command(data: dict[str, Any]) -> list[str]:
         out.append(f"<p>the trace: <code>{escape(path)}</code> (<code>python -m asyncthrottle "
                    f"plot {escape(shlex.quote(path))}</code>)</p>")
     return [*out, f"<footer>asyncthrottle {escape(__version__)}, report schema "
-                  f"{escape(str(data.get('schema')))}</footer>"]
+                  f"{escape(str(data.get('schema')))}; the report's words are defined in the "
+                  f"glossary of &ldquo;Diagnose a script&rdquo; in asyncthrottle's documentation "
+                  f"(<code>{escape(GLOSSARY)}</code>)</footer>"]

@@ -45,7 +45,7 @@ def syncs(data: dict[str, Any], read: Source) -> list[str]:
     out = ['<h2 id="syncs">Sync sites</h2>']
     syncs = data.get("syncs")
     if syncs is None:
-        return [*out, '<p class="muted">not counted (asyncthrottle.run.syncsites is not '
+        return [*out, '<p class="muted">not counted (asyncthrottle.audit.syncsites is not '
                 "available)</p>"]
     if not syncs:
         return [*out, '<p class="muted">no host reads of device values by the script</p>']

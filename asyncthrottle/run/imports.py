@@ -10,7 +10,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from .patches import Patches
+from ..audit.patches import Patches
 
 __all__ = ["after_import"]
 

@@ -26,10 +26,11 @@ def schema() -> dict[str, Any]:
 
 
 def collect(steps: Steps, rows: Sequence[dict[str, Any]] | None, *, script: str, code: int,
-            argv: Sequence[str]) -> dict[str, Any]:
+            argv: Sequence[str], raised: dict[str, Any] | None = None) -> dict[str, Any]:
     """The report's data (``--json``'s schema 1) from what the run found. Reads the delivered
     host copies: call it once the sync audit has stopped. ``trace`` is None: the caller sets it
-    (``{"path": ..., "written": ...}``) once it has written a trace."""
+    (``{"path": ..., "written": ...}``) once it has written a trace. ``raised``: the script's
+    uncaught exception (:func:`~.raised.raised`), the report's ``raised`` (None: left out)."""
     source = _main(steps.sources)
     stats = source.hooks.throttle.stats if source is not None else None
     count = stats.steps if stats is not None else 0
@@ -57,6 +58,8 @@ def collect(steps: Steps, rows: Sequence[dict[str, Any]] | None, *, script: str,
         "seen": dict(steps.seen),
         "trace": None,
     }
+    if raised is not None:
+        data["raised"] = raised
     timed = source.per_step() if source is not None else None
     if timed is not None:
         data["per_step"] = timed

@@ -14,6 +14,8 @@ from importlib.machinery import ModuleSpec, PathFinder, SourceFileLoader
 from pathlib import Path
 from typing import Any
 
+from .raised import raised
+
 __all__ = ["Ending", "hide_runner_frames", "locate", "run", "say", "set_path0"]
 
 # the frames of the runner's own files are left out of a script's tracebacks
@@ -24,11 +26,14 @@ _REPLACED: list[types.ModuleType] = []
 
 
 class Ending:
-    """How the script ended: its exit ``code``, whether by Ctrl-C, and the ``file`` that ran
-    (None where it never started)."""
+    """How the script ended: its exit ``code``, whether by Ctrl-C, the ``file`` that ran (None
+    where it never started) and, where it ended by an uncaught exception, what it ``raised``
+    (:func:`~.raised.raised`; None otherwise)."""
 
-    def __init__(self, code: int, interrupted: bool = False, file: str | None = None) -> None:
+    def __init__(self, code: int, interrupted: bool = False, file: str | None = None,
+                 raised: dict[str, Any] | None = None) -> None:
         self.code, self.interrupted, self.file = code, interrupted, file
+        self.raised = raised
 
     def exit(self) -> int:
         """Return the exit code; after Ctrl-C raise ``KeyboardInterrupt`` (its traceback already
@@ -134,21 +139,30 @@ def run(target: str, args: list[str], module: bool) -> Ending:
 def _execute(target: str, args: list[str], module: bool, main: types.ModuleType) -> Ending:
     try:
         code = _prepare(target, args, module, main)
+    except _CannotRun as exc:
+        say(f"python -m asyncthrottle run: {exc}\n")
+        return Ending(1, raised=raised(None, None, started=False))
+    except BaseException as exc:  # before its first line: it does not compile (a SyntaxError)
+        return _ended(exc, main, started=False)
+    try:
         _REPLACED.append(sys.modules["__main__"])
         sys.modules["__main__"] = main
         exec(code, main.__dict__)
-    except _CannotRun as exc:
-        say(f"python -m asyncthrottle run: {exc}\n")
-        return Ending(1)
-    except SystemExit as exc:
-        return Ending(_exit_code(exc.code), file=main.__dict__.get("__file__"))
-    except KeyboardInterrupt as exc:
-        _print(exc)
-        return Ending(130, interrupted=True, file=main.__dict__.get("__file__"))
     except BaseException as exc:
-        _print(exc)
-        return Ending(1, file=main.__dict__.get("__file__"))
+        return _ended(exc, main, started=True)
     return Ending(0, file=main.__dict__.get("__file__"))
+
+
+def _ended(exc: BaseException, main: types.ModuleType, *, started: bool) -> Ending:
+    """The ending of a script that raised ``exc`` (printed as python prints it); ``raised`` for
+    any error but Ctrl-C."""
+    file = main.__dict__.get("__file__")
+    if isinstance(exc, SystemExit):
+        return Ending(_exit_code(exc.code), file=file)
+    _print(exc)
+    if isinstance(exc, KeyboardInterrupt):  # Ctrl-C: the user's stop, not the script's error
+        return Ending(130, interrupted=True, file=file)
+    return Ending(1, file=file, raised=raised(exc, file, started=started))
 
 
 class _CannotRun(Exception):

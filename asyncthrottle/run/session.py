@@ -11,18 +11,18 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from ..audit.patches import Patches
+from ..audit.syncsites import SyncSites
 from ..framework import ThrottleHooks
 from .dynamo import keep_out
 from .guard import exit_code, judge
 from .hardexit import report_before_exit
 from .html import render as page
 from .imports import after_import
-from .patches import Patches
 from .patchfile import patches as rewrites
 from .report import collect
 from .script import Ending, locate, run, say, set_path0
 from .steps import SAMPLE_EVERY, Steps
-from .syncsites import SyncSites
 from .text import text
 
 __all__ = ["Options", "session"]
@@ -151,7 +151,7 @@ def _report(steps: Steps, sites: Any, options: Options, file: str, ending: Endin
     data. ``flush``: the script's stdout first (not where it called ``os._exit``, which flushes
     nothing)."""
     rows = sites.rows(max(1, _count(steps))) if sites is not None else None
-    data = collect(steps, rows, script=file, code=ending.code, argv=argv)
+    data = collect(steps, rows, script=file, code=ending.code, argv=argv, raised=ending.raised)
     data.update(judge(data, options.max_syncs_per_step))
     data["options"] = options.typed
     rank = _rank()

@@ -10,7 +10,10 @@ from typing import Any
 
 from .guard import GUARD_EXIT, NO_STEPS, OVER_LIMIT, PASSED
 
-__all__ = ["text"]
+__all__ = ["GLOSSARY", "text"]
+
+# where the report's words are defined: the glossary of the docs' "Diagnose a script" page
+GLOSSARY = "docs/run.md#glossary"
 
 # the text shows at most this many sync sites and suggestions (the JSON keeps them all)
 _SHOWN = 20
@@ -27,7 +30,7 @@ def text(data: dict[str, Any], *, rank: tuple[int, int] | None = None,
              f"{stats.get('wall_s', 0.0):.2f} s ({figure(data['steps_per_s'])} steps/s), exit "
              f"code {data['exit_code']}"]
     if data["steps"] == 0:
-        lines.append(nothing_found(data.get("seen") or {}, data["argv"]))
+        lines.append(nothing_found(data.get("seen") or {}, data["argv"], data.get("raised")))
     if data["error"] is not None:
         lines.append(f"  the runner stopped finding steps after its own error: {data['error']}")
     if data["steps"]:
@@ -37,13 +40,18 @@ def text(data: dict[str, Any], *, rank: tuple[int, int] | None = None,
     lines += _sync_lines(data["syncs"])
     lines += _suggestions(data)
     lines += _trace(data)
-    lines += _guard(data)
+    lines.append(f"  the report's words: {GLOSSARY} (\"Diagnose a script\" in the docs)")
+    lines += _guard(data)  # last: what a CI log shows
     return "\n".join(lines)
 
 
-def nothing_found(seen: dict[str, int], argv: Sequence[str]) -> str:
-    """Why no step was found, from what the hooks saw."""
-    why = []
+def nothing_found(seen: dict[str, int], argv: Sequence[str],
+                  raised: dict[str, Any] | None = None) -> str:
+    """Why no step was found: the script did not start, or raised before any step; then what the
+    hooks saw."""
+    if raised is not None and not raised["started"]:
+        return f"  the script did not start{_raised(raised, ':', '')} (0 steps)"
+    why = [f"the script raised{_raised(raised, '', ' before any step')}"] if raised else []
     if seen.get("other_threads"):
         why.append(f"{_times(seen['other_threads'], 'backward() or optimizer step() call')} ran "
                    "on other threads (run hears only the main thread)")
@@ -58,6 +66,16 @@ def nothing_found(seen: dict[str, int], argv: Sequence[str]) -> str:
                    "with the script starting no processes of its own")
     where = " on the main thread" if seen.get("other_threads") else ""
     return f"  no training step found{where}: {'; '.join(why or [_main_thread(seen)])} (0 steps)"
+
+
+def _raised(raised: dict[str, Any], colon: str, when: str) -> str:
+    """``{colon} SyntaxError at train.py:3{when}: '(' was never closed`` (Python's message is
+    above it; only ``when`` where the runner found nothing to run)."""
+    if not raised.get("type"):
+        return when
+    site = f" at {raised['site']}" if raised.get("site") else ""
+    message = f": {raised['message']}" if raised.get("message") else ""
+    return f"{colon} {raised['type']}{site}{when}{message}"
 
 
 def _main_thread(seen: dict[str, int]) -> str:
@@ -165,7 +183,7 @@ def _sync_lines(syncs: list[dict[str, Any]] | None) -> list[str]:
     """The sync table: the top sites (in steps first, then by count a step), at most
     ``_SHOWN``; where a shown row's reads were timed, the time they blocked a step."""
     if syncs is None:
-        return ["  sync sites: not counted (asyncthrottle.run.syncsites is not available)"]
+        return ["  sync sites: not counted (asyncthrottle.audit.syncsites is not available)"]
     if not syncs:
         return ["  sync sites: no host reads of device values by the script"]
     shown = sorted(syncs, key=lambda row: (not row["in_step"], -row["per_step"]))[:_SHOWN]

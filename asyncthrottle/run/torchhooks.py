@@ -11,7 +11,7 @@ from collections.abc import Callable
 from threading import get_ident
 from typing import Any
 
-from .patches import Patches
+from ..audit.patches import Patches
 from .steps import Steps
 
 __all__ = ["install"]

@@ -20,9 +20,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 if TYPE_CHECKING:
-    from ..run.frames import Site
-    from ..run.patches import Patches
-    from ..run.syncsites import SyncSites
+    from ..audit.frames import Site
+    from ..audit.patches import Patches
+    from ..audit.syncsites import SyncSites
 
 __all__ = ["ForbidSyncs", "SyncError", "forbid_syncs"]
 
@@ -168,8 +168,8 @@ def forbid_syncs(func: Any = None, /, *, allow: Iterable[str] = ()) -> Any:
 
 def _checked(allow: Iterable[str]) -> frozenset[str]:
     """``allow`` as a set of known call names."""
-    from ..run.cudasyncs import CUDA_SYNC
-    from ..run.reads import CALLS
+    from ..audit.cudasyncs import CUDA_SYNC
+    from ..audit.reads import CALLS
 
     if isinstance(allow, str) or not isinstance(allow, Iterable):
         raise TypeError(f"allow must be a tuple of call names, got {allow!r}: e.g. "
@@ -200,8 +200,8 @@ class _Watch:
     """
 
     def __init__(self) -> None:
-        from ..run.patches import Patches
-        from ..run.syncsites import SyncSites
+        from ..audit.patches import Patches
+        from ..audit.syncsites import SyncSites
 
         self.allowed: list[frozenset[str]] = []
         self.late: SyncError | None = None

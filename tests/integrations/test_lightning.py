@@ -7,6 +7,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import forked
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -338,14 +339,12 @@ def test_the_lightning_example_without_the_advice_is_not_advised_on_the_cpu(tmp_
 @pytest.mark.slow
 def test_the_lightning_example_script_shows_the_deferred_loss_in_its_bar(tmp_path: Path) -> None:
     import os
-    import subprocess
-    import sys
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(EXAMPLES.parent)}
-    proc = subprocess.run(
-        [sys.executable, str(EXAMPLES / "lightning_mnist.py"), "--data", "synthetic", "--max-steps", "12",
+    proc = forked.run(
+        [str(EXAMPLES / "lightning_mnist.py"), "--data", "synthetic", "--max-steps", "12",
          "--epochs", "1", "--device", "cpu"],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env, check=False,
+        text=True, timeout=120, cwd=tmp_path, env=env,
     )
     assert proc.returncode == 0, proc.stderr
     assert "asyncthrottle: 12 steps" in proc.stdout and "test accuracy" in proc.stdout

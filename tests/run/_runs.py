@@ -7,10 +7,10 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+import forked
 import pytest
 from once import once
 
@@ -31,34 +31,45 @@ def env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
 
 
-def python(*args: str, cwd: Path = SCRIPTS, timeout: float = 300) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=env(), capture_output=True,
-                          timeout=timeout, check=False)
+_TORCH = ("torch",)
 
 
-def start(*args: str, cwd: Path = SCRIPTS) -> Done:
-    """``python ARGS`` started; ``wait()`` gives its :class:`subprocess.CompletedProcess`."""
-    return Done(subprocess.Popen([sys.executable, *args], cwd=cwd, env=env(),
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+def python(*args: str, cwd: Path = SCRIPTS, timeout: float = 300, fresh: bool = False,
+           preload: tuple[str, ...] = _TORCH) -> subprocess.CompletedProcess[bytes]:
+    """``python ARGS``, forked from a server that has imported ``preload`` (:mod:`forked`), or a
+    fresh interpreter with ``fresh=True`` (a test of what only a fresh process shows)."""
+    return forked.run(args, cwd=cwd, env=env(), timeout=timeout, fresh=fresh, preload=preload)
+
+
+def start(*args: str, cwd: Path = SCRIPTS, fresh: bool = False,
+          preload: tuple[str, ...] = _TORCH) -> Done:
+    """``python ARGS`` started (as :func:`python`); ``wait()`` gives its
+    :class:`subprocess.CompletedProcess`."""
+    return Done(forked.start(args, cwd=cwd, env=env(), fresh=fresh, preload=preload))
 
 
 def pair(plain: tuple[str, ...], run: tuple[str, ...], cwd: Path = SCRIPTS,
-         timeout: float = 300) -> tuple[subprocess.CompletedProcess[bytes],
-                                        subprocess.CompletedProcess[bytes]]:
-    """``python PLAIN`` and ``python RUN`` at once (each is seconds of importing torch)."""
-    first, second = start(*plain, cwd=cwd), start(*run, cwd=cwd)
+         timeout: float = 300, fresh: bool = False) -> tuple[
+             subprocess.CompletedProcess[bytes], subprocess.CompletedProcess[bytes]]:
+    """``python PLAIN`` and ``python RUN`` at once (as :func:`python`)."""
+    first, second = start(*plain, cwd=cwd, fresh=fresh), start(*run, cwd=cwd, fresh=fresh)
     return first.wait(timeout), second.wait(timeout)
 
 
 class Done:
     """A started process; ``wait()`` collects it (returncode, stdout, stderr)."""
 
-    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+    def __init__(self, process: forked.Forked | subprocess.Popen[bytes]) -> None:
         self.process = process
 
     def wait(self, timeout: float = 300) -> subprocess.CompletedProcess[bytes]:
-        out, err = self.process.communicate(timeout=timeout)
-        return subprocess.CompletedProcess(self.process.args, self.process.returncode, out, err)
+        try:
+            out, err = self.process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            raise
+        return subprocess.CompletedProcess(self.process.args, self.process.returncode or 0,
+                                           out, err)
 
 
 def valid(report: dict[str, Any]) -> dict[str, Any]:
@@ -85,12 +96,14 @@ def read_report(path: Path) -> dict[str, Any]:
     return valid(json.loads(path.read_text()))
 
 
-def under_run(script: str, tmp: Path, *args: str) -> tuple[subprocess.CompletedProcess[bytes],
-                                                          dict[str, Any]]:
-    """``python -m asyncthrottle run --json`` on the script; the process and its JSON report
-    (validated; {} where none was written)."""
+def under_run(script: str, tmp: Path, *args: str, fresh: bool = False,
+              preload: tuple[str, ...] = _TORCH
+              ) -> tuple[subprocess.CompletedProcess[bytes], dict[str, Any]]:
+    """``python -m asyncthrottle run --json`` on the script (as :func:`python`); the process and
+    its JSON report (validated; {} where none was written)."""
     report = tmp / "report.json"
-    done = python("-m", "asyncthrottle", "run", "--json", str(report), script, *args)
+    done = python("-m", "asyncthrottle", "run", "--json", str(report), script, *args, fresh=fresh,
+                  preload=preload)
     return done, read_report(report) if report.exists() else {}
 
 

@@ -22,8 +22,8 @@ torch = pytest.importorskip("torch")
 
 from _runs import SharedRuns  # noqa: E402
 
-from asyncthrottle.run.patches import Patches  # noqa: E402
-from asyncthrottle.run.syncsites import SyncSites  # noqa: E402
+from asyncthrottle.audit.patches import Patches  # noqa: E402
+from asyncthrottle.audit.syncsites import SyncSites  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 NAME = Path(__file__).name

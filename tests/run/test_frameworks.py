@@ -18,6 +18,10 @@ from _runs import SCRIPTS, env, found_syncs, read_report, said_syncs, start, und
 
 # script, the framework it trains with, its optimizer steps
 TRAINERS = [("hf_train.py", "transformers", 4), ("lightning_fit.py", "lightning", 6)]
+# the modules that define each framework's trainer (what its scripts import): the servers these
+# tests' processes fork from import them once (tests/forked.py), as the scripts then would
+_TRAINER_MODULES = {"transformers": "transformers.trainer",
+                    "lightning": "lightning.pytorch.trainer.trainer"}
 # the framework's own reads, by (call, in a step, per step): the HF Trainer's NaN/Inf check of
 # each micro-batch's loss (isnan, isinf: 2 micro-batches a step) and its logging's reads of the
 # loss and the grad norm (logging_steps=1, after its step's callback); Lightning's check of each
@@ -53,13 +57,15 @@ def _framework_reads(report: dict[str, Any], script: str, framework: str) -> set
 def test_a_trainer_runs_as_under_python_with_the_library_s_callback_once(
         script: str, framework: str, steps: int, tmp_path: Path) -> None:
     pytest.importorskip(framework)
-    # all at once: each is seconds of importing the framework
-    started = start(script, str(tmp_path / "plain.json"))
+    # all at once, each forked from a server that has imported the framework the script imports
+    # (seconds each)
+    preload = ("torch", _TRAINER_MODULES[framework])
+    started = start(script, str(tmp_path / "plain.json"), preload=preload)
     own_report = tmp_path / "own_report.json"
     # the script adds asyncthrottle's ThrottleCallback itself: the runner adds none
     own = start("-m", "asyncthrottle", "run", "--json", str(own_report), script,
-                str(tmp_path / "own.json"), "--own")
-    done, report = under_run(script, tmp_path, str(tmp_path / "run.json"))
+                str(tmp_path / "own.json"), "--own", preload=preload)
+    done, report = under_run(script, tmp_path, str(tmp_path / "run.json"), preload=preload)
     plain, owned = started.wait(), own.wait()
     for process in (plain, done, owned):
         assert process.returncode == 0, process.stderr.decode()
@@ -124,8 +130,9 @@ def test_under_torchrun_each_rank_reports_and_rank_0_names_the_slow_rank(tmp_pat
 @pytest.mark.timeout(900)
 def test_two_fits_are_one_run_of_all_their_steps(tmp_path: Path) -> None:
     pytest.importorskip("lightning")
-    started = start("two_fits.py", str(tmp_path / "plain.json"))
-    done, report = under_run("two_fits.py", tmp_path, str(tmp_path / "run.json"))
+    preload = ("torch", _TRAINER_MODULES["lightning"])
+    started = start("two_fits.py", str(tmp_path / "plain.json"), preload=preload)
+    done, report = under_run("two_fits.py", tmp_path, str(tmp_path / "run.json"), preload=preload)
     plain = started.wait()
     assert plain.returncode == done.returncode == 0, done.stderr.decode()
     assert done.stdout == plain.stdout

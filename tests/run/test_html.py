@@ -19,6 +19,7 @@ from _runs import SCRIPTS, SharedRuns
 from asyncthrottle.run.html import render, write
 from asyncthrottle.run.report import schema
 from asyncthrottle.run.svg import BUCKETS, POINTS, Line, Marks, bucket_size, chart, reduce
+from asyncthrottle.run.text import GLOSSARY
 from asyncthrottle.run.validate import problems
 
 CHROMIUM = shutil.which("chromium")
@@ -205,6 +206,20 @@ def test_a_report_with_no_steps_renders() -> None:
     page = render(data)
     assert "no training step found" in page and "never called backward()" in page
     assert "<svg" not in page and "none delivered" in page and "not counted" in page
+
+
+def test_a_script_that_did_not_start_is_said_so_not_that_it_never_trained() -> None:
+    data = _report(0)
+    data["raised"] = {"type": "SyntaxError", "message": "'(' was never closed",
+                      "site": "train.py:3", "started": False}
+    page = render(data)
+    assert ("the script did not start: SyntaxError at train.py:3: &#x27;(&#x27; was never closed"
+            in page) and "never called backward()" not in page
+
+
+def test_the_footer_points_to_the_glossary_of_the_report_s_words() -> None:
+    footer = render(_report(3)).partition("<footer>")[2]
+    assert f"<code>{GLOSSARY}</code>" in footer and "Diagnose a script" in footer
 
 
 def test_ranks_and_the_command_line() -> None:

@@ -15,7 +15,7 @@ from _runs import valid
 
 from asyncthrottle.run.advice import recovers, suggestions
 from asyncthrottle.run.report import _syncs, collect
-from asyncthrottle.run.text import _sync_lines, figure, text
+from asyncthrottle.run.text import GLOSSARY, _sync_lines, figure, text
 
 
 def _row(site: str, call: str, count: int, in_step: bool, via: str | None = None,
@@ -193,6 +193,8 @@ def test_the_sync_table_names_the_package_line_that_made_a_read() -> None:
     ]
 
 
+GLOSSARY_LINE = f'  the report\'s words: {GLOSSARY} ("Diagnose a script" in the docs)'
+
 # -- collect() and text() from fake sources ----------------------------------------------------
 
 SEEN = {"forwards": 0, "backwards": 0, "optimizer_steps": 0, "autograd_grad": 0,
@@ -319,6 +321,33 @@ def test_no_step_says_what_the_hooks_saw_and_offers_no_trace(seen: dict[str, int
     assert "trace" not in said
 
 
+def _raised(kind: str | None, site: str | None, message: str | None,
+            started: bool) -> dict[str, Any]:
+    return {"type": kind, "site": site, "message": message, "started": started}
+
+
+@pytest.mark.parametrize(("raised", "seen", "why"), [
+    (_raised("SyntaxError", "train.py:3", "'(' was never closed", False), {},
+     "the script did not start: SyntaxError at train.py:3: '(' was never closed (0 steps)"),
+    # run found nothing to run (a package with no __main__): its own message said why
+    (_raised(None, None, None, False), {}, "the script did not start (0 steps)"),
+    (_raised("ModuleNotFoundError", "train.py:1", "No module named 'tiktok'", True), {},
+     "no training step found: the script raised ModuleNotFoundError at train.py:1 before any "
+     "step: No module named 'tiktok' (0 steps)"),
+    # what the hooks saw still said, after the error
+    (_raised("RuntimeError", "train.py:9", None, True), {"other_threads": 2},
+     "no training step found on the main thread: the script raised RuntimeError at train.py:9 "
+     "before any step; 2 backward() or optimizer step() calls ran on other threads (run hears "
+     "only the main thread) (0 steps)"),
+])
+def test_a_script_that_raised_before_any_step_is_said_so_not_that_it_never_called_backward(
+        raised: dict[str, Any], seen: dict[str, int], why: str) -> None:
+    steps = _steps(**seen)
+    data = collect(steps, [], script="train.py", code=1, argv=["train.py"], raised=raised)
+    said = text(valid(data))
+    assert f"  {why}" in said.splitlines() and "never called" not in said
+
+
 @pytest.mark.parametrize(("steps", "trace", "said"), [
     (0, {"path": "t.json", "written": False}, "  no trace written (no steps)"),
     (2, {"path": "out dir/t.json", "written": True},
@@ -328,7 +357,8 @@ def test_an_asked_for_trace_is_said_written_or_not_and_not_offered_again(
         steps: int, trace: dict[str, Any], said: str) -> None:
     sources = [_source(_stats(steps, 1.0), [1.0] * steps)] if steps else []
     _, shown = _report(_steps(*sources), trace=trace)
-    assert shown.splitlines()[-1] == said and "--trace" not in shown
+    # the glossary's line last (without --max-syncs-per-step)
+    assert shown.splitlines()[-2:] == [said, GLOSSARY_LINE] and "--trace" not in shown
 
 
 def test_the_sync_table_shows_the_top_20_in_steps_first_and_the_json_keeps_all() -> None:

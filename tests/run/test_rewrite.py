@@ -457,13 +457,15 @@ def test_the_text_shows_each_certain_diff_under_its_suggestion_and_the_patch_s_c
     assert said[second + 1] == "       @@ -12 +14,30 @@"
     assert said[second + 21] == "       ... 12 more lines: the whole patch is in fix.patch"
     assert said[second + 22].startswith("    3. train.py:15")
-    assert said[-1] == ("  --suggest fix.patch: 2 certain rewrites; apply them: patch -p1 -d "
+    # (then the glossary's line, last)
+    assert said[-2] == ("  --suggest fix.patch: 2 certain rewrites; apply them: patch -p1 -d "
                         "scripts < fix.patch (or git apply in scripts)")
+    assert said[-1].startswith("  the report's words: docs/run.md#glossary")
     without = text(_report(patched, [])).splitlines()
-    assert without[-1] == ("  the 2 certain rewrites as one patch: python -m asyncthrottle run "
+    assert without[-2] == ("  the 2 certain rewrites as one patch: python -m asyncthrottle run "
                            "--suggest fix.patch scripts/train.py")
     none = text(_report(patched[2:], ["--suggest=fix.patch"])).splitlines()
-    assert none[-1].startswith("  --suggest fix.patch: no rewrite is certain, the file is empty")
+    assert none[-2].startswith("  --suggest fix.patch: no rewrite is certain, the file is empty")
 
 
 def test_suggest_into_a_missing_folder_is_a_usage_error_before_the_script_runs(

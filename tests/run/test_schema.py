@@ -56,7 +56,9 @@ def _full() -> dict[str, Any]:
              "via": None, "file": "/abs/train.py", "fields": [1]}]
     source = _source(stats, [2.0, 1.5, math.nan], **{"optimizer 0 (Adam)": [1.0, 0.5, math.inf],
                                                       "optimizer 1 (SGD)": [1.0, 1.0, None]})
-    data = collect(_steps(source), rows, script="train.py", code=1, argv=["train.py"])
+    raised = {"type": "RuntimeError", "message": "late", "site": "train.py:30", "started": True}
+    data = collect(_steps(source), rows, script="train.py", code=1, argv=["train.py"],
+                   raised=raised)
     data["trace"] = {"path": "/abs/t.json", "written": True}
     # what the session adds: run --max-syncs-per-step's fields, run's options as typed
     data.update(judge(data, 0.5))
@@ -94,7 +96,7 @@ def test_every_field_a_report_holds_is_described_and_those_always_there_are_requ
     full, minimal = valid(_full()), valid(_minimal())
     assert set(full) - set(_SCHEMA["properties"]) == set(), "describe them in report.schema.json"
     assert {"losses_by_optimizer", "nonfinite_by_optimizer", "syncs", "stats", "per_step",
-            "guard", "over_limit", "options"} <= set(full) and full["over_limit"]
+            "guard", "over_limit", "options", "raised"} <= set(full) and full["over_limit"]
     assert set(_SCHEMA["required"]) == set(minimal)
     assert full["syncs"] and minimal["syncs"] is None and minimal["stats"] == {}
     defs = _SCHEMA["$defs"]

@@ -3,18 +3,27 @@ its traceback without the runner's frames, Ctrl-C; and bad input gets a clear er
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import stat
 import subprocess
 import sys
+import traceback
 import zipapp
 from pathlib import Path
 
+import _runs
 import pytest
-from _runs import SCRIPTS, env, pair, python, read_report
+from _runs import SCRIPTS, env, read_report
 
 from asyncthrottle.run import main
+
+# What this module tests is the runner's fidelity to python itself (``__main__``, tracebacks,
+# signals, atexit, sys.path): each run starts a fresh interpreter, never a fork of the suite's
+# server that has imported torch (tests/forked.py).
+pair = functools.partial(_runs.pair, fresh=True)
+python = functools.partial(_runs.python, fresh=True)
 
 _RUN = ("-m", "asyncthrottle", "run")
 
@@ -87,7 +96,36 @@ def test_a_script_that_raises_at_import_shows_its_traceback_and_status_1(
     # the traceback starts at the script (its absolute path, as python says): no runner frame
     assert trace.splitlines()[1] == f'  File "{SCRIPTS / "raises_at_import.py"}", line 4, in <module>'
     assert "asyncthrottle" not in trace and trace.endswith("RuntimeError: no data here\n")
-    assert " 0 steps" in report and read_report(tmp_path / "r.json")["steps"] == 0
+    assert ("  no training step found: the script raised RuntimeError at raises_at_import.py:4 "
+            "before any step: no data here (0 steps)") in report.splitlines()
+    assert "never called backward()" not in report
+    data = read_report(tmp_path / "r.json")
+    assert data["steps"] == 0 and data["raised"] == {
+        "type": "RuntimeError", "message": "no data here", "site": "raises_at_import.py:4",
+        "started": True}
+
+
+def test_a_script_that_does_not_compile_gets_python_s_message_and_did_not_start(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(SCRIPTS)
+    monkeypatch.setattr(sys, "excepthook", sys.__excepthook__)
+    script = SCRIPTS / "syntax_error.py"
+    with pytest.raises(SyntaxError) as compiling:
+        compile(script.read_bytes(), str(script), "exec", dont_inherit=True)
+    assert main(["--json", str(tmp_path / "r.json"), "syntax_error.py"]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""  # its first line, a print, never ran
+    message, report = err.split("asyncthrottle run:")
+    # python's own message (the file, the line, the caret), as python prints it: no traceback
+    assert message == "".join(traceback.format_exception_only(compiling.value))
+    assert message.startswith(f'  File "{script}", line 6\n')
+    assert ("  the script did not start: SyntaxError at syntax_error.py:6: '(' was never closed "
+            "(0 steps)") in report.splitlines()
+    assert "never called backward()" not in report and "no training step found" not in report
+    assert read_report(tmp_path / "r.json")["raised"] == {
+        "type": "SyntaxError", "message": "'(' was never closed", "site": "syntax_error.py:6",
+        "started": False}
 
 
 @pytest.mark.slow
@@ -353,3 +391,29 @@ def test_tracebacks_have_no_runner_frame_in_the_whole_chain() -> None:
     assert plain.returncode == done.returncode == 1
     shown = _before_report(done.stderr)
     assert "asyncthrottle" not in shown and shown == plain.stderr.decode()
+
+
+def _raised_through(script: Path, library: Path) -> BaseException:
+    """The error that ``library``'s ``load()`` raises, called at ``script``'s line 2."""
+    found: dict[str, object] = {}
+    exec(compile("def load():\n    raise OSError('gone')\n", str(library), "exec"), found)
+    try:
+        exec(compile("x = 1\nload()\n", str(script), "exec"), found)
+    except OSError as exc:
+        return exc
+    raise AssertionError("load() did not raise")
+
+
+def test_a_raised_error_is_named_at_the_script_s_innermost_line_else_python_s_last(
+        tmp_path: Path) -> None:
+    from asyncthrottle.run.raised import raised
+
+    script, library = tmp_path / "train.py", tmp_path / "lib" / "data.py"
+    exc = _raised_through(script, library)
+    assert raised(exc, str(script), started=True) == {
+        "type": "OSError", "message": "gone", "site": "train.py:2", "started": True}
+    # no frame of the script: the traceback's innermost line, relative to the script's folder
+    assert raised(exc, str(tmp_path / "other.py"), started=True)["site"] == "lib/data.py:2"
+    assert raised(exc, None, started=True)["site"] == f"{library}:2"
+    long = raised(ValueError("x" * 300 + "\nmore"), None, started=True)
+    assert long["message"] == "x" * 197 + "..." and long["site"] is None

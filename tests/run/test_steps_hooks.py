@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from asyncthrottle.audit.patches import Patches
+from asyncthrottle.audit.syncsites import SyncSites
 from asyncthrottle.framework import ThrottleHooks
 from asyncthrottle.run import torchhooks
-from asyncthrottle.run.patches import Patches
 from asyncthrottle.run.steps import Steps
-from asyncthrottle.run.syncsites import SyncSites
 
 torch = pytest.importorskip("torch")
 

@@ -26,9 +26,9 @@ np = pytest.importorskip("numpy")
 from _runs import start, under_run  # noqa: E402
 
 import asyncthrottle as at  # noqa: E402
+from asyncthrottle.audit.patches import Patches  # noqa: E402
+from asyncthrottle.audit.syncsites import CUDA_SYNC, SyncSites  # noqa: E402
 from asyncthrottle.parts.syncaudit import SYNC_MESSAGE  # noqa: E402
-from asyncthrottle.run.patches import Patches  # noqa: E402
-from asyncthrottle.run.syncsites import CUDA_SYNC, SyncSites  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 NAME = Path(__file__).name

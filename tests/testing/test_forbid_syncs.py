@@ -17,8 +17,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import asyncthrottle  # noqa: E402
+from asyncthrottle.audit.reads import CALLS  # noqa: E402
 from asyncthrottle.parts.syncaudit import SYNC_MESSAGE  # noqa: E402
-from asyncthrottle.run.reads import CALLS  # noqa: E402
 from asyncthrottle.testing import SyncError, forbid, forbid_syncs  # noqa: E402
 
 NAME = Path(__file__).name
@@ -318,8 +318,8 @@ def test_sync_error_is_the_package_s_and_pickles() -> None:
 def test_inside_run_s_audit_the_audit_s_own_reads_are_put_back_after_a_block(step: Step) -> None:
     # a script under python -m asyncthrottle run that uses forbid_syncs(): the audit's patches
     # (descriptors on torch.Tensor) are what the block restores, not torch's methods
-    from asyncthrottle.run.patches import Patches
-    from asyncthrottle.run.syncsites import SyncSites
+    from asyncthrottle.audit.patches import Patches
+    from asyncthrottle.audit.syncsites import SyncSites
 
     sites, patches = SyncSites([str(Path(__file__).parent)]), Patches()
     sites.start(patches)

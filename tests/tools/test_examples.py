@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import forked
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -95,10 +95,10 @@ def test_depth_none_and_devices() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # a hang guard: a busy 2-core machine takes minutes, not seconds
 def test_mnist_script_runs_with_a_progress_bar(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, str(EXAMPLES / "mnist.py"), "--data", "synthetic", "--max-steps", "15", "--epochs", "1",
+    proc = forked.run(
+        [str(EXAMPLES / "mnist.py"), "--data", "synthetic", "--max-steps", "15", "--epochs", "1",
          "--depth", "1"],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path, env=_env(), check=False,
+        text=True, timeout=600, cwd=tmp_path, env=_env(),
     )
     assert proc.returncode == 0, proc.stderr
     assert "epoch 1: 15 steps" in proc.stdout and "test accuracy" in proc.stdout
@@ -109,10 +109,10 @@ def test_mnist_script_runs_with_a_progress_bar(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # a hang guard: a busy 2-core machine takes minutes, not seconds
 def test_ddp_two_processes_gloo(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+    proc = forked.run(
+        ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
          str(EXAMPLES / "ddp_mnist.py"), *FAST, "--max-steps", "12", "--epochs", "1"],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path, env=_env(), check=False,
+        text=True, timeout=600, cwd=tmp_path, env=_env(),
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
@@ -129,10 +129,10 @@ def test_ddp_straggle_names_the_slow_rank_in_plain_ddp(tmp_path: Path) -> None:
 
     Its own work takes 4x (at 2x a busy 2-core machine's noise, on the CPU's host clock, named rank 0
     about one run in four)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+    proc = forked.run(
+        ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
          str(EXAMPLES / "ddp_mnist.py"), *FAST, "--max-steps", "60", "--epochs", "1", "--straggle", "1:4"],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path, env=_env(), check=False,
+        text=True, timeout=600, cwd=tmp_path, env=_env(),
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "rank 0: slowest rank 1 " in proc.stdout and "rank 1: slowest rank 1 " in proc.stdout, proc.stdout

@@ -69,14 +69,6 @@ def test_command_sections_show_the_command_status_and_output() -> None:
     assert "exit 0" in body and "hello" in body and "-c" in body
 
 
-@pytest.mark.slow
-def test_the_mnist_section_runs_the_example_and_tabulates_it() -> None:
-    gpu = _gpu()
-    body = gpu.mnist(120, runs=[("2 + .item()", ("--depth", "2", "--item-every-step", "--device", "cpu"))],
-                     max_steps=3)
-    assert "| 2 + .item() |" in body and "failed" not in body, body
-
-
 def test_the_sections_fit_in_9_minutes_and_each_run_gets_what_it_needs() -> None:
     gpu = _gpu()
     # one run and a partial rerun in 15 minutes of GPU time, the machine's start included; one
@@ -101,10 +93,11 @@ def test_the_wide_setting_runs_side_by_side_by_depth() -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # two child processes that import torch: minutes on a loaded machine
-def test_the_mnist_section_shows_memory_and_the_verdict_per_run() -> None:
+def test_the_mnist_section_runs_the_example_and_shows_memory_and_the_verdict_per_run() -> None:
     gpu = _gpu()
     tiny = ("--device", "cpu", "--width", "2", "--batch-size", "8")
-    body = gpu.mnist(540, runs=[("none", ("--depth", "none", *tiny)), ("2", ("--depth", "2", *tiny))], max_steps=3)
-    assert "| none |" in body and "| 2 |" in body and "failed" not in body, body
+    body = gpu.mnist(540, runs=[("none", ("--depth", "none", *tiny)),
+                                ("2 + .item()", ("--depth", "2", "--item-every-step", *tiny))], max_steps=3)
+    assert "| none |" in body and "| 2 + .item() |" in body and "failed" not in body, body
     assert "peak device MiB" in body and "verdict" in body
     assert body.count("| n/a | n/a |") == 2  # no CUDA here: no memory figures, said as n/a

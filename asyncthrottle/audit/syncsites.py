@@ -73,7 +73,7 @@ class SyncSites:
 
     Each counted read is timed: the wall time the script's thread spent in it, on CUDA the
     sync's wait (a row's ``blocked_s``). A method read is timed by a profile function installed
-    at its lookup and removed as its call ends (:class:`~asyncthrottle.run.blocked.ReadTimer`:
+    at its lookup and removed as its call ends (:class:`~asyncthrottle.audit.blocked.ReadTimer`:
     not while another profile function is installed, a profiler's, nor while torch's profiler
     runs), a read function by the runner's wrapper around it. A read inside a timed read is
     part of it; a read whose step opened or closed while it ran, and a ``CUDA sync``, are not

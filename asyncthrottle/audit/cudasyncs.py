@@ -19,7 +19,7 @@ CUDA_SYNC = "CUDA sync"
 
 
 class CudaSyncs:
-    """CUDA's side of :class:`~asyncthrottle.run.syncsites.SyncSites`: once the script starts
+    """CUDA's side of :class:`~asyncthrottle.audit.syncsites.SyncSites`: once the script starts
     CUDA, its sync debug mode warns (``"warn"``) and a read counts when it synced (a read inside
     torch's own code at the script's line that called torch), a sync outside every patched read
     as :data:`CUDA_SYNC`. A read is timed from its lookup (``pend``) and its time filed at

@@ -58,7 +58,7 @@ class _Read:
     warnings, tracebacks and ``stacklevel`` are as without the audit); looked up on the class,
     or while ``torch.compile`` traces, it is torch's method itself. A counted read's time
     blocked is taken by ``sites.timer``'s profile function, installed here as the lookup's last
-    act (see :class:`~asyncthrottle.run.blocked.ReadTimer`)."""
+    act (see :class:`~asyncthrottle.audit.blocked.ReadTimer`)."""
 
     __slots__ = ("_call", "_compiling", "_cuda", "_get", "_profile", "_sites", "_timer", "_to")
 

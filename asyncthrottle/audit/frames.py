@@ -12,12 +12,12 @@ from ..parts.syncaudit import short_path
 
 __all__ = ["TORCH", "Frames", "Kind", "Site", "Where"]
 
-# what a frame's file is: the standard library's, torch's, this library's, the runner's (which runs
-# the script and calls none of its code back), an installed package's (its path in a 1-tuple), else
-# the script's path
+# what a frame's file is: the standard library's, torch's, this library's, the runner's and the
+# audit's (which run the script's reads and call none of its code back), an installed package's (its
+# path in a 1-tuple), else the script's path
 _STDLIB, TORCH, _OURS, _RUNS = 0, 1, 2, 3
-_RUNNER = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_PACKAGE = os.path.dirname(_RUNNER.rstrip(os.sep)) + os.sep
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_RUNNER = tuple(os.path.join(_PACKAGE, room) + os.sep for room in ("audit", "run"))
 _STDLIB_DIR = os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep
 _SITE_DIRS = tuple(os.sep + name + os.sep for name in ("site-packages", "dist-packages"))
 # a function naming one of these builds tensors from host data (a logger's torch.tensor(deque))...
