@@ -24,6 +24,7 @@ from typing import Any
 from .advice import OFTEN
 from .hunks import Edit, merged, unified
 from .rewrite import VALUES, Change, Script
+from .scriptast import segment
 
 __all__ = ["patches"]
 
@@ -255,7 +256,7 @@ class _Edit:
         first, last = lines[node.lineno - 1].encode(), lines[(node.end_lineno or 1) - 1].encode()
         head = first[:node.col_offset].decode()
         tail = last[node.end_col_offset or 0:].decode()
-        text = self.script.segment(node) or ast.unparse(node)
+        text = segment(self.script.lines, node) or ast.unparse(node)
         if isinstance(node, ast.Tuple) and not text.startswith("("):
             text = f"({text})"
         made = f"{head}{self.made.thr}.wrap({text}){tail}"

@@ -31,7 +31,7 @@ import io
 
 from .movedtext import VALUES, moved
 from .receivers import read_targets
-from .scriptast import ancestors, binds, changed, checked, inside, names, own
+from .scriptast import ancestors, binds, checked, exits, inside, names, touches
 
 __all__ = ["VALUES", "Change", "Script"]
 
@@ -169,11 +169,7 @@ class Script:
         """Why the loop may leave before its last step is delivered (a return or a yield; None),
         and its own ``break`` and ``continue`` statements, the first first: found once a loop."""
         if loop not in self._loops:
-            leaves = any(isinstance(node, (ast.Return, ast.Yield, ast.YieldFrom))
-                         for node in own(loop.body, loops=False))
-            skips: list[ast.stmt] = [node for node in own(loop.body, loops=True)
-                                     if isinstance(node, (ast.Break, ast.Continue))]
-            skips.sort(key=lambda node: (node.lineno, node.col_offset))
+            leaves, skips = exits(loop)
             said = "its loop may leave by a return or a yield (the last steps would not be " \
                    "delivered)" if leaves else None
             self._loops[loop] = (said, skips)
@@ -182,16 +178,6 @@ class Script:
     def breaks(self, loop: ast.For) -> bool:
         """``loop`` may leave by a ``break`` of its own."""
         return any(isinstance(node, ast.Break) for node in self._exits(loop)[1])
-
-    def segment(self, node: ast.expr) -> str:
-        """``node``'s source text, as ``ast.get_source_segment`` gives it, from the lines (no
-        split of the whole source a call)."""
-        first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
-        start, end = node.col_offset, node.end_col_offset
-        if first == last:
-            return self.lines[first].encode()[start:end].decode()
-        return "".join([self.lines[first].encode()[start:].decode(), *self.lines[first + 1:last],
-                        self.lines[last].encode()[:end].decode()])
 
     # -- a value that is only logged -----------------------------------------------------------
 
@@ -435,13 +421,7 @@ class Script:
         """Each name's places in ``loop``'s body (the positions of its statements) that assign
         it or change it in place, in order: found in one walk of the body a loop."""
         if loop not in self._touched:
-            found: dict[str, list[int]] = {}
-            for place, stmt in enumerate(loop.body):
-                for node in ast.walk(stmt):
-                    for name in (*binds(node), changed(node)):
-                        if name and (not found.get(name) or found[name][-1] != place):
-                            found.setdefault(name, []).append(place)
-            self._touched[loop] = found
+            self._touched[loop] = touches(loop.body)
         return self._touched[loop]
 
     def scope(self, node: ast.AST) -> ast.AST:
