@@ -29,16 +29,16 @@ A NaN check (``if not torch.isfinite(loss):``, ``if torch.isnan(loss).any():``,
 from __future__ import annotations
 
 import ast
+import bisect
 import dataclasses
 import io
-from collections.abc import Sequence
 
 from .movedtext import VALUES, moved
 from .observers import LOGGED, catcher, stream, writers
 from .receivers import read_targets
-from .scriptast import ancestors, binds, breaks, changed, checked, inside, names, own
+from .scriptast import ancestors, binds, checked, exits, inside, names, plain, touches
 
-__all__ = ["VALUES", "Change", "Script", "breaks"]
+__all__ = ["VALUES", "Change", "Script"]
 
 _LOGGING = frozenset(("debug", "info", "warning", "warn", "error", "critical"))
 _KINDS = {ast.If: "an if", ast.With: "a with", ast.Try: "a try", ast.For: "a loop",
@@ -92,13 +92,25 @@ class Script:
         self.parent = {child: node for node in ast.walk(self.tree)
                        for child in ast.iter_child_nodes(node)}
         self.bound: dict[str, list[ast.AST]] = {}
-        self.names: set[str] = set()
+        # each name's uses (in ast.walk's order), and the statements of loop bodies by line: the
+        # file is walked here once, then each read's line is looked up (#56: a walk a read made
+        # the report quadratic in a file's reads)
+        self.uses: dict[str, list[ast.Name]] = {}
+        self._held: dict[int, list[ast.stmt]] = {}
         for node in ast.walk(self.tree):
             for name in binds(node):
                 self.bound.setdefault(name, []).append(node)
             if isinstance(node, ast.Name):
-                self.names.add(node.id)
-        self.names.update(self.bound)
+                self.uses.setdefault(node.id, []).append(node)
+            if isinstance(node, ast.stmt) and self._loop_line(node):
+                for line in range(node.lineno, (node.end_lineno or node.lineno) + 1):
+                    self._held.setdefault(line, []).append(node)
+        self.names: set[str] = set(self.uses) | set(self.bound)
+        # what is known of a loop, a name in a loop, a name: found once, when first asked
+        self._loops: dict[ast.For, tuple[str | None, list[ast.stmt]]] = {}
+        self._touched: dict[ast.For, dict[str, list[int]]] = {}
+        self._variable: dict[tuple[str, ast.For], bool] = {}
+        self._scalars: dict[str, bool] = {}
         self.imports_us = any(isinstance(node, (ast.Import, ast.ImportFrom)) and any(
             (alias.name if isinstance(node, ast.Import) else node.module or "").split(".")[0]
             == "asyncthrottle" for alias in node.names) for node in ast.walk(self.tree))
@@ -124,9 +136,7 @@ class Script:
     def _statement(self, line: int) -> ast.stmt | str:
         """The innermost statement of a ``for`` loop's own body that holds ``line``: a simple
         statement, or an ``if`` whose test is on ``line``."""
-        held = [node for node in ast.walk(self.tree) if isinstance(node, ast.stmt)
-                and node.lineno <= line <= (node.end_lineno or node.lineno)
-                and self._loop_line(node)]
+        held = self._held.get(line, [])
         if not held:
             return "its line is not in a for loop's own body (it may be in a function the " \
                    "loop calls)"
@@ -154,18 +164,30 @@ class Script:
 
     def _loop(self, loop: ast.For, stmt: ast.stmt) -> str | None:
         """Why the loop's steps could not all deliver ``stmt``'s values, or None."""
-        for node in own(loop.body, loops=False):
-            if isinstance(node, (ast.Return, ast.Yield, ast.YieldFrom)):
-                return "its loop may leave by a return or a yield (the last steps would not be " \
-                       "delivered)"
-        for node in own(loop.body, loops=True):
-            if isinstance(node, (ast.Break, ast.Continue)) and node.lineno < stmt.lineno:
-                return (f"the loop's {type(node).__name__.lower()} on line {node.lineno} may skip "
-                        "it (a step with no value)")
+        leaves, skips = self._exits(loop)
+        if leaves is not None:
+            return leaves
+        if skips and skips[0].lineno < stmt.lineno:
+            return (f"the loop's {type(skips[0]).__name__.lower()} on line {skips[0].lineno} may "
+                    "skip it (a step with no value)")
         scope = self.scope(loop)
         if isinstance(scope, (ast.ClassDef, ast.Lambda)):
             return "its loop is in a class body"
         return None
+
+    def _exits(self, loop: ast.For) -> tuple[str | None, list[ast.stmt]]:
+        """Why the loop may leave before its last step is delivered (a return or a yield; None),
+        and its own ``break`` and ``continue`` statements, the first first: found once a loop."""
+        if loop not in self._loops:
+            leaves, skips = exits(loop)
+            said = "its loop may leave by a return or a yield (the last steps would not be " \
+                   "delivered)" if leaves else None
+            self._loops[loop] = (said, skips)
+        return self._loops[loop]
+
+    def breaks(self, loop: ast.For) -> bool:
+        """``loop`` may leave by a ``break`` of its own."""
+        return any(isinstance(node, ast.Break) for node in self._exits(loop)[1])
 
     # -- a value that is only logged -----------------------------------------------------------
 
@@ -252,8 +274,8 @@ class Script:
             isinstance(value, ast.List) and not value.elts)
         if not fresh:
             return f"{name} does not start as {'a number' if numbers else '[]'}"
-        for node in ast.walk(self.tree):
-            if not isinstance(node, ast.Name) or node.id != name or node.ctx.__class__ is ast.Store:
+        for node in self.uses.get(name, []):
+            if node.ctx.__class__ is ast.Store:
                 continue
             if inside(node, stmt, self.parent):
                 continue
@@ -361,36 +383,27 @@ class Script:
     # -- names ---------------------------------------------------------------------------------
 
     def _varies(self, name: str, loop: ast.For) -> bool:
-        """The loop (its target or body) assigns ``name``."""
-        return any(inside(node, loop, self.parent) for node in self.bound.get(name, []))
+        """The loop (its target or body) assigns ``name`` (found once a name and loop)."""
+        key = (name, loop)
+        if key not in self._variable:
+            self._variable[key] = any(inside(node, loop, self.parent)
+                                      for node in self.bound.get(name, []))
+        return self._variable[key]
 
     def _scalar(self, name: str) -> bool:
         """Every binding of ``name`` gives a plain number or string: a constant, ``+=`` a
         constant, ``for NAME in range(...)``, an ``enumerate`` index."""
-        nodes = self.bound.get(name, [])
-        return bool(nodes) and all(self._plain(node, name) for node in nodes)
+        if name not in self._scalars:
+            nodes = self.bound.get(name, [])
+            self._scalars[name] = bool(nodes) and all(plain(node, name, self.bound)
+                                                      for node in nodes)
+        return self._scalars[name]
 
-    def _plain(self, node: ast.AST, name: str) -> bool:
-        if isinstance(node, (ast.Assign, ast.AugAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            value = node.value
-            return len(targets) == 1 and isinstance(targets[0], ast.Name) and isinstance(
-                value, ast.Constant) and isinstance(value.value, (int, float, str))
-        if isinstance(node, ast.For) and isinstance(node.iter, ast.Call) \
-                and isinstance(node.iter.func, ast.Name) and node.iter.func.id not in self.bound:
-            target = node.target
-            if node.iter.func.id == "range":
-                return isinstance(target, ast.Name)
-            return node.iter.func.id == "enumerate" and isinstance(target, ast.Tuple) \
-                and isinstance(target.elts[0], ast.Name) and target.elts[0].id == name \
-                and name not in {n.id for n in names(ast.Tuple(target.elts[1:]))}
-        return False
-
-    def same(self, name: str, loop: ast.For, between: Sequence[ast.stmt]) -> bool:
-        """``name`` holds the same value through ``between`` (lines of ``loop``'s body): it is
-        not assigned there nor changed in place (``name.add_(...)``, ``name[...] = ...``), and
-        the loop makes it fresh (a call's or an operator's result: not a view or an alias of a
-        tensor an optimizer could change in place)."""
+    def same(self, name: str, loop: ast.For, start: int, stop: int) -> bool:
+        """``name`` holds the same value through ``loop.body[start:stop]``: it is not assigned
+        there nor changed in place (``name.add_(...)``, ``name[...] = ...``), and the loop makes
+        it fresh (a call's or an operator's result: not a view or an alias of a tensor an
+        optimizer could change in place)."""
         made = [node for node in self.bound.get(name, []) if inside(node, loop, self.parent)]
         fresh = all(isinstance(node, ast.Assign) and len(node.targets) == 1
                     and isinstance(node.targets[0], ast.Name)
@@ -398,10 +411,16 @@ class Script:
                     for node in made)
         if not (fresh or self._scalar(name)):
             return False
-        for node in (child for stmt in between for child in ast.walk(stmt)):
-            if name in binds(node) or changed(node) == name:
-                return False
-        return True
+        touched = self._touches(loop).get(name, [])
+        first = bisect.bisect_left(touched, start)
+        return first == len(touched) or touched[first] >= stop
+
+    def _touches(self, loop: ast.For) -> dict[str, list[int]]:
+        """Each name's places in ``loop``'s body (the positions of its statements) that assign
+        it or change it in place, in order: found in one walk of the body a loop."""
+        if loop not in self._touched:
+            self._touched[loop] = touches(loop.body)
+        return self._touched[loop]
 
     def scope(self, node: ast.AST) -> ast.AST:
         """The function, class, lambda or module ``node`` is in."""

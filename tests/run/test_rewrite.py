@@ -640,3 +640,33 @@ def test_run_suggest_writes_one_patch_whose_patched_scripts_log_the_same_losses(
     lines = logged[0].stdout.decode().splitlines()
     assert nan.stdout.decode().splitlines() == [*lines[:10], "epoch 0 step 5 loss nan",
                                                 "step 5: nan"]
+
+
+def test_a_diff_made_from_its_edits_is_the_diff_difflib_writes() -> None:
+    """hunks.unified writes a diff from the edits alone (no matching of the whole file's lines):
+    on edits whose new lines are new, it is difflib's text, context and hunks included, and a
+    file without a last newline too."""
+    import difflib
+    import random
+
+    from asyncthrottle.run.hunks import merged, unified
+
+    pick = random.Random(56)
+    for trial in range(400):
+        lines = [f"line {k}\n" for k in range(pick.randint(1, 30))]
+        if trial % 3 == 0:
+            lines[-1] = lines[-1].rstrip("\n")
+        edits: list[tuple[int, int, list[str], int]] = []
+        at = 0
+        while at <= len(lines) and len(edits) < 4:
+            start = pick.randint(at, min(len(lines), at + 8))
+            end = pick.randint(start, min(len(lines), start + 3))
+            new = [f"new {trial}.{len(edits)}.{k}\n" for k in range(pick.randint(0, 3))]
+            edits.append((start, len(edits), new, end))
+            at = end + 1
+        context = pick.choice([0, 1, 3])
+        made = merged(lines, edits, "\n")
+        expected = "".join(line if line.endswith("\n") else
+                           f"{line}\n\\ No newline at end of file\n"
+                           for line in difflib.unified_diff(lines, made, "a/f", "b/f", n=context))
+        assert unified(lines, edits, "\n", ("a/f", "b/f"), context) == expected, (lines, edits)

@@ -104,7 +104,7 @@ def test_every_field_a_report_holds_is_described_and_those_always_there_are_requ
     assert full["syncs"] and minimal["syncs"] is None and minimal["stats"] == {}
     defs = _SCHEMA["$defs"]
     # the time blocked came within schema 1: a report from before it has no such fields
-    later = {"blocked_s", "blocked_per_step_s"}
+    later = {"blocked_s", "blocked_per_step_s", "function", "text"}
     # and a Tensor.__format__ row of an f-string has its fields
     only = {"fields"}
     assert any("fields" in row for row in full["syncs"])
