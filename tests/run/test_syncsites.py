@@ -253,17 +253,23 @@ def _code_in(folder: str, source: str) -> dict[str, Any]:
     return scope
 
 
-def test_reads_made_by_torch_or_this_library_are_theirs_not_the_scripts(sites: SyncSites) -> None:
+def test_torch_s_reads_count_at_the_script_s_line_by_where_the_tensor_lives(
+    sites: SyncSites,
+) -> None:
     inside_torch = _code_in(TORCH_DIR, "def step(x):\n    return x.sum().item()\n")["step"]
     inside_ours = _code_in(PACKAGE_DIR, "def deliver(x):\n    return x.tolist()\n")["deliver"]
-    call_torch = lambda: inside_torch(X)  # noqa: E731
-    call_ours = lambda: inside_ours(X)  # noqa: E731
-    call_torch(), call_ours()
-    # on the CPU, torch's own reads live on the host on any device (an optimizer's step counter)
-    opt = torch.optim.Adam([torch.nn.Parameter(torch.ones(3))])
-    opt.param_groups[0]["params"][0].grad = torch.ones(3)
+    weight = torch.nn.Parameter(torch.ones(3))
+    host = torch.ones(3)  # built on the host: stays there on any device
+    device_read = lambda: inside_torch(weight * 2)  # noqa: E731
+    host_read = lambda: inside_torch(host)  # noqa: E731
+    ours = lambda: inside_ours(weight * 2)  # noqa: E731
+    device_read(), host_read(), ours()
+    # an optimizer's step counter lives on the host on any device
+    opt = torch.optim.Adam([weight])
+    weight.grad = torch.ones(3)
     opt.step()
-    assert counted(sites) == []
+    opt.step()
+    assert counted(sites) == [(site(device_read), "Tensor.item", 1, False)]
 
 
 def test_a_script_callback_called_by_torch_is_the_scripts(sites: SyncSites) -> None:
