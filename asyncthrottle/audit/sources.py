@@ -65,9 +65,12 @@ def _scope(tree: ast.Module, code: CodeType) -> ast.AST | None:
         return tree
     line, found = code.co_firstlineno, None
     for node in ast.walk(tree):
-        if isinstance(node, _SCOPES) and node.lineno <= line <= (node.end_lineno or line):
-            exact = node.lineno == line and getattr(node, "name", "<lambda>") == code.co_name
-            if exact:
+        if not isinstance(node, _SCOPES):
+            continue
+        # a decorated function's code starts at its first decorator
+        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
+        if first <= line <= (node.end_lineno or line):
+            if first == line and getattr(node, "name", "<lambda>") == code.co_name:
                 return node
             if found is None or node.lineno >= found.lineno:
                 found = node
