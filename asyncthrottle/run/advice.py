@@ -6,7 +6,7 @@ import ast
 import re
 from typing import Any
 
-from .receivers import receivers
+from .receivers import receivers, used
 from .text import duration
 
 __all__ = ["OFTEN", "recovers", "suggestions"]
@@ -24,8 +24,12 @@ _READS = {
              "mask)",
     "copy": "a copy to the host syncs: thr.defer({name}) copies it without a sync",
     "print": "printing a tensor reads it: print what thr.defer({name}) delivers",
+    "used": "the lines after it use the value (not only a log), so thr.defer cannot deliver it in "
+            "time: on an accelerator each read waits for the device's work queued before it; "
+            "keep that computation on the device (hand on the tensor, not its value), or do the "
+            "host work that needs it in batches (all environments in one step() call)",
 }
-_KINDS = {"__bool__": "branch", "nonzero": "shape", "masked_select": "shape", "unique": "shape",
+_KINDS = {"__bool__": "branch", "__index__": "used", "nonzero": "shape", "masked_select": "shape", "unique": "shape",
           "__getitem__": "shape", "cpu": "copy", "numpy": "copy", "to": "copy",
           "__repr__": "print", "__str__": "print", "__format__": "print", "print": "print"}
 # a read via an installed package, by the file that made it (the ``via`` line's, "/"-separated):
@@ -174,7 +178,10 @@ def _read(row: dict[str, Any]) -> str:
     spelled = " and ".join(spelling.format(name=_atom(name) if spelling.startswith("{name}")
                                            else name) for name in names)
     both = names[0] if len(names) == 1 else f"({', '.join(names)})"
-    advice = _READS[_KINDS.get(call, "value")].format(name=both)
+    kind = _KINDS.get(call, "value")
+    if kind in ("value", "copy", "print") and used(row, call):
+        kind = "used"
+    advice = _READS[kind].format(name=both)
     verb = "branches on" if call == "__bool__" else "calls"
     return f"{row['site']} {verb} {spelled} {_often(row)}: {advice}"
 

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["read_targets", "receivers"]
+__all__ = ["read_targets", "receivers", "used"]
 
 # the calls that make a read of their first argument, by the read (``float(x)``: ``__float__``)
 _BUILTINS = {"__float__": ("float",), "__int__": ("int",), "__index__": ("int", "range"),
@@ -33,6 +33,66 @@ def receivers(row: dict[str, Any], call: str) -> list[str]:
         fallback = _matched(linecache.getline(file, line), call)
         found = [fallback] if fallback else []
     return found or ["the value"]
+
+
+# the calls that only log, print or keep a value for logging (a meter's update, a list's append)
+_LOGS = frozenset(("print", "log", "info", "debug", "warning", "warn", "error", "write",
+                   "add_scalar", "add_scalars", "log_dict", "log_metrics", "set_postfix",
+                   "set_description", "append", "extend", "update", "format", "dump", "dumps"))
+
+
+def used(row: dict[str, Any], call: str) -> bool:
+    """Whether the value read at the row's line is used by the script's next lines, not only
+    logged: an argument of a call that logs nothing (``envs.step(action.cpu().numpy())``), an
+    index, a returned value, or a name assigned from it that is used other than in logging. A
+    value only printed, formatted, appended or handed to a logger is not used."""
+    path, _, number = row["site"].rpartition(":")
+    file = row.get("file") or path
+    line = int(number) if number.isdigit() else 0
+    linecache.checkcache(file)
+    tree = _tree("".join(linecache.getlines(file)))
+    if tree is None:
+        return False
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    reads = [read for node in ast.walk(tree) if _spans(node, line)
+             for read, _ in read_targets(node, call) if _spans(read, line)]
+    return any(_used(read, parents, tree) for read in reads)
+
+
+def _used(read: ast.AST, parents: dict[ast.AST, ast.AST], tree: ast.Module) -> bool:
+    """Whether the value of ``read`` is used beyond logging (see :func:`used`)."""
+    node, above = read, parents.get(read)
+    while above is not None and not isinstance(above, ast.stmt):
+        if isinstance(above, ast.Call) and node is not above.func:
+            return _called_name(above.func) not in _LOGS
+        if isinstance(above, (ast.JoinedStr, ast.FormattedValue)):
+            return False  # formatted: a message
+        if isinstance(above, ast.Subscript) and node is above.slice:
+            return True  # an index
+        node, above = above, parents.get(above)
+    if isinstance(above, (ast.Assign, ast.AnnAssign)) and node is above.value:
+        targets = above.targets if isinstance(above, ast.Assign) else [above.target]
+        names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        return bool(names) and _used_later(names, above, parents, tree)
+    if isinstance(above, (ast.If, ast.While, ast.Return, ast.Assert)) and node is not None:
+        return True  # a branch, a value returned
+    return False
+
+
+def _used_later(names: set[str], statement: ast.stmt, parents: dict[ast.AST, ast.AST],
+                tree: ast.Module) -> bool:
+    """Whether a name ``statement`` assigns is read, in the function (or module) around it,
+    other than in logging."""
+    scope: ast.AST | None = statement
+    while scope is not None and not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        scope = parents.get(scope)
+    return any(isinstance(node, ast.Name) and node.id in names and isinstance(node.ctx, ast.Load)
+               and _used(node, parents, tree) for node in ast.walk(scope or tree))
+
+
+def _called_name(func: ast.expr) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else (
+        func.id if isinstance(func, ast.Name) else "")
 
 
 def _parsed(file: str, line: int, call: str, fields: list[int]) -> list[str]:

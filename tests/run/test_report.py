@@ -90,6 +90,33 @@ def test_a_read_every_step_is_suggested_with_the_name_its_line_reads(tmp_path: P
     ]
 
 
+USED = ("the lines after it use the value (not only a log), so thr.defer cannot deliver it in "
+        "time")
+
+
+@pytest.mark.parametrize(("line", "call", "is_used"), [
+    # a DQN's action, handed to the environments
+    ("actions = q.argmax(1).cpu().numpy()\nobs = envs.step(actions)\n", "Tensor.cpu", True),
+    ("obs = envs.step(q.argmax(1).cpu().numpy())\n", "Tensor.cpu", True),
+    ("row = table[k.item()]\n", "Tensor.item", True),  # an index
+    ("step = counter.item()\ndecay = min(0.99, step / 10)\n", "Tensor.item", True),
+    ("def lr(t):\n    return t.item()\n", "Tensor.item", True),
+    # only logged
+    ("print(loss.item())\n", "Tensor.item", False),
+    ("losses.append(loss.item())\n", "Tensor.item", False),
+    ("meter.update(loss.item())\n", "Tensor.item", False),
+    ("value = loss.item()\nlog.info('loss %.3f', value)\nprint(f'{value}')\n", "Tensor.item",
+     False),
+])
+def test_a_value_the_next_lines_use_is_never_told_to_thr_defer(
+        tmp_path: Path, line: str, call: str, is_used: bool) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(line)
+    site = 2 if line.startswith("def") else 1
+    said = suggestions(_data([_row(f"{script}:{site}", call, 10, True)]), synchronous=True)
+    assert (USED in said[0]) == is_used and ("thr.defer(" in said[0]) != is_used, said
+
+
 def test_a_framework_s_read_in_its_step_and_after_it_is_one_suggestion_with_both_counts() -> None:
     """Lightning reads a ``prog_bar=True`` value in its step and again after it (its progress bar,
     its logger): two rows of the table, one read to change, said once."""
