@@ -11,11 +11,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from _runs import valid
+from _runs import under_run, valid
 
 from asyncthrottle.run.advice import recovers, suggestions
 from asyncthrottle.run.report import _syncs, collect
-from asyncthrottle.run.text import GLOSSARY, _sync_lines, figure, text
+from asyncthrottle.run.text import GLOSSARY, _sync_lines, figure, nothing_found, text
 
 
 def _row(site: str, call: str, count: int, in_step: bool, via: str | None = None,
@@ -571,3 +571,31 @@ def test_the_sync_table_gives_the_time_blocked_a_step_where_timed() -> None:
         "    t.py:5  Tensor.__bool__     20      2.00              -",
     ]
     assert "blocked" not in _sync_lines([rows[1]])[0]
+
+
+SEEN = {"forwards": 0, "backwards": 0, "optimizer_steps": 0, "autograd_grad": 0,
+        "other_threads": 0, "processes": 0}
+
+
+def test_a_jax_script_is_told_run_hears_pytorch_only_and_the_jax_path() -> None:
+    jax = {**SEEN, "jax": 1}
+    assert "run hears PyTorch only" in nothing_found(jax, ["train.py"])
+    assert "device=\"jax\"" in nothing_found(jax, ["train.py"])
+    assert _sync_lines([], jax) == [
+        "  sync sites: not counted: run hears PyTorch's reads only, not JAX's (a float(loss) of "
+        "a JAX array is a sync it does not see)"]
+    # a torch script that imports JAX too, and trains torch: its table is its own
+    both = {**jax, "backwards": 3}
+    assert _sync_lines([], both) == ["  sync sites: no host reads of device values by the script"]
+    assert "JAX" not in nothing_found(both, ["train.py"])
+
+
+@pytest.mark.slow
+def test_a_jax_loop_under_run_is_not_told_it_makes_no_host_reads(tmp_path: Path) -> None:
+    pytest.importorskip("jax")
+    # a process of its own: the script imports JAX, which the tests' process must not
+    done, report = under_run("jax_loop.py", tmp_path, preload=())
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert report["seen"]["jax"] == 1 and report["syncs"] == []
+    err = done.stderr.decode()
+    assert "run hears PyTorch only" in err and "no host reads" not in err
