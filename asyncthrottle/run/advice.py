@@ -6,7 +6,7 @@ import ast
 import re
 from typing import Any
 
-from .receivers import receivers, used
+from .receivers import hands_values, receivers, used
 from .text import duration
 
 __all__ = ["OFTEN", "recovers", "suggestions"]
@@ -43,6 +43,10 @@ _OWNERS = (
      r"(^|/)(lightning/pytorch|pytorch_lightning)/core/module\.py$|"
      r"(^|/)(lightning/fabric|lightning_fabric)/(utilities/apply_func\.py$|loggers/)", "Lightning"),
     (r"(^|/)(lightning|pytorch_lightning|lightning_fabric)/", "Lightning's code"),
+    (r"(^|/)ignite/", "Ignite"),
+    (r"(^|/)skorch/", "skorch"),
+    (r"(^|/)denoising_diffusion_pytorch/", "denoising-diffusion-pytorch"),
+    (r"(^|/)fastai/", "fastai"),
 )
 # what to set instead, by the owner and the kind of read (None: any other)
 _SETTINGS = {
@@ -53,7 +57,16 @@ _SETTINGS = {
     ("Lightning", None): "log with self.log(..., on_step=False) (a prog_bar=True value is read "
                          "every step), or raise Trainer(log_every_n_steps=) (a logger's values "
                          "are read then)",
+    ("Ignite", None): "give create_supervised_trainer(output_transform=...) a function that "
+                      "returns the loss tensor, not loss.item() (its default reads the loss "
+                      "every iteration), and read engine.state.output when you log",
 }
+# a framework's read of a value it computed itself, with no setting that moves it
+_OWN_VALUE = ("{owner}'s own read of a value it computed (the loss of its own step), not the "
+              "script's: nothing the script hands it, so thr.defer cannot move it, and no "
+              "{owner} setting skips it; on an accelerator each such read waits for the "
+              "device's queued work")
+_OWN_VALUES = {"skorch", "denoising-diffusion-pytorch", "fastai"}
 # what is true of a read that is not the framework's logging
 _NOT_LOGGING = {
     "the model": "the model's own read in {via} (its forward's code, not the HF Trainer's nor "
@@ -195,10 +208,15 @@ def _framework_read(row: dict[str, Any]) -> str:
     said = (f"{row['site']} calls {package}, whose {row['via']} reads a device value "
             f"({row['call']}) {_often(row)}")
     owner = next((who for pattern, who in _OWNERS if re.search(pattern, file)), None)
+    if owner is None and not hands_values(row):
+        return f"{said}: {_OWN_VALUE.format(owner=package)}"
     if owner is None:
-        return (f"{said}: {package}'s read, not the line's own: hand {package} a host value (one "
-                f"thr.defer delivered) instead of a tensor, or look for the {package} setting "
-                "that makes it, or call it less often")
+        return (f"{said}: {package}'s read, not the line's own: where the line hands {package} "
+                "a tensor, hand it a host value (one thr.defer delivered) instead; else it reads "
+                f"a value it computed: look for the {package} setting that makes it, or call it "
+                "less often")
+    if owner in _OWN_VALUES:
+        return f"{said}: {_OWN_VALUE.format(owner=owner)}"
     if owner in _NOT_LOGGING:
         return f"{said}: {_NOT_LOGGING[owner].format(via=row['via'])}"
     kind = _KINDS.get(row["call"].rsplit(".", 1)[-1])

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["read_targets", "receivers", "used"]
+__all__ = ["hands_values", "read_targets", "receivers", "used"]
 
 # the calls that make a read of their first argument, by the read (``float(x)``: ``__float__``)
 _BUILTINS = {"__float__": ("float",), "__int__": ("int",), "__index__": ("int", "range"),
@@ -57,6 +57,21 @@ def used(row: dict[str, Any], call: str) -> bool:
     reads = [read for node in ast.walk(tree) if _spans(node, line)
              for read, _ in read_targets(node, call) if _spans(read, line)]
     return any(_used(read, parents, tree) for read in reads)
+
+
+def hands_values(row: dict[str, Any]) -> bool:
+    """Whether the row's line hands a call anything but constants (``writer.add_scalar("loss",
+    loss)``, not ``learn.fit_one_cycle(1)`` nor ``trainer.train()``); True where the line does
+    not parse."""
+    path, _, number = row["site"].rpartition(":")
+    file = row.get("file") or path
+    line = int(number) if number.isdigit() else 0
+    tree = _tree("".join(linecache.getlines(file)))
+    if tree is None or not linecache.getline(file, line).strip():
+        return True
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and _spans(node, line)]
+    return any(not isinstance(arg, ast.Constant)
+               for call in calls for arg in (*call.args, *(k.value for k in call.keywords)))
 
 
 def _used(read: ast.AST, parents: dict[ast.AST, ast.AST], tree: ast.Module) -> bool:

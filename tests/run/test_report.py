@@ -193,12 +193,34 @@ def test_another_package_s_read_is_suggested_with_a_host_value_or_its_setting() 
     row = _row("t.py:3", "Tensor.__str__", 10, True, "tqdm/std.py:1432")
     assert suggestions(_data([row]), synchronous=True) == [
         "t.py:3 calls tqdm, whose tqdm/std.py:1432 reads a device value (Tensor.__str__) every "
-        "step: tqdm's read, not the line's own: hand tqdm a host value (one thr.defer delivered) "
-        "instead of a tensor, or look for the tqdm setting that makes it, or call it less often"
-        + SYNC]
+        "step: tqdm's read, not the line's own: where the line hands tqdm a tensor, hand it a "
+        "host value (one thr.defer delivered) instead; else it reads a value it computed: look "
+        "for the tqdm setting that makes it, or call it less often" + SYNC]
     single = _row("t.py:3", "Tensor.item", 10, True, "fakefw.py:7")  # a one-file package
     assert suggestions(_data([single]), synchronous=True)[0].startswith(
         "t.py:3 calls fakefw, whose fakefw.py:7 reads")
+
+
+@pytest.mark.parametrize(("via", "line", "said"), [
+    ("ignite/engine/__init__.py:117", "trainer.run(loader, max_epochs=3)\n",
+     "Ignite's own read, not the script's, so thr.defer cannot move it: give "
+     "create_supervised_trainer(output_transform=...) a function that returns the loss tensor"),
+    ("skorch/net.py:1200", "net.fit(X, y)\n", "skorch's own read of a value it computed"),
+    ("fastai/learner.py:220", "learn.fit_one_cycle(1)\n", "fastai's own read of a value it "
+     "computed"),
+    # an unknown package the line hands nothing: its own value, never "hand it a host value"
+    ("trainlib/loop.py:40", "trainer.train()\n", "trainlib's own read of a value it computed"),
+    ("trainlib/loop.py:40", "trainer.log(loss)\n", "where the line hands trainlib a tensor, "
+     "hand it a host value"),
+])
+def test_a_framework_s_read_of_its_own_loss_names_its_setting_or_what_it_is(
+        tmp_path: Path, via: str, line: str, said: str) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(line)
+    (advice,) = suggestions(_data([_row(f"{script}:1", "Tensor.item", 10, True, via)]),
+                            synchronous=True)
+    assert said in advice, advice
+    assert ("host value" in advice) == ("hands" in said), advice
 
 
 def test_a_framework_s_read_between_its_steps_under_once_a_step_is_not_suggested() -> None:
