@@ -89,6 +89,7 @@ class Frames:
         callback or package this library called (``on_complete``: its values are host
         copies)."""
         via: Where | None = None
+        torch = False
         while frame is not None:
             kind = self.kind_of(frame.f_code.co_filename)
             if isinstance(kind, str):
@@ -97,8 +98,11 @@ class Frames:
                 return kind, frame.f_lineno, via
             if kind == TORCH and frame.f_code in nested:
                 return None
-            if kind in (_STDLIB, TORCH) or (via is not None and kind == _RUNS):
-                frame = frame.f_back  # past torch's frames, and a package's runner wrappers
+            torch = torch or kind == TORCH
+            if kind in (_STDLIB, TORCH) or ((via is not None or torch) and kind == _RUNS):
+                # past torch's frames, and the runner's wrappers of torch's or a package's code
+                # (GradScaler.step): a read the runner's own code makes is none
+                frame = frame.f_back
             elif isinstance(kind, tuple):
                 via = via or (kind[0], frame.f_lineno)
                 frame = frame.f_back

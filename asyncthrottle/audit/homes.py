@@ -47,10 +47,10 @@ class Homes:
         self._sources = Sources()
         # each marked storage's data pointer: the tensor marked (weakly) and whether on the device
         self._marks: dict[int, tuple[weakref.ref[Any], bool]] = {}
-        self._parameter: type = type(None)
-        self._tensor: type = type(None)
-        self._module: type = type(None)
-        self._ndarray: type = type(None)
+        self._parameter: Any = type(None)
+        self._tensor: Any = type(None)
+        self._module: Any = type(None)
+        self._ndarray: Any = type(None)
 
     def install(self, patches: Patches) -> None:
         """Hook torch's tensor makers and module buffer registration (undone by ``patches``)."""
@@ -119,8 +119,7 @@ class Homes:
         is named (``x.to(device)``; not ``x.to(torch.float16)``)."""
         out = bound(*args, **kwargs)
         device = kwargs.get("device")
-        if device is not None or any(isinstance(a, (str, int)) and not isinstance(a, bool)
-                                     or type(a).__name__ == "device" for a in args):
+        if device is not None or any(_names_device(a) for a in args):
             self.mark(out, True)
         return out
 
@@ -207,6 +206,14 @@ class Homes:
             return self._home(value)
         homes = [self._home(item) for item in items]
         return True if True in homes else (False if False in homes else None)
+
+
+def _names_device(argument: Any) -> bool:
+    """Whether a positional argument of ``to()`` is a device (``"cuda"``, ``0``, a
+    ``torch.device``), not a dtype or a tensor."""
+    if isinstance(argument, bool):
+        return False
+    return isinstance(argument, (str, int)) or type(argument).__name__ == "device"
 
 
 def _writes_cpu(frame: FrameType) -> bool:

@@ -141,7 +141,8 @@ def _mask_read(sites: SyncSites, original: Any) -> Callable[[Any, Any], Any]:
 
 
 def _function(sites: SyncSites, name: str, original: Any, *, one_argument: bool = False,
-              read_of: Callable[..., Any] | None = None, method: bool = False) -> Callable[..., Any]:
+              read_of: Callable[..., Any] | None = None,
+              method: bool = False) -> Callable[..., Any]:
     """A torch function that reads (``torch.nonzero``); with ``one_argument``, in its
     one-argument form only (``torch.where(cond)``); with ``read_of``, when that returns the
     tensor read (called with the call's arguments: None, no read); ``method``: a method of

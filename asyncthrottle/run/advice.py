@@ -29,8 +29,8 @@ _READS = {
             "keep that computation on the device (hand on the tensor, not its value), or do the "
             "host work that needs it in batches (all environments in one step() call)",
 }
-_KINDS = {"__bool__": "branch", "__index__": "used", "nonzero": "shape", "masked_select": "shape", "unique": "shape",
-          "__getitem__": "shape", "cpu": "copy", "numpy": "copy", "to": "copy",
+_KINDS = {"__bool__": "branch", "__index__": "used", "nonzero": "shape", "masked_select": "shape",
+          "unique": "shape", "__getitem__": "shape", "cpu": "copy", "numpy": "copy", "to": "copy",
           "__repr__": "print", "__str__": "print", "__format__": "print", "print": "print"}
 # a read via an installed package, by the file that made it (the ``via`` line's, "/"-separated):
 # whose read it is; the first match wins

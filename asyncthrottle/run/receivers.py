@@ -56,7 +56,7 @@ def used(row: dict[str, Any], call: str) -> bool:
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     reads = [read for node in ast.walk(tree) if _spans(node, line)
              for read, _ in read_targets(node, call) if _spans(read, line)]
-    return any(_used(read, parents, tree) for read in reads)
+    return any(_used(read, parents, tree, set()) for read in reads)
 
 
 def hands_values(row: dict[str, Any]) -> bool:
@@ -74,8 +74,10 @@ def hands_values(row: dict[str, Any]) -> bool:
                for call in calls for arg in (*call.args, *(k.value for k in call.keywords)))
 
 
-def _used(read: ast.AST, parents: dict[ast.AST, ast.AST], tree: ast.Module) -> bool:
-    """Whether the value of ``read`` is used beyond logging (see :func:`used`)."""
+def _used(read: ast.AST, parents: dict[ast.AST, ast.AST], tree: ast.Module,
+          followed: set[ast.stmt]) -> bool:
+    """Whether the value of ``read`` is used beyond logging (see :func:`used`); ``followed``:
+    the assignments already followed (``x = x * 2`` reads what it assigns)."""
     node, above = read, parents.get(read)
     while above is not None and not isinstance(above, ast.stmt):
         if isinstance(above, ast.Call) and node is not above.func:
@@ -86,23 +88,26 @@ def _used(read: ast.AST, parents: dict[ast.AST, ast.AST], tree: ast.Module) -> b
             return True  # an index
         node, above = above, parents.get(above)
     if isinstance(above, (ast.Assign, ast.AnnAssign)) and node is above.value:
+        if above in followed:
+            return False
+        followed.add(above)
         targets = above.targets if isinstance(above, ast.Assign) else [above.target]
         names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-        return bool(names) and _used_later(names, above, parents, tree)
+        return bool(names) and _used_later(names, above, parents, tree, followed)
     if isinstance(above, (ast.If, ast.While, ast.Return, ast.Assert)) and node is not None:
         return True  # a branch, a value returned
     return False
 
 
 def _used_later(names: set[str], statement: ast.stmt, parents: dict[ast.AST, ast.AST],
-                tree: ast.Module) -> bool:
+                tree: ast.Module, followed: set[ast.stmt]) -> bool:
     """Whether a name ``statement`` assigns is read, in the function (or module) around it,
     other than in logging."""
     scope: ast.AST | None = statement
     while scope is not None and not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
         scope = parents.get(scope)
     return any(isinstance(node, ast.Name) and node.id in names and isinstance(node.ctx, ast.Load)
-               and _used(node, parents, tree) for node in ast.walk(scope or tree))
+               and _used(node, parents, tree, followed) for node in ast.walk(scope or tree))
 
 
 def _called_name(func: ast.expr) -> str:

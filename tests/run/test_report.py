@@ -101,6 +101,9 @@ USED = ("the lines after it use the value (not only a log), so thr.defer cannot 
     ("row = table[k.item()]\n", "Tensor.item", True),  # an index
     ("step = counter.item()\ndecay = min(0.99, step / 10)\n", "Tensor.item", True),
     ("def lr(t):\n    return t.item()\n", "Tensor.item", True),
+    # an assignment that reads what it assigns (followed once)
+    ("w = k.item()\nw = w * 2\nx = x * w\nmodel(x)\n", "Tensor.item", True),
+    ("w = k.item()\nw = w * 2\nprint(w)\n", "Tensor.item", False),
     # only logged
     ("print(loss.item())\n", "Tensor.item", False),
     ("losses.append(loss.item())\n", "Tensor.item", False),

@@ -40,7 +40,7 @@ class Average(nn.Module):
             self.initted.copy_(torch.tensor(True))
             return
         decay = min(0.99, (1 + step) / (10 + step))
-        for mine, theirs in zip(self.shadow.parameters(), model.parameters()):
+        for mine, theirs in zip(self.shadow.parameters(), model.parameters(), strict=True):
             mine.lerp_(theirs, 1 - decay)
 
 
