@@ -62,8 +62,8 @@ _SETTINGS = {
                       "every iteration), and read engine.state.output when you log",
 }
 # a framework's read of a value it computed itself, with no setting that moves it
-_OWN_VALUE = ("{owner}'s own read of a value it computed (the loss of its own step), not the "
-              "script's: nothing the script hands it, so thr.defer cannot move it, and no "
+_OWN_VALUE = ("{owner}'s own read of a value it computed or keeps (its step's loss, its own "
+              "counters), not the script's: nothing the script hands it, so thr.defer cannot move it, and no "
               "{owner} setting skips it; on an accelerator each such read waits for the "
               "device's queued work")
 _OWN_VALUES = {"skorch", "denoising-diffusion-pytorch", "fastai"}
@@ -190,6 +190,11 @@ def _read(row: dict[str, Any]) -> str:
         spelling = _SPELLING.get(call, "{name}." + call + "()")
     spelled = " and ".join(spelling.format(name=_atom(name) if spelling.startswith("{name}")
                                            else name) for name in names)
+    if names == ["the value"] and hands_values(row):
+        return (f"{row['site']} hands a call a device value that torch's code reads on the host "
+                f"({row['call']}) {_often(row)} (a writer's .cpu().numpy(), a check of its "
+                "argument): hand the call a value thr.defer delivered instead of the tensor, or "
+                "call it less often")
     both = names[0] if len(names) == 1 else f"({', '.join(names)})"
     kind = _KINDS.get(call, "value")
     if kind in ("value", "copy", "print") and used(row, call):
@@ -208,7 +213,7 @@ def _framework_read(row: dict[str, Any]) -> str:
     said = (f"{row['site']} calls {package}, whose {row['via']} reads a device value "
             f"({row['call']}) {_often(row)}")
     owner = next((who for pattern, who in _OWNERS if re.search(pattern, file)), None)
-    if owner is None and not hands_values(row):
+    if owner is None and hands_values(row) is False:
         return f"{said}: {_OWN_VALUE.format(owner=package)}"
     if owner is None:
         return (f"{said}: {package}'s read, not the line's own: where the line hands {package} "

@@ -59,16 +59,16 @@ def used(row: dict[str, Any], call: str) -> bool:
     return any(_used(read, parents, tree, set()) for read in reads)
 
 
-def hands_values(row: dict[str, Any]) -> bool:
+def hands_values(row: dict[str, Any]) -> bool | None:
     """Whether the row's line hands a call anything but constants (``writer.add_scalar("loss",
-    loss)``, not ``learn.fit_one_cycle(1)`` nor ``trainer.train()``); True where the line does
-    not parse."""
+    loss)``, not ``learn.fit_one_cycle(1)`` nor ``trainer.train()``); None where the line
+    cannot be read or parsed."""
     path, _, number = row["site"].rpartition(":")
     file = row.get("file") or path
     line = int(number) if number.isdigit() else 0
     tree = _tree("".join(linecache.getlines(file)))
     if tree is None or not linecache.getline(file, line).strip():
-        return True
+        return None
     calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and _spans(node, line)]
     return any(not isinstance(arg, ast.Constant)
                for call in calls for arg in (*call.args, *(k.value for k in call.keywords)))

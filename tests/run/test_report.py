@@ -226,6 +226,15 @@ def test_a_framework_s_read_of_its_own_loss_names_its_setting_or_what_it_is(
     assert ("host value" in advice) == ("hands" in said), advice
 
 
+def test_a_read_torch_makes_inside_a_call_on_the_line_is_said_as_such(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("writer.add_scalar('loss', loss, step)\n")
+    (said,) = suggestions(_data([_row(f"{script}:1", "Tensor.cpu", 10, True)]), synchronous=True)
+    assert said.startswith(f"{script}:1 hands a call a device value that torch's code reads on "
+                           "the host (Tensor.cpu) every step"), said
+    assert "the value" not in said
+
+
 def test_a_framework_s_read_between_its_steps_under_once_a_step_is_not_suggested() -> None:
     # Lightning's check of each loader's length, once an epoch
     rows = [_row("fit.py:60", "Tensor.__bool__", 5, False,
