@@ -63,9 +63,9 @@ _SETTINGS = {
 }
 # a framework's read of a value it computed itself, with no setting that moves it
 _OWN_VALUE = ("{owner}'s own read of a value it computed or keeps (its step's loss, its own "
-              "counters), not the script's: nothing the script hands it, so thr.defer cannot move it, and no "
-              "{owner} setting skips it; on an accelerator each such read waits for the "
-              "device's queued work")
+              "counters), not the script's: nothing the script hands it, so thr.defer cannot "
+              "move it, and no {owner} setting skips it; on an accelerator each such read waits "
+              "for the device's queued work")
 _OWN_VALUES = {"skorch", "denoising-diffusion-pytorch", "fastai"}
 # what is true of a read that is not the framework's logging
 _NOT_LOGGING = {
