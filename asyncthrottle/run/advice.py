@@ -113,9 +113,12 @@ def _one_per_read(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for row in rows:
         key = (row["site"], row["call"], row.get("via"))
         kept = merged.get(key)
+        # a step's reads as the table says them, and those outside the steps, by count
+        part, value = ("in_steps", row["per_step"]) if row["in_step"] else ("outside", row["count"])
         if kept is None:
-            merged[key] = dict(row)
+            merged[key] = {**row, part: value}
             continue
+        kept[part] = kept.get(part, 0) + value
         kept["count"] += row["count"]
         kept["per_step"] += row["per_step"]
         kept["in_step"] = kept["in_step"] or row["in_step"]
@@ -240,9 +243,19 @@ def _atom(name: str) -> str:
 
 
 def _often(row: dict[str, Any]) -> str:
-    if row["per_step"] > 1.0:
-        return f"{row['per_step']:.3g} times a step"
-    return "every step" if row["per_step"] >= 1 else f"in {row['per_step']:.0%} of the steps"
+    """How often the read is made a step: its reads in the steps (the table's per step), with
+    the count of those outside the steps apart; a read made outside the steps only, by those."""
+    inside, outside = row.get("in_steps"), row.get("outside")
+    if inside is None:
+        return _times_a_step(row["per_step"])
+    said = _times_a_step(inside)
+    return said if not outside else f"{said} (and {outside} times outside the steps)"
+
+
+def _times_a_step(per_step: float) -> str:
+    if per_step > 1.0:
+        return f"{per_step:.3g} times a step"
+    return "every step" if per_step >= 1 else f"in {per_step:.0%} of the steps"
 
 
 

@@ -130,8 +130,10 @@ def test_a_framework_s_read_in_its_step_and_after_it_is_one_suggestion_with_both
             _row("t.py:18", "Tensor.item", 10, True)]
     said = suggestions(_data(rows), synchronous=False)
     assert len(said) == 2, said
+    # the steps' reads as the table counts them, those between the steps apart
     assert said[0].startswith(f"t.py:18 calls lightning, whose {via} reads a device value "
-                              "(Tensor.item) 2 times a step: Lightning's own read"), said
+                              "(Tensor.item) every step (and 10 times outside the steps): "
+                              "Lightning's own read"), said
     assert said[0].endswith("a fix recovers at most 75.0 ms a step, the time it blocks"), said
     assert said[1].startswith("t.py:18 calls "), said
     # the table keeps its rows
@@ -224,6 +226,16 @@ def test_a_framework_s_read_of_its_own_loss_names_its_setting_or_what_it_is(
                             synchronous=True)
     assert said in advice, advice
     assert ("host value" in advice) == ("hands" in said), advice
+
+
+def test_times_a_step_counts_the_reads_in_steps_as_the_table_does(tmp_path: Path) -> None:
+    # an accuracy read in training (4 a step) and in the evaluation after it: the table's 4.00
+    script = tmp_path / "train.py"
+    script.write_text("acc = accuracy(out, y)\n")
+    rows = [_row(f"{script}:1", "Tensor.item", 40, True), _row(f"{script}:1", "Tensor.item", 40,
+                                                                 False)]
+    (said,) = suggestions(_data(rows), synchronous=True)
+    assert "4 times a step (and 40 times outside the steps)" in said, said
 
 
 def test_a_read_torch_makes_inside_a_call_on_the_line_is_said_as_such(tmp_path: Path) -> None:
