@@ -6,7 +6,7 @@ import ast
 import re
 from typing import Any
 
-from .receivers import hands_values, receivers, used
+from .receivers import hands_values, receivers, str_format, used
 from .text import duration
 
 __all__ = ["OFTEN", "recovers", "suggestions"]
@@ -193,6 +193,10 @@ def _read(row: dict[str, Any]) -> str:
         spelling = _SPELLING.get(call, "{name}." + call + "()")
     spelled = " and ".join(spelling.format(name=_atom(name) if spelling.startswith("{name}")
                                            else name) for name in names)
+    if names == ["the value"] and call == "__format__" and str_format(row):
+        return (f"{row['site']} formats a tensor with str.format() {_often(row)} (a field's "
+                "format() reads the tensor): format a value thr.defer delivered, or a float the "
+                "script keeps, instead of the tensor, or format it every 50 steps")
     if names == ["the value"] and hands_values(row):
         return (f"{row['site']} hands a call a device value that torch's code reads on the host "
                 f"({row['call']}) {_often(row)} (a writer's .cpu().numpy(), a check of its "

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["hands_values", "read_targets", "receivers", "used"]
+__all__ = ["hands_values", "read_targets", "receivers", "str_format", "used"]
 
 # the calls that make a read of their first argument, by the read (``float(x)``: ``__float__``)
 _BUILTINS = {"__float__": ("float",), "__int__": ("int",), "__index__": ("int", "range"),
@@ -72,6 +72,14 @@ def hands_values(row: dict[str, Any]) -> bool | None:
     calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and _spans(node, line)]
     return any(not isinstance(arg, ast.Constant)
                for call in calls for arg in (*call.args, *(k.value for k in call.keywords)))
+
+
+def str_format(row: dict[str, Any]) -> bool:
+    """Whether the row's line calls ``str.format`` (``fmt.format(**self.__dict__)``)."""
+    path, _, number = row["site"].rpartition(":")
+    file = row.get("file") or path
+    text = linecache.getline(file, int(number)) if number.isdigit() else ""
+    return re.search(r"\.format(_map)?\(", text) is not None
 
 
 def _used(read: ast.AST, parents: dict[ast.AST, ast.AST], tree: ast.Module,

@@ -238,6 +238,15 @@ def test_times_a_step_counts_the_reads_in_steps_as_the_table_does(tmp_path: Path
     assert "4 times a step (and 40 times outside the steps)" in said, said
 
 
+def test_a_str_format_read_is_not_called_an_f_string(tmp_path: Path) -> None:
+    script = tmp_path / "meter.py"
+    script.write_text("    def __str__(self):\n        return self.fmt.format(**self.__dict__)\n")
+    (said,) = suggestions(_data([_row(f"{script}:2", "Tensor.__format__", 10, True)]),
+                          synchronous=True)
+    assert said.startswith(f"{script}:2 formats a tensor with str.format() every step"), said
+    assert "f'" not in said
+
+
 def test_a_read_torch_makes_inside_a_call_on_the_line_is_said_as_such(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text("writer.add_scalar('loss', loss, step)\n")
