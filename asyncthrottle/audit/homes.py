@@ -25,9 +25,8 @@ BUILDERS = ("tensor", "as_tensor", "asarray", "from_numpy", "empty", "zeros", "o
             "rand", "randn", "randint", "randperm", "arange", "linspace", "logspace", "eye")
 # how many items of a list, tuple or dict a source value is judged by
 _PEEK = 8
-# a line that builds on the CPU by name, and which lines do (by code and line)
+# a line that builds on the CPU by name
 _CPU = re.compile(r"""device\s*=\s*(torch\.device\()?["']cpu["']""")
-_LITERAL_CPU: dict[tuple[Any, int], bool] = {}
 # how many values of a saved object are looked at
 _SAVED = 1000
 # how many of torch's frames outwards a read inside torch is judged by (then the caller's)
@@ -51,6 +50,10 @@ class Homes:
         self._tensor: Any = type(None)
         self._module: Any = type(None)
         self._ndarray: Any = type(None)
+        # what to() takes as a device (its first argument's type)
+        self._devices: frozenset[type] = frozenset()
+        # which lines name the CPU as a literal device, by code and line
+        self._cpu_lines: dict[tuple[Any, int], bool] = {}
 
     def install(self, patches: Patches) -> None:
         """Hook torch's tensor makers and module buffer registration (undone by ``patches``)."""
@@ -58,6 +61,7 @@ class Homes:
 
         self._parameter, self._tensor, self._module = (
             torch.nn.Parameter, torch.Tensor, torch.nn.Module)
+        self._devices = frozenset((str, int, torch.device))
         try:
             import numpy
         except ImportError:
@@ -118,10 +122,19 @@ class Homes:
         """A host tensor's ``to()`` (``bound``): what it returns is on the device when a device
         is named (``x.to(device)``; not ``x.to(torch.float16)``)."""
         out = bound(*args, **kwargs)
-        device = kwargs.get("device")
-        if device is not None or any(_names_device(a) for a in args):
+        # to(device, ...) names it first (to(dtype), to(other) do not), or as device=
+        if (args and type(args[0]) in self._devices) or kwargs.get("device") is not None:
             self.mark(out, True)
         return out
+
+    def writes_cpu(self, frame: FrameType) -> bool:
+        """Whether the frame's line names the CPU as a literal device (``device="cpu"``)."""
+        key = (frame.f_code, frame.f_lineno)
+        known = self._cpu_lines.get(key)
+        if known is None:
+            line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+            known = self._cpu_lines[key] = _CPU.search(line) is not None
+        return known
 
     def marked(self, tensor: Any) -> bool | None:
         """Whether ``tensor``'s storage is marked on the device (True), the host (False), or
@@ -208,24 +221,6 @@ class Homes:
         return True if True in homes else (False if False in homes else None)
 
 
-def _names_device(argument: Any) -> bool:
-    """Whether a positional argument of ``to()`` is a device (``"cuda"``, ``0``, a
-    ``torch.device``), not a dtype or a tensor."""
-    if isinstance(argument, bool):
-        return False
-    return isinstance(argument, (str, int)) or type(argument).__name__ == "device"
-
-
-def _writes_cpu(frame: FrameType) -> bool:
-    """Whether the frame's line names the CPU as a literal device (``device="cpu"``)."""
-    key = (frame.f_code, frame.f_lineno)
-    known = _LITERAL_CPU.get(key)
-    if known is None:
-        line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
-        known = _LITERAL_CPU[key] = _CPU.search(line) is not None
-    return known
-
-
 def _pointer(tensor: Any) -> int:
     """The data pointer of ``tensor``'s storage (0: none, or not a dense tensor's)."""
     try:
@@ -245,7 +240,7 @@ def _builder(homes: Homes, original: Callable[..., Any],
         if not compiling():
             device = kwargs.get("device")
             homes.mark(out, device is not None and not (
-                str(device) == "cpu" and _writes_cpu(sys._getframe(1))))
+                str(device) == "cpu" and homes.writes_cpu(sys._getframe(1))))
         return out
 
     build.__module__, build.__qualname__ = "torch", original.__name__

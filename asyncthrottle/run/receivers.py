@@ -23,11 +23,7 @@ def receivers(row: dict[str, Any], call: str) -> list[str]:
     """The expressions the site's line reads with ``call``, as written (``output.mean()`` in
     ``output.mean().item()``; each of ``a.item() + b.item()``), from the site's file; a regex
     on the line where the file does not parse; else ``["the value"]``."""
-    path, _, number = row["site"].rpartition(":")
-    file = row.get("file") or path
-    line = int(number) if number.isdigit() else 0
-    # the file as it is now, not as the script's traceback (or an earlier report) read it
-    linecache.checkcache(file)
+    file, line = _where(row)
     found = _parsed(file, line, call, row.get("fields") or [])
     if not found:
         fallback = _matched(linecache.getline(file, line), call)
@@ -46,10 +42,7 @@ def used(row: dict[str, Any], call: str) -> bool:
     logged: an argument of a call that logs nothing (``envs.step(action.cpu().numpy())``), an
     index, a returned value, or a name assigned from it that is used other than in logging. A
     value only printed, formatted, appended or handed to a logger is not used."""
-    path, _, number = row["site"].rpartition(":")
-    file = row.get("file") or path
-    line = int(number) if number.isdigit() else 0
-    linecache.checkcache(file)
+    file, line = _where(row)
     tree = _tree("".join(linecache.getlines(file)))
     if tree is None:
         return False
@@ -63,9 +56,7 @@ def hands_values(row: dict[str, Any]) -> bool | None:
     """Whether the row's line hands a call anything but constants (``writer.add_scalar("loss",
     loss)``, not ``learn.fit_one_cycle(1)`` nor ``trainer.train()``); None where the line
     cannot be read or parsed."""
-    path, _, number = row["site"].rpartition(":")
-    file = row.get("file") or path
-    line = int(number) if number.isdigit() else 0
+    file, line = _where(row)
     tree = _tree("".join(linecache.getlines(file)))
     if tree is None or not linecache.getline(file, line).strip():
         return None
@@ -76,9 +67,8 @@ def hands_values(row: dict[str, Any]) -> bool | None:
 
 def str_format(row: dict[str, Any]) -> bool:
     """Whether the row's line calls ``str.format`` (``fmt.format(**self.__dict__)``)."""
-    path, _, number = row["site"].rpartition(":")
-    file = row.get("file") or path
-    text = linecache.getline(file, int(number)) if number.isdigit() else ""
+    file, line = _where(row)
+    text = linecache.getline(file, line) if line else ""
     return re.search(r"\.format(_map)?\(", text) is not None
 
 
@@ -121,6 +111,15 @@ def _used_later(names: set[str], statement: ast.stmt, parents: dict[ast.AST, ast
 def _called_name(func: ast.expr) -> str:
     return func.attr if isinstance(func, ast.Attribute) else (
         func.id if isinstance(func, ast.Name) else "")
+
+
+def _where(row: dict[str, Any]) -> tuple[str, int]:
+    """The row's file and line (0: none), the file as it is now (not as the script's traceback,
+    or an earlier report, read it)."""
+    path, _, number = row["site"].rpartition(":")
+    file = row.get("file") or path
+    linecache.checkcache(file)
+    return file, int(number) if number.isdigit() else 0
 
 
 def _parsed(file: str, line: int, call: str, fields: list[int]) -> list[str]:

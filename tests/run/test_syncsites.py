@@ -657,6 +657,34 @@ def test_reads_of_host_built_tensors_and_while_loading_are_not_counted(sites: Sy
         (site(loss), "Tensor.item", 1, True), (site(acc), "Tensor.item", 1, True)])
 
 
+def test_a_read_counts_by_where_its_tensor_would_live_on_an_accelerator(
+    sites: SyncSites,
+) -> None:
+    device = torch.device("cpu")  # the script's device: "cuda" on a GPU
+    batch = torch.randn(4, 3)  # built on the host from nothing the device holds
+    moved = torch.randn(4, 3).to(device)
+    made = torch.zeros(2, device=device)
+    kept_on_host = torch.zeros(2, device="cpu")
+    model = torch.nn.BatchNorm1d(3)
+    with torch.no_grad():
+        out = model(moved)
+    sites.in_step = True
+    host = lambda: batch.sum().item()  # noqa: E731
+    host_named = lambda: kept_on_host.sum().item()  # noqa: E731
+    from_host = lambda: torch.tensor([1.0, 2.0]).median().item()  # noqa: E731
+    to_device = lambda: moved.sum().item()  # noqa: E731
+    with_device = lambda: made.sum().item()  # noqa: E731
+    buffer = lambda: model.running_mean.sum().item()  # noqa: E731
+    buffer_view = lambda: model.num_batches_tracked.detach().item()  # noqa: E731
+    no_grad = lambda: out.argmax().item()  # noqa: E731
+    for read in (host, host_named, from_host, to_device, with_device, buffer, buffer_view,
+                 no_grad):
+        read()
+    assert sorted(counted(sites)) == sorted(
+        (site(read), "Tensor.item", 1, True)
+        for read in (to_device, with_device, buffer, buffer_view, no_grad))
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_compiled_model_gets_the_same_graphs_under_run(tmp_path: Path) -> None:
