@@ -12,6 +12,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from .callerwarnings import CallerWarnings
 from .sources import Sources
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ class Homes:
         self._devices: frozenset[type] = frozenset()
         # which lines name the CPU as a literal device, by code and line
         self._cpu_lines: dict[tuple[Any, int], bool] = {}
+        self._front: Callable[[], None] = _nothing
 
     def install(self, patches: Patches) -> None:
         """Hook torch's tensor makers and module buffer registration (undone by ``patches``)."""
@@ -69,6 +71,11 @@ class Homes:
         else:
             self._ndarray = numpy.ndarray
         compiling = torch.compiler.is_compiling
+        # the wrappers' frames stand between the script and torch: their warnings (torch.tensor
+        # of a tensor) are the script's line's
+        warned = CallerWarnings(__name__)
+        warned.start(patches)
+        self._front = warned.front
         for name in BUILDERS:
             if hasattr(torch, name):
                 patches.replace(torch, name, lambda original: _builder(self, original, compiling))
@@ -121,11 +128,16 @@ class Homes:
     def moved(self, bound: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """A host tensor's ``to()`` (``bound``): what it returns is on the device when a device
         is named (``x.to(device)``; not ``x.to(torch.float16)``)."""
+        self._front()
         out = bound(*args, **kwargs)
         # to(device, ...) names it first (to(dtype), to(other) do not), or as device=
         if (args and type(args[0]) in self._devices) or kwargs.get("device") is not None:
             self.mark(out, True)
         return out
+
+    def front(self) -> None:
+        """The wrappers' warning filter first again (see :class:`CallerWarnings`)."""
+        self._front()
 
     def writes_cpu(self, frame: FrameType) -> bool:
         """Whether the frame's line names the CPU as a literal device (``device="cpu"``)."""
@@ -221,6 +233,10 @@ class Homes:
         return True if True in homes else (False if False in homes else None)
 
 
+def _nothing() -> None:
+    pass
+
+
 def _pointer(tensor: Any) -> int:
     """The data pointer of ``tensor``'s storage (0: none, or not a dense tensor's)."""
     try:
@@ -236,6 +252,7 @@ def _builder(homes: Homes, original: Callable[..., Any],
     counters), else on the host."""
 
     def build(*args: Any, **kwargs: Any) -> Any:
+        homes.front()
         out = original(*args, **kwargs)
         if not compiling():
             device = kwargs.get("device")

@@ -9,6 +9,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from .sourceindex import Index, index
+
 __all__ = ["hands_values", "read_targets", "receivers", "str_format", "used"]
 
 # the calls that make a read of their first argument, by the read (``float(x)``: ``__float__``)
@@ -24,7 +26,8 @@ def receivers(row: dict[str, Any], call: str) -> list[str]:
     ``output.mean().item()``; each of ``a.item() + b.item()``), from the site's file; a regex
     on the line where the file does not parse; else ``["the value"]``."""
     file, line = _where(row)
-    found = _parsed(file, line, call, row.get("fields") or [])
+    # the file as it is now, not as the script's traceback (or an earlier report) read it
+    found = _parsed(index(file), line, call, row.get("fields") or [])
     if not found:
         fallback = _matched(linecache.getline(file, line), call)
         found = [fallback] if fallback else []
@@ -43,13 +46,13 @@ def used(row: dict[str, Any], call: str) -> bool:
     index, a returned value, or a name assigned from it that is used other than in logging. A
     value only printed, formatted, appended or handed to a logger is not used."""
     file, line = _where(row)
-    tree = _tree("".join(linecache.getlines(file)))
-    if tree is None:
+    source = index(file)
+    if source.tree is None:
         return False
-    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-    reads = [read for node in ast.walk(tree) if _spans(node, line)
+    flow = _flow(source.tree)
+    reads = [read for node in source.reads(line)
              for read, _ in read_targets(node, call) if _spans(read, line)]
-    return any(_used(read, parents, tree, set()) for read in reads)
+    return any(_used(read, flow, set()) for read in reads)
 
 
 def hands_values(row: dict[str, Any]) -> bool | None:
@@ -57,10 +60,10 @@ def hands_values(row: dict[str, Any]) -> bool | None:
     loss)``, not ``learn.fit_one_cycle(1)`` nor ``trainer.train()``); None where the line
     cannot be read or parsed."""
     file, line = _where(row)
-    tree = _tree("".join(linecache.getlines(file)))
-    if tree is None or not linecache.getline(file, line).strip():
+    source = index(file)
+    if source.tree is None or not (source.text(line) or "").strip():
         return None
-    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and _spans(node, line)]
+    calls = [node for node in source.reads(line) if isinstance(node, ast.Call)]
     return any(not isinstance(arg, ast.Constant)
                for call in calls for arg in (*call.args, *(k.value for k in call.keywords)))
 
@@ -68,15 +71,38 @@ def hands_values(row: dict[str, Any]) -> bool | None:
 def str_format(row: dict[str, Any]) -> bool:
     """Whether the row's line calls ``str.format`` (``fmt.format(**self.__dict__)``)."""
     file, line = _where(row)
-    text = linecache.getline(file, line) if line else ""
-    return re.search(r"\.format(_map)?\(", text) is not None
+    return re.search(r"\.format(_map)?\(", index(file).text(line) or "") is not None
 
 
-def _used(read: ast.AST, parents: dict[ast.AST, ast.AST], tree: ast.Module,
-          followed: set[ast.stmt]) -> bool:
+def _where(row: dict[str, Any]) -> tuple[str, int]:
+    """The row's file and line (0: none)."""
+    path, _, number = row["site"].rpartition(":")
+    return row.get("file") or path, int(number) if number.isdigit() else 0
+
+
+class _Flow:
+    """A tree's parents and, by name, the nodes that load it: made in one walk (a report's
+    suggestions look many sites of one file up)."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.parents: dict[ast.AST, ast.AST] = {}
+        self.loads: dict[str, list[ast.Name]] = {}
+        for node in ast.walk(tree):
+            for child in ast.iter_child_nodes(node):
+                self.parents[child] = node
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                self.loads.setdefault(node.id, []).append(node)
+
+
+@functools.lru_cache(maxsize=4)
+def _flow(tree: ast.Module) -> _Flow:
+    return _Flow(tree)
+
+
+def _used(read: ast.AST, flow: _Flow, followed: set[ast.stmt]) -> bool:
     """Whether the value of ``read`` is used beyond logging (see :func:`used`); ``followed``:
     the assignments already followed (``x = x * 2`` reads what it assigns)."""
-    node, above = read, parents.get(read)
+    node, above = read, flow.parents.get(read)
     while above is not None and not isinstance(above, ast.stmt):
         if isinstance(above, ast.Call) and node is not above.func:
             return _called_name(above.func) not in _LOGS
@@ -84,28 +110,25 @@ def _used(read: ast.AST, parents: dict[ast.AST, ast.AST], tree: ast.Module,
             return False  # formatted: a message
         if isinstance(above, ast.Subscript) and node is above.slice:
             return True  # an index
-        node, above = above, parents.get(above)
+        node, above = above, flow.parents.get(above)
     if isinstance(above, (ast.Assign, ast.AnnAssign)) and node is above.value:
         if above in followed:
             return False
         followed.add(above)
         targets = above.targets if isinstance(above, ast.Assign) else [above.target]
         names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-        return bool(names) and _used_later(names, above, parents, tree, followed)
-    if isinstance(above, (ast.If, ast.While, ast.Return, ast.Assert)) and node is not None:
-        return True  # a branch, a value returned
-    return False
+        scope = _scope(above, flow)
+        return any(_scope(load, flow) is scope and _used(load, flow, followed)
+                   for name in names for load in flow.loads.get(name, ()))
+    return isinstance(above, (ast.If, ast.While, ast.Return, ast.Assert))  # a branch, a result
 
 
-def _used_later(names: set[str], statement: ast.stmt, parents: dict[ast.AST, ast.AST],
-                tree: ast.Module, followed: set[ast.stmt]) -> bool:
-    """Whether a name ``statement`` assigns is read, in the function (or module) around it,
-    other than in logging."""
-    scope: ast.AST | None = statement
-    while scope is not None and not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        scope = parents.get(scope)
-    return any(isinstance(node, ast.Name) and node.id in names and isinstance(node.ctx, ast.Load)
-               and _used(node, parents, tree, followed) for node in ast.walk(scope or tree))
+def _scope(node: ast.AST, flow: _Flow) -> ast.AST | None:
+    """The function around ``node`` (None: the module's top level)."""
+    above = flow.parents.get(node)
+    while above is not None and not isinstance(above, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        above = flow.parents.get(above)
+    return above
 
 
 def _called_name(func: ast.expr) -> str:
@@ -113,23 +136,12 @@ def _called_name(func: ast.expr) -> str:
         func.id if isinstance(func, ast.Name) else "")
 
 
-def _where(row: dict[str, Any]) -> tuple[str, int]:
-    """The row's file and line (0: none), the file as it is now (not as the script's traceback,
-    or an earlier report, read it)."""
-    path, _, number = row["site"].rpartition(":")
-    file = row.get("file") or path
-    linecache.checkcache(file)
-    return file, int(number) if number.isdigit() else 0
-
-
-def _parsed(file: str, line: int, call: str, fields: list[int]) -> list[str]:
-    """The receivers ``ast`` finds on ``line`` of ``file`` (the reads that start on it, else the
+def _parsed(source: Index, line: int, call: str, fields: list[int]) -> list[str]:
+    """The receivers ``ast`` finds on ``line`` of the file (the reads that start on it, else the
     innermost that span it), left to right; of an f-string's, the ``fields`` (positions among
-    the line's, as the audit saw them formatted) where they are known."""
-    tree = _tree("".join(linecache.getlines(file)))
-    if tree is None:
-        return []
-    hits = [(read, target) for node in ast.walk(tree) if _spans(node, line)
+    the line's, as the audit saw them formatted) where they are known. The file's index gives
+    the line's nodes: no walk of its tree a site."""
+    hits = [(read, target) for node in source.reads(line)
             for read, target in read_targets(node, call) if _spans(read, line)]
     starting = [hit for hit in hits if hit[0].lineno == line]
     if not starting and hits:
@@ -147,15 +159,6 @@ def _parsed(file: str, line: int, call: str, fields: list[int]) -> list[str]:
         if name not in names:
             names.append(name)
     return names
-
-
-@functools.lru_cache(maxsize=4)
-def _tree(source: str) -> ast.Module | None:
-    """``source`` parsed (once for all the suggestions of a file), or None."""
-    try:
-        return ast.parse(source)
-    except (SyntaxError, ValueError):
-        return None
 
 
 def _spans(node: ast.AST, line: int) -> bool:

@@ -15,7 +15,9 @@ from ..audit.patches import Patches
 from ..audit.syncsites import SyncSites
 from ..framework import ThrottleHooks
 from .dynamo import keep_out
+from .environment import environment
 from .guard import exit_code, judge
+from .hardexit import report_before_exit
 from .html import render as page
 from .imports import after_import
 from .patchfile import patches as rewrites
@@ -72,6 +74,8 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
     """Run the script under the hooks and report; returns the script's exit status (2: a
     script that cannot be opened, 1: a module, folder or zipapp with nothing to run, as python
     says; :data:`~.guard.GUARD_EXIT`: the script exited 0 and ``max_syncs_per_step`` failed).
+    A script that calls ``os._exit`` is reported inside that call, and the process dies with
+    this status there (:mod:`.hardexit`).
 
     Raises:
         KeyboardInterrupt: after the report, where the script ended by Ctrl-C (see
@@ -94,19 +98,33 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
 
     steps = Steps(make, sites, collective=_rank() is not None)
     patches = Patches()
-    try:
-        _install(steps, sites, patches, options, thr_options)
-        ending = run(target, args, module)
-    finally:
+    argv = [target, *args] if not module else ["-m", target, *args]
+
+    def finish() -> None:
         try:
             steps.finish()
         finally:
             if sites is not None:
                 sites.stop()
             patches.undo()
+
+    def hard_exit(code: int) -> int:
+        # os._exit(code): no atexit, no finally, no stdout flushed (as under python)
+        finish()
+        ran = getattr(sys.modules.get("__main__"), "__file__", None)
+        ending = Ending(code, file=ran if isinstance(ran, str) else None)
+        shown = ending.file if module and ending.file else file
+        data = _report(steps, sites, options, shown, ending, argv, root=root, flush=False)
+        return exit_code(code, data)
+
+    try:
+        _install(steps, sites, patches, options, thr_options)
+        report_before_exit(patches, hard_exit)
+        ending = run(target, args, module)
+    finally:
+        finish()
     shown = ending.file if module and ending.file else file
-    data = _report(steps, sites, options, shown, ending, [target, *args] if not module
-                   else ["-m", target, *args], root=root)
+    data = _report(steps, sites, options, shown, ending, argv, root=root)
     return exit_code(ending.exit(), data)
 
 
@@ -129,14 +147,17 @@ def _install(steps: Steps, sites: Any, patches: Patches, options: Options,
 
 
 def _report(steps: Steps, sites: Any, options: Options, file: str, ending: Ending,
-            argv: list[str], *, root: str) -> dict[str, Any]:
+            argv: list[str], *, root: str, flush: bool = True) -> dict[str, Any]:
     """Write the report (stderr, ``--json``, ``--html``, ``--suggest``'s patch); returns its
-    data."""
+    data. ``flush``: the script's stdout first (not where it called ``os._exit``, which flushes
+    nothing)."""
     rows = sites.rows(max(1, _count(steps))) if sites is not None else None
     data = collect(steps, rows, script=file, code=ending.code, argv=argv, raised=ending.raised)
     data.update(judge(data, options.max_syncs_per_step))
     data["options"] = options.typed
     rank = _rank()
+    data["environment"] = environment(_device(steps, data), rank,
+                                      on_host=data.get("synchronous") is True)
     main = max(steps.sources, key=lambda s: s.hooks.throttle.stats.steps, default=None)
     slowest = _slowest(main, rank)
     data["trace"] = _trace(main, options.trace, rank)
@@ -146,7 +167,8 @@ def _report(steps: Steps, sites: Any, options: Options, file: str, ending: Endin
     _write("--html", options.html, rank, lambda: page(data))
     # the script's last lines first (a closed or replaced stdout: nothing to flush)
     try:
-        sys.stdout.flush()
+        if flush:
+            sys.stdout.flush()
     except Exception:
         pass
     say(text(data, rank=rank, slowest=slowest) + "\n")
@@ -204,6 +226,14 @@ def _trace(main: Any, path: str | None, rank: tuple[int, int] | None) -> dict[st
             say(f"python -m asyncthrottle run: --trace {where!r} could not be written ({exc})\n")
             written = False
     return {"path": where, "written": written}
+
+
+def _device(steps: Steps, data: dict[str, Any]) -> Any:
+    """The device the steps ran on: the runner's first step's, else the CPU where the steps'
+    throttle was synchronous (None: not known)."""
+    if steps.device is not None:
+        return steps.device
+    return "cpu" if data.get("synchronous") else None
 
 
 def _count(steps: Steps) -> int:
