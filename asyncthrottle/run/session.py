@@ -21,12 +21,15 @@ from .hardexit import report_before_exit
 from .html import render as page
 from .imports import after_import
 from .patchfile import patches as rewrites
+from .record import Record
+from .recording import RecordingSteps
+from .replay import read, replay_steps
 from .report import collect
 from .script import Ending, locate, run, say, set_path0
 from .steps import SAMPLE_EVERY, Steps
 from .text import text
 
-__all__ = ["Options", "session"]
+__all__ = ["Options", "replay", "session", "write_report"]
 
 logger = logging.getLogger("asyncthrottle")
 
@@ -39,14 +42,15 @@ RANKS_EVERY = 10
 class Options:
     """``run``'s options: ``depth`` (None: observe only), ``json``, ``html`` and ``trace`` paths,
     ``max_syncs_per_step`` (the guard's limit; None: no guard), ``typed``: all of them as typed
-    (``["--json", "r.json"]``), ``suggest``: the patch's path (None: none written)."""
+    (``["--json", "r.json"]``), ``suggest``: the patch's path (None: none written), ``events``:
+    the record's path (None: no record kept)."""
 
     def __init__(self, depth: int | None = None, json: str | None = None,
                  trace: str | None = None, max_syncs_per_step: float | None = None,
                  html: str | None = None, typed: list[str] | None = None,
-                 suggest: str | None = None) -> None:
+                 suggest: str | None = None, events: str | None = None) -> None:
         self.depth, self.json, self.html, self.trace = depth, json, html, trace
-        self.suggest = suggest
+        self.suggest, self.events = suggest, events
         # the options as typed: the report's ``options``
         self.typed = list(typed or [])
         self.max_syncs_per_step = max_syncs_per_step
@@ -96,7 +100,9 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
         # the device of the first step's tensors: a CPU script on a GPU machine never starts CUDA
         return ThrottleHooks(options.depth, device=device, **thr_options)
 
-    steps = Steps(make, sites, collective=_rank() is not None)
+    record = Record() if options.events is not None else None
+    steps = Steps(make, sites, collective=_rank() is not None) if record is None else \
+        RecordingSteps(make, sites, record=record, collective=_rank() is not None)
     patches = Patches()
     argv = [target, *args] if not module else ["-m", target, *args]
 
@@ -114,7 +120,8 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
         ran = getattr(sys.modules.get("__main__"), "__file__", None)
         ending = Ending(code, file=ran if isinstance(ran, str) else None)
         shown = ending.file if module and ending.file else file
-        data = _report(steps, sites, options, shown, ending, argv, root=root, flush=False)
+        _write_record(record, options, steps, shown, argv, root=root, code=code)
+        data = write_report(steps, sites, options, shown, ending, argv, root=root, flush=False)
         return exit_code(code, data)
 
     try:
@@ -124,8 +131,42 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
     finally:
         finish()
     shown = ending.file if module and ending.file else file
-    data = _report(steps, sites, options, shown, ending, argv, root=root)
+    _write_record(record, options, steps, shown, argv, root=root, code=ending.code)
+    data = write_report(steps, sites, options, shown, ending, argv, root=root)
     return exit_code(ending.exit(), data)
+
+
+def _write_record(record: Record | None, options: Options, steps: Steps, shown: str,
+                  argv: list[str], *, root: str, code: int) -> None:
+    """Write ``--events``' record of the run that ended with ``code`` (none without it)."""
+    if record is None:
+        return
+    head = {"script": shown, "argv": argv, "roots": [root], "root": root,
+            "options": options.typed}
+    end = {"exit_code": code, "seen": steps.seen}
+    _write("--events", options.events, _rank(),
+           lambda: "\n".join(record.lines(head, end)) + "\n")
+
+
+def replay(options: Options, path: str) -> int:
+    """The report of the run recorded at ``path`` (``run --events``), made again without the
+    script (``--json``, ``--html``, ``--trace``, ``--suggest``, ``--max-syncs-per-step`` as for a
+    run); returns the recorded run's exit status, or :data:`~.guard.GUARD_EXIT` where the guard
+    fails and it was 0; 2 where ``path`` is no record (said on stderr)."""
+    try:
+        replayed = replay_steps(read(path), trace=options.trace is not None)
+    except (OSError, ValueError) as exc:
+        say(f"python -m asyncthrottle run: --replay {path!r}: {exc}\n")
+        return 2
+    head, end = replayed.head, replayed.end
+    if end.get("dropped"):
+        say(f"python -m asyncthrottle run: the record kept the run's first {head.get('limit')} "
+            f"events and dropped {end['dropped']}: this report is of its beginning\n")
+    options.typed = list(head.get("options") or [])
+    code = int(end.get("exit_code") or 0)
+    data = write_report(replayed.steps, replayed.sites, options, str(head.get("script")),
+                        Ending(code), list(head.get("argv") or []), root=str(head.get("root")))
+    return exit_code(code, data)
 
 
 def _install(steps: Steps, sites: Any, patches: Patches, options: Options,
@@ -146,8 +187,8 @@ def _install(steps: Steps, sites: Any, patches: Patches, options: Options,
     after_import({"torch": torch_imported}, patches)
 
 
-def _report(steps: Steps, sites: Any, options: Options, file: str, ending: Ending,
-            argv: list[str], *, root: str, flush: bool = True) -> dict[str, Any]:
+def write_report(steps: Steps, sites: Any, options: Options, file: str, ending: Ending,
+                 argv: list[str], *, root: str, flush: bool = True) -> dict[str, Any]:
     """Write the report (stderr, ``--json``, ``--html``, ``--suggest``'s patch); returns its
     data. ``flush``: the script's stdout first (not where it called ``os._exit``, which flushes
     nothing)."""
