@@ -108,7 +108,7 @@ class CudaSyncs:
         if self._sites.loading:
             return
         self._sites.timer.synced()
-        where = self._frames.where(frame, through_torch=True)
+        where = self._frames.where(frame, cuda=True)
         if where is None:
             return
         call, caller, pending = CUDA_SYNC, self._frames.caller(frame), self._pending

@@ -6,7 +6,6 @@ import os
 import sysconfig
 from collections.abc import Sequence
 from types import CodeType, FrameType
-from typing import Any
 
 from ..parts.syncaudit import short_path
 
@@ -20,10 +19,6 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _RUNNER = tuple(os.path.join(_PACKAGE, room) + os.sep for room in ("audit", "run"))
 _STDLIB_DIR = os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep
 _SITE_DIRS = tuple(os.sep + name + os.sep for name in ("site-packages", "dist-packages"))
-# a function naming one of these builds tensors from host data (a logger's torch.tensor(deque))...
-_HOST_BUILDERS = frozenset(("tensor", "as_tensor", "from_numpy"))
-# ...unless it also names a device (.to(), .cuda(), device=) or trains (a loop's backward())
-_DEVICE_NAMES = frozenset(("to", "cuda", "device", "backward"))
 
 Where = tuple[str, int]
 # where a read is counted: the script's path and line, and the installed package's frame it was
@@ -51,7 +46,6 @@ class Frames:
         self._roots = sorted((os.path.abspath(r).rstrip(os.sep) + os.sep for r in roots),
                              key=len, reverse=True)
         self._kinds: dict[str, Kind] = {}
-        self._hosts: dict[CodeType, bool] = {}
         # no path starts with a NUL: no file is torch's until know_torch()
         self._torch_dir = "\0"
 
@@ -85,40 +79,40 @@ class Frames:
             frame = frame.f_back
         return frame
 
-    def where(self, frame: FrameType | None, *, through_torch: bool) -> Site | None:
-        """The script's frame and line from ``frame`` outwards, with the innermost installed
-        package's frame passed on the way (``via``); the package's frame itself where no script
-        frame is outside it; None for a read of torch's own code (unless ``through_torch``) or
-        of this library's, or (unless ``through_torch``) of a package this library called."""
+    def where(self, frame: FrameType | None, *, cuda: bool,
+              nested: frozenset[CodeType] = frozenset()) -> Site | None:
+        """The script's frame and line from ``frame`` outwards, past torch's frames, with the
+        innermost installed package's frame passed on the way (``via``); the package's frame
+        itself where no script frame is outside it. None for a read of this library's code, for
+        one inside a torch frame whose code is in ``nested`` (torch's own read method, as
+        ``repr`` calling ``item``: that read names it) and, off ``cuda``, for a read of a
+        callback or package this library called (``on_complete``: its values are host
+        copies)."""
         via: Where | None = None
+        torch = False
         while frame is not None:
             kind = self.kind_of(frame.f_code.co_filename)
             if isinstance(kind, str):
-                if not through_torch and self._called_by_us(frame):
+                if not cuda and self._called_by_us(frame):
                     return None  # the library's callback (on_complete): its values are host copies
                 return kind, frame.f_lineno, via
-            if kind == _STDLIB or (kind == TORCH and through_torch) or (
-                    via is not None and kind in (TORCH, _RUNS)):
-                frame = frame.f_back  # past a package, torch's frames and the runner's wrappers too
+            if kind == TORCH and frame.f_code in nested:
+                return None
+            torch = torch or kind == TORCH
+            if kind in (_STDLIB, TORCH) or ((via is not None or torch) and kind == _RUNS):
+                # past torch's frames, and the runner's wrappers of torch's or a package's code
+                # (GradScaler.step): a read the runner's own code makes is none
+                frame = frame.f_back
             elif isinstance(kind, tuple):
                 via = via or (kind[0], frame.f_lineno)
                 frame = frame.f_back
-            else:  # this library's code (or, with no package passed, torch's or the runner's)
-                return None if via is None or not through_torch else (*via, None)
+            else:  # this library's code (or, with no package passed, the runner's)
+                return None if via is None or not cuda else (*via, None)
         return None if via is None else (*via, None)
 
-    def host_only(self, code: CodeType, tensor: Any) -> bool:
-        """Whether a tensor read by ``code`` was built there from host data (no autograd
-        history, in a function that builds tensors and names no device)."""
-        builds = self._hosts.get(code)
-        if builds is None:
-            names = set(code.co_names).union(
-                *(c for c in code.co_consts if isinstance(c, tuple)
-                  and all(isinstance(n, str) for n in c)))
-            # a function's: a script's top level builds what it trains on too
-            builds = self._hosts[code] = code.co_name != "<module>" and bool(
-                names & _HOST_BUILDERS) and not (names & _DEVICE_NAMES)
-        return builds and tensor.grad_fn is None and not tensor.requires_grad
+    def torch_or_stdlib(self, frame: FrameType) -> bool:
+        """Whether ``frame`` runs torch's code or the standard library's."""
+        return self.kind_of(frame.f_code.co_filename) in (_STDLIB, TORCH)
 
     def _called_by_us(self, frame: FrameType) -> bool:
         back = frame.f_back

@@ -1,4 +1,5 @@
-"""The patched reads: torch.Tensor's read methods, indexing by a mask, torch's read functions."""
+"""The patched reads: torch.Tensor's read methods, indexing by a mask, torch's read functions,
+``repeat_interleave`` by a tensor of repeats and ``torch.save``."""
 
 from __future__ import annotations
 
@@ -21,13 +22,13 @@ __all__ = ["CALLS", "patch_reads"]
 _TENSOR_READS = (
     "item", "__bool__", "__float__", "__int__", "__index__", "tolist", "numpy", "__array__", "cpu",
     "to", "__repr__", "__str__", "__format__", "nonzero", "argwhere", "masked_select", "unique",
-    "unique_consecutive", "equal", "allclose", "__contains__",
+    "unique_consecutive", "equal", "allclose", "__contains__", "__complex__",
 )
 _TORCH_READS = ("nonzero", "argwhere", "masked_select", "unique", "unique_consecutive", "equal",
                 "allclose")
 # every name a read is counted under (CUDA adds CUDA_SYNC): "Tensor.item", "torch.where", ...
-CALLS = (*(f"Tensor.{name}" for name in (*_TENSOR_READS, "__getitem__")),
-         *(f"torch.{name}" for name in (*_TORCH_READS, "where")))
+CALLS = (*(f"Tensor.{name}" for name in (*_TENSOR_READS, "__getitem__", "repeat_interleave")),
+         *(f"torch.{name}" for name in (*_TORCH_READS, "repeat_interleave", "save", "where")))
 
 _get_ident = threading.get_ident
 _setprofile = sys.setprofile
@@ -43,6 +44,7 @@ def patch_reads(sites: SyncSites, patches: Patches) -> None:
     codes = {code for name in _TENSOR_READS
              if isinstance(code := getattr(getattr(torch.Tensor, name), "__code__", None),
                            CodeType)}
+    sites.nested = frozenset(codes)
     sites.timer.know(_Read.__get__.__code__, frozenset(codes),
                      torch._C._autograd._profiler_enabled)
     # the wrappers' own frames stand between the script and torch: their warnings are the
@@ -57,6 +59,14 @@ def patch_reads(sites: SyncSites, patches: Patches) -> None:
         patches.replace(torch, name, functools.partial(_function, sites, front, name))
     patches.replace(torch, "where", functools.partial(_function, sites, front, "where",
                                                       one_argument=True))
+    # the size of repeat_interleave's result is the sum of its tensor of repeats (unless given)
+    patches.replace(torch, "repeat_interleave", functools.partial(
+        _function, sites, front, "repeat_interleave", read_of=_repeats))
+    patches.replace(torch.Tensor, "repeat_interleave", functools.partial(
+        _function, sites, front, "repeat_interleave", read_of=_repeats, method=True))
+    # torch.save copies each tensor it saves to the host
+    patches.replace(torch, "save", functools.partial(_function, sites, front, "save",
+                                                     read_of=sites.homes.saved))
 
 
 class _Read:
@@ -89,8 +99,8 @@ class _Read:
         elif self._to and not self._cuda.on:
             # off CUDA, a host tensor's to() is the script's host-to-device copy
             bound = self._get(tensor, owner)
-            got = bound if tensor.is_cpu else functools.partial(
-                _copied, self._sites, self._front, bound, sys._getframe(1))
+            got = functools.partial(self._sites.homes.moved, bound) if tensor.is_cpu else (
+                functools.partial(_copied, self._sites, self._front, bound, sys._getframe(1)))
         else:
             got, frame = self._get(tensor, owner), sys._getframe(1)
             if self._sites.seen(self._call, tensor, frame) and self._sites.time_read(got, frame):
@@ -140,20 +150,27 @@ def _mask_read(sites: SyncSites, front: Callable[[], None],
 
 
 def _function(sites: SyncSites, front: Callable[[], None], name: str, original: Any, *,
-              one_argument: bool = False) -> Callable[..., Any]:
+              one_argument: bool = False, read_of: Callable[..., Any] | None = None,
+              method: bool = False) -> Callable[..., Any]:
     """A torch function that reads (``torch.nonzero``); with ``one_argument``, in its
-    one-argument form only (``torch.where(cond)``)."""
+    one-argument form only (``torch.where(cond)``); with ``read_of``, when that returns the
+    tensor read (called with the call's arguments: None, no read); ``method``: a method of
+    ``torch.Tensor`` (named ``Tensor.<name>``)."""
     import torch
 
-    compiling, call, tensor_type = torch.compiler.is_compiling, f"torch.{name}", torch.Tensor
+    compiling, tensor_type = torch.compiler.is_compiling, torch.Tensor
+    call = f"Tensor.{name}" if method else f"torch.{name}"
 
     def read(*args: Any, **kwargs: Any) -> Any:
         if (not one_argument or len(args) + len(kwargs) == 1) and not compiling():
             front()
-            first = args[0] if args else kwargs.get("input", kwargs.get("condition"))
-            if _get_ident() == sites.thread and sites.seen(
-                    call, first if isinstance(first, tensor_type) else None,
-                    sys._getframe(1)) and sites.timing():
+            if read_of is not None:
+                first = read_of(*args, **kwargs)
+            else:
+                first = args[0] if args else kwargs.get("input", kwargs.get("condition"))
+            if _get_ident() == sites.thread and (read_of is None or first is not None) and (
+                    sites.seen(call, first if isinstance(first, tensor_type) else None,
+                               sys._getframe(1))) and sites.timing():
                 start = sites.clock()
                 try:
                     return original(*args, **kwargs)
@@ -161,7 +178,18 @@ def _function(sites: SyncSites, front: Callable[[], None], name: str, original: 
                     sites.blocked(sites.clock() - start)
         return original(*args, **kwargs)
 
-    return _named(read, original, name)
+    return _named(read, original, call.removeprefix("torch."))
+
+
+def _repeats(*args: Any, repeats: Any = None, output_size: Any = None, **kwargs: Any) -> Any:
+    """The tensor of repeats a ``repeat_interleave`` call sums on the host (None: it sums none:
+    an int, or ``output_size`` given)."""
+    if repeats is None:
+        # repeat_interleave(repeats) or (input, repeats, dim, ...)
+        repeats = args[0] if len(args) == 1 else (args[1] if len(args) > 1 else None)
+    if output_size is not None or not hasattr(repeats, "untyped_storage"):
+        return None
+    return repeats
 
 
 def _named(wrapper: Callable[..., Any], original: Any, qualname: str) -> Callable[..., Any]:

@@ -7,13 +7,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from types import FrameType
+from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any
 
 from .blocked import ReadTimer
 from .cudasyncs import CUDA_SYNC, CudaSyncs
 from .frames import Frames, Site, Where
 from .fstrings import Fields
+from .homes import Homes
 from .reads import patch_reads
 
 if TYPE_CHECKING:
@@ -124,6 +125,9 @@ class SyncSites:
         self._copy: tuple[int, Site] | None = None
         self._str: tuple[int, int] | None = None
         self.cuda = CudaSyncs(self, self._frames, cuda)
+        self.homes = Homes(self._frames)
+        # the code of torch's read methods written in Python (a read inside one is part of it)
+        self.nested: frozenset[CodeType] = frozenset()
 
     # -- steps ---------------------------------------------------------------------------------
 
@@ -232,6 +236,7 @@ class SyncSites:
         self._started = True
         self.thread = threading.get_ident()
         self._frames.know_torch(torch.__file__)
+        self.homes.install(patches)
         patch_reads(self, patches)
         patches.call(self._off)
         self.cuda.watch()
@@ -260,14 +265,14 @@ class SyncSites:
         if self.cuda.on:
             self._unfiled = None
             return self.cuda.pend(call, frame)
-        where = self._frames.where(frame, through_torch=False)
+        copy, self._copy = self._copy, None
+        if tensor is not None and not self.homes.on_device(tensor, frame):
+            return False
+        where = self._frames.where(frame, cuda=False, nested=self.nested)
         if where is None:
             return False
-        copy, self._copy = self._copy, None
         if copy is not None and copy == (id(frame), where) and call not in _COPIES:
             return False  # x.cpu().numpy(): one read
-        if tensor is not None and self._frames.host_only(frame.f_code, tensor):
-            return False
         if call in _COPIES:
             self._copy = (id(frame), where)
         self.add(where, call)

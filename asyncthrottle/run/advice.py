@@ -6,7 +6,7 @@ import ast
 import re
 from typing import Any
 
-from .receivers import receivers
+from .receivers import hands_values, receivers, str_format, used
 from .text import duration
 
 __all__ = ["OFTEN", "recovers", "suggestions"]
@@ -24,9 +24,13 @@ _READS = {
              "mask)",
     "copy": "a copy to the host syncs: thr.defer({name}) copies it without a sync",
     "print": "printing a tensor reads it: print what thr.defer({name}) delivers",
+    "used": "the lines after it use the value (not only a log), so thr.defer cannot deliver it in "
+            "time: on an accelerator each read waits for the device's work queued before it; "
+            "keep that computation on the device (hand on the tensor, not its value), or do the "
+            "host work that needs it in batches (all environments in one step() call)",
 }
-_KINDS = {"__bool__": "branch", "nonzero": "shape", "masked_select": "shape", "unique": "shape",
-          "__getitem__": "shape", "cpu": "copy", "numpy": "copy", "to": "copy",
+_KINDS = {"__bool__": "branch", "__index__": "used", "nonzero": "shape", "masked_select": "shape",
+          "unique": "shape", "__getitem__": "shape", "cpu": "copy", "numpy": "copy", "to": "copy",
           "__repr__": "print", "__str__": "print", "__format__": "print", "print": "print"}
 # a read via an installed package, by the file that made it (the ``via`` line's, "/"-separated):
 # whose read it is; the first match wins
@@ -39,6 +43,10 @@ _OWNERS = (
      r"(^|/)(lightning/pytorch|pytorch_lightning)/core/module\.py$|"
      r"(^|/)(lightning/fabric|lightning_fabric)/(utilities/apply_func\.py$|loggers/)", "Lightning"),
     (r"(^|/)(lightning|pytorch_lightning|lightning_fabric)/", "Lightning's code"),
+    (r"(^|/)ignite/", "Ignite"),
+    (r"(^|/)skorch/", "skorch"),
+    (r"(^|/)denoising_diffusion_pytorch/", "denoising-diffusion-pytorch"),
+    (r"(^|/)fastai/", "fastai"),
 )
 # what to set instead, by the owner and the kind of read (None: any other)
 _SETTINGS = {
@@ -49,7 +57,16 @@ _SETTINGS = {
     ("Lightning", None): "log with self.log(..., on_step=False) (a prog_bar=True value is read "
                          "every step), or raise Trainer(log_every_n_steps=) (a logger's values "
                          "are read then)",
+    ("Ignite", None): "give create_supervised_trainer(output_transform=...) a function that "
+                      "returns the loss tensor, not loss.item() (its default reads the loss "
+                      "every iteration), and read engine.state.output when you log",
 }
+# a framework's read of a value it computed itself, with no setting that moves it
+_OWN_VALUE = ("{owner}'s own read of a value it computed or keeps (its step's loss, its own "
+              "counters), not the script's: nothing the script hands it, so thr.defer cannot "
+              "move it, and no {owner} setting skips it; on an accelerator each such read waits "
+              "for the device's queued work")
+_OWN_VALUES = {"skorch", "denoising-diffusion-pytorch", "fastai"}
 # what is true of a read that is not the framework's logging
 _NOT_LOGGING = {
     "the model": "the model's own read in {via} (its forward's code, not the HF Trainer's nor "
@@ -97,9 +114,12 @@ def _one_per_read(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for row in rows:
         key = (row["site"], row["call"], row.get("via"))
         kept = merged.get(key)
+        # a step's reads as the table says them, and those outside the steps, by count
+        part, value = ("in_steps", row["per_step"]) if row["in_step"] else ("outside", row["count"])
         if kept is None:
-            merged[key] = dict(row)
+            merged[key] = {**row, part: value}
             continue
+        kept[part] = kept.get(part, 0) + value
         kept["count"] += row["count"]
         kept["per_step"] += row["per_step"]
         kept["in_step"] = kept["in_step"] or row["in_step"]
@@ -174,8 +194,20 @@ def _read(row: dict[str, Any]) -> str:
         spelling = _SPELLING.get(call, "{name}." + call + "()")
     spelled = " and ".join(spelling.format(name=_atom(name) if spelling.startswith("{name}")
                                            else name) for name in names)
+    if names == ["the value"] and call == "__format__" and str_format(row):
+        return (f"{row['site']} formats a tensor with str.format() {_often(row)} (a field's "
+                "format() reads the tensor): format a value thr.defer delivered, or a float the "
+                "script keeps, instead of the tensor, or format it every 50 steps")
+    if names == ["the value"] and hands_values(row):
+        return (f"{row['site']} hands a call a device value that torch's code reads on the host "
+                f"({row['call']}) {_often(row)} (a writer's .cpu().numpy(), a check of its "
+                "argument): hand the call a value thr.defer delivered instead of the tensor, or "
+                "call it less often")
     both = names[0] if len(names) == 1 else f"({', '.join(names)})"
-    advice = _READS[_KINDS.get(call, "value")].format(name=both)
+    kind = _KINDS.get(call, "value")
+    if kind in ("value", "copy", "print") and used(row, call):
+        kind = "used"
+    advice = _READS[kind].format(name=both)
     verb = "branches on" if call == "__bool__" else "calls"
     return f"{row['site']} {verb} {spelled} {_often(row)}: {advice}"
 
@@ -189,10 +221,15 @@ def _framework_read(row: dict[str, Any]) -> str:
     said = (f"{row['site']} calls {package}, whose {row['via']} reads a device value "
             f"({row['call']}) {_often(row)}")
     owner = next((who for pattern, who in _OWNERS if re.search(pattern, file)), None)
+    if owner is None and hands_values(row) is False:
+        return f"{said}: {_OWN_VALUE.format(owner=package)}"
     if owner is None:
-        return (f"{said}: {package}'s read, not the line's own: hand {package} a host value (one "
-                f"thr.defer delivered) instead of a tensor, or look for the {package} setting "
-                "that makes it, or call it less often")
+        return (f"{said}: {package}'s read, not the line's own: where the line hands {package} "
+                "a tensor, hand it a host value (one thr.defer delivered) instead; else it reads "
+                f"a value it computed: look for the {package} setting that makes it, or call it "
+                "less often")
+    if owner in _OWN_VALUES:
+        return f"{said}: {_OWN_VALUE.format(owner=owner)}"
     if owner in _NOT_LOGGING:
         return f"{said}: {_NOT_LOGGING[owner].format(via=row['via'])}"
     kind = _KINDS.get(row["call"].rsplit(".", 1)[-1])
@@ -211,9 +248,19 @@ def _atom(name: str) -> str:
 
 
 def _often(row: dict[str, Any]) -> str:
-    if row["per_step"] > 1.0:
-        return f"{row['per_step']:.3g} times a step"
-    return "every step" if row["per_step"] >= 1 else f"in {row['per_step']:.0%} of the steps"
+    """How often the read is made a step: its reads in the steps (the table's per step), with
+    the count of those outside the steps apart; a read made outside the steps only, by those."""
+    inside, outside = row.get("in_steps"), row.get("outside")
+    if inside is None:
+        return _times_a_step(row["per_step"])
+    said = _times_a_step(inside)
+    return said if not outside else f"{said} (and {outside} times outside the steps)"
+
+
+def _times_a_step(per_step: float) -> str:
+    if per_step > 1.0:
+        return f"{per_step:.3g} times a step"
+    return "every step" if per_step >= 1 else f"in {per_step:.0%} of the steps"
 
 
 

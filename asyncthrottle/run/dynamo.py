@@ -16,7 +16,8 @@ logger = logging.getLogger("asyncthrottle")
 
 # traced inline into a compiled module or op: each of their functions first tests
 # torch.compiler.is_compiling() and returns; skipped, Dynamo would break the graph at them
-_INLINED = ("asyncthrottle.run.torchhooks", "asyncthrottle.audit.reads")
+_INLINED = ("asyncthrottle.run.torchhooks", "asyncthrottle.audit.reads",
+            "asyncthrottle.audit.homes")
 
 
 def keep_out(patches: Patches) -> None:

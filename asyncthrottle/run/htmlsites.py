@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from html import escape
 from typing import Any
 
-from .text import blocked_per_step, duration, synchronous_note
+from .text import blocked_per_step, duration, no_syncs, synchronous_note
 
 __all__ = ["Source", "cached", "lines_of", "read_lines", "syncs"]
 
@@ -58,7 +58,7 @@ def syncs(data: dict[str, Any], read: Source) -> list[str]:
         return [*out, '<p class="muted">not counted (asyncthrottle.audit.syncsites is not '
                 "available)</p>"]
     if not syncs:
-        return [*out, '<p class="muted">no host reads of device values by the script</p>']
+        return [*out, f'<p class="muted">{escape(no_syncs(data.get("seen") or {}))}</p>']
     rows = sorted(syncs, key=lambda row: (not row.get("in_step"), -(row.get("per_step") or 0)))
     blocked = any(row.get("blocked_s") is not None for row in rows)
     head = ("<tr><th>site</th><th>call</th><th class=\"num\">count</th>"

@@ -43,6 +43,10 @@ __all__ = ["VALUES", "Change", "Script"]
 _LOGGING = frozenset(("debug", "info", "warning", "warn", "error", "critical"))
 _KINDS = {ast.If: "an if", ast.With: "a with", ast.Try: "a try", ast.For: "a loop",
           ast.While: "a loop"}
+# why a read inside such a block is not rewritten: what the block does to the reads of a step
+_EVERY_STEP = "run --suggest rewrites a statement of the loop's own body only"
+_INSIDE = {ast.If: "not every step reads it", ast.For: "it reads several times a step",
+           ast.While: "it reads several times a step"}
 # calls that compute on host values only (their names must not be rebound by the script)
 _PURE = frozenset(("round", "abs", "min", "max", "str", "len", "sum", "float", "int"))
 # a tensor's methods that give the same numbers on every device, before a read
@@ -147,7 +151,7 @@ class Script:
         if nested and not (isinstance(stmt, ast.If) and stmt.test.lineno <= line
                            <= (stmt.test.end_lineno or line)):
             return f"its line is inside {_KINDS.get(type(stmt), 'a block')} in the loop's body " \
-                   "(not every step reads it)"
+                   f"({_INSIDE.get(type(stmt), _EVERY_STEP)})"
         return stmt if self._whole_lines(stmt) else "its statement shares a line with another"
 
     def _loop_line(self, stmt: ast.stmt) -> bool:

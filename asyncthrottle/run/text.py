@@ -37,7 +37,7 @@ def text(data: dict[str, Any], *, rank: tuple[int, int] | None = None,
         lines += _verdict(data, stats) + _losses(data) + _sections(data)
     if slowest is not None:
         lines.append(f"  slowest rank: {slowest}")
-    lines += _sync_lines(data["syncs"])
+    lines += _sync_lines(data["syncs"], data.get("seen") or {})
     note = synchronous_note(data)
     lines += [f"  {note}"] if note else []
     lines += _suggestions(data)
@@ -66,8 +66,32 @@ def nothing_found(seen: dict[str, int], argv: Sequence[str],
                    "multiprocessing), whose steps run does not hear: run each under run, e.g. "
                    f"torchrun --nproc-per-node={count} -m asyncthrottle run {shlex.join(argv)} "
                    "with the script starting no processes of its own")
+    if jax_only(seen):
+        why.append(JAX)
     where = " on the main thread" if seen.get("other_threads") else ""
     return f"  no training step found{where}: {'; '.join(why or [_main_thread(seen)])} (0 steps)"
+
+
+# what a JAX script is told (run's hooks and audit hear PyTorch only)
+JAX = ("the script imported JAX, and run hears PyTorch only (its steps, losses and reads): for a "
+       "JAX loop use asyncthrottle's JAX path in the script, at.throttle(batches, device=\"jax\") "
+       "to bound its run-ahead and thr.defer(loss) to log the loss without a sync "
+       "(docs/frameworks.md#jax)")
+
+
+def jax_only(seen: dict[str, int]) -> bool:
+    """Whether the script imported JAX and trained nothing run hears (no backward(), no
+    optimizer step(), no torch.autograd.grad)."""
+    return bool(seen.get("jax")) and not any(
+        seen.get(key) for key in ("backwards", "optimizer_steps", "autograd_grad"))
+
+
+def no_syncs(seen: dict[str, int]) -> str:
+    """What an empty sync table says: no read of the script's, or (a JAX script) none heard."""
+    if jax_only(seen):
+        return ("not counted: run hears PyTorch's reads only, not JAX's (a float(loss) of a JAX "
+                "array is a sync it does not see)")
+    return "no host reads of device values by the script"
 
 
 def _raised(raised: dict[str, Any], colon: str, when: str) -> str:
@@ -181,13 +205,14 @@ def _sections(data: dict[str, Any]) -> list[str]:
     return [f"  sections (median per step): {timed or 'none'}; {wait}"]
 
 
-def _sync_lines(syncs: list[dict[str, Any]] | None) -> list[str]:
+def _sync_lines(syncs: list[dict[str, Any]] | None,
+                seen: dict[str, int] | None = None) -> list[str]:
     """The sync table: the top sites (in steps first, then by count a step), at most
     ``_SHOWN``; where a shown row's reads were timed, the time they blocked a step."""
     if syncs is None:
         return ["  sync sites: not counted (asyncthrottle.audit.syncsites is not available)"]
     if not syncs:
-        return ["  sync sites: no host reads of device values by the script"]
+        return [f"  sync sites: {no_syncs(seen or {})}"]
     shown = sorted(syncs, key=lambda row: (not row["in_step"], -row["per_step"]))[:_SHOWN]
     named = [row["call"] + (f" (in {row['via']})" if row.get("via") else "") for row in shown]
     width = max(len(row["site"]) for row in shown)

@@ -126,10 +126,13 @@ def forbid_syncs(func: Any = None, /, *, allow: Iterable[str] = ()) -> Any:
 
     - off CUDA (the CPU of a CI machine, MPS, CUDA not started), each read that would sync on an
       accelerator: ``.item()``, ``float(t)``, ``if t:``, ``.tolist()``, ``.cpu()``, ``print(t)``,
-      ``x[mask]``, ``torch.nonzero`` ... (the calls listed in ``docs/run.md``, Sync sites), but not
-      the reads that stay on the host on any device: torch's own (an optimizer's step counter),
-      those while a DataLoader fetches a batch, and those of a tensor with no autograd history
-      in a function that builds it from host data and names no device (a metric logger's);
+      ``x[mask]``, ``torch.nonzero`` ... (the calls listed in ``docs/run.md``, Sync sites), by
+      where the tensor would live there: a module's parameters and buffers, what is moved
+      (``to(device)``) or made (``device=``) there and what is computed from them, torch's own
+      reads of those included (``clip_grad_norm_(error_if_nonfinite=True)``); not the reads
+      of tensors built from Python or NumPy data and computed only from such (a one-cycle
+      schedule, an optimizer's step counter, a metric logger's median), nor those while a
+      DataLoader fetches a batch;
     - once CUDA is initialised, what its sync debug mode reports (``"warn"`` inside the block,
       the previous mode back at its end), named by the read that synced, else ``"CUDA sync"``.
 

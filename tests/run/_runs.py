@@ -21,7 +21,7 @@ SCRIPTS = Path(__file__).resolve().parent / "scripts"
 ROOT = Path(__file__).resolve().parents[2]
 # a line's own statement of its host read: "# host-device sync: Tensor.item 1.0" (per step, in
 # steps) or "# host-device sync: Tensor.tolist outside 1" (a count, outside steps)
-_SAID = re.compile(r"# host-device sync: (\S+) (?:(outside) (\d+)|([\d.]+))")
+_SAID = re.compile(r"[#;] host-device sync: (\S+) (?:(outside) (\d+)|([\d.]+))")
 _SCHEMA = schema()
 
 
@@ -139,14 +139,13 @@ def said_syncs(script: str) -> list[dict[str, Any]]:
     count (outside)."""
     said = []
     for number, line in enumerate((SCRIPTS / script).read_text().splitlines(), 1):
-        found = _SAID.search(line)
-        if found is None:
-            continue
-        call, outside, count, per_step = found.groups()
-        row: dict[str, Any] = {"site": f"{script}:{number}", "call": call,
-                               "in_step": outside is None}
-        row.update({"count": int(count)} if outside else {"per_step": float(per_step)})
-        said.append(row)
+        # (a line of torch's call that reads twice says each: "...; host-device sync: ...")
+        for found in _SAID.finditer(line):
+            call, outside, count, per_step = found.groups()
+            row: dict[str, Any] = {"site": f"{script}:{number}", "call": call,
+                                   "in_step": outside is None}
+            row.update({"count": int(count)} if outside else {"per_step": float(per_step)})
+            said.append(row)
     return sorted(said, key=lambda row: (row["site"], row["call"], row["in_step"]))
 
 

@@ -11,11 +11,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from _runs import valid
+from _runs import under_run, valid
 
 from asyncthrottle.run.advice import recovers, suggestions
 from asyncthrottle.run.report import _syncs, collect
-from asyncthrottle.run.text import GLOSSARY, _sync_lines, figure, text
+from asyncthrottle.run.text import GLOSSARY, _sync_lines, figure, nothing_found, text
 
 
 def _row(site: str, call: str, count: int, in_step: bool, via: str | None = None,
@@ -91,6 +91,36 @@ def test_a_read_every_step_is_suggested_with_the_name_its_line_reads(tmp_path: P
     ]
 
 
+USED = ("the lines after it use the value (not only a log), so thr.defer cannot deliver it in "
+        "time")
+
+
+@pytest.mark.parametrize(("line", "call", "is_used"), [
+    # a DQN's action, handed to the environments
+    ("actions = q.argmax(1).cpu().numpy()\nobs = envs.step(actions)\n", "Tensor.cpu", True),
+    ("obs = envs.step(q.argmax(1).cpu().numpy())\n", "Tensor.cpu", True),
+    ("row = table[k.item()]\n", "Tensor.item", True),  # an index
+    ("step = counter.item()\ndecay = min(0.99, step / 10)\n", "Tensor.item", True),
+    ("def lr(t):\n    return t.item()\n", "Tensor.item", True),
+    # an assignment that reads what it assigns (followed once)
+    ("w = k.item()\nw = w * 2\nx = x * w\nmodel(x)\n", "Tensor.item", True),
+    ("w = k.item()\nw = w * 2\nprint(w)\n", "Tensor.item", False),
+    # only logged
+    ("print(loss.item())\n", "Tensor.item", False),
+    ("losses.append(loss.item())\n", "Tensor.item", False),
+    ("meter.update(loss.item())\n", "Tensor.item", False),
+    ("value = loss.item()\nlog.info('loss %.3f', value)\nprint(f'{value}')\n", "Tensor.item",
+     False),
+])
+def test_a_value_the_next_lines_use_is_never_told_to_thr_defer(
+        tmp_path: Path, line: str, call: str, is_used: bool) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(line)
+    site = 2 if line.startswith("def") else 1
+    said = suggestions(_data([_row(f"{script}:{site}", call, 10, True)]), synchronous=True)
+    assert (USED in said[0]) == is_used and ("thr.defer(" in said[0]) != is_used, said
+
+
 def test_a_framework_s_read_in_its_step_and_after_it_is_one_suggestion_with_both_counts() -> None:
     """Lightning reads a ``prog_bar=True`` value in its step and again after it (its progress bar,
     its logger): two rows of the table, one read to change, said once."""
@@ -101,8 +131,10 @@ def test_a_framework_s_read_in_its_step_and_after_it_is_one_suggestion_with_both
             _row("t.py:18", "Tensor.item", 10, True)]
     said = suggestions(_data(rows), synchronous=False)
     assert len(said) == 2, said
+    # the steps' reads as the table counts them, those between the steps apart
     assert said[0].startswith(f"t.py:18 calls lightning, whose {via} reads a device value "
-                              "(Tensor.item) 2 times a step: Lightning's own read"), said
+                              "(Tensor.item) every step (and 10 times outside the steps): "
+                              "Lightning's own read"), said
     assert said[0].endswith("a fix recovers at most 75.0 ms a step, the time it blocks"), said
     assert said[1].startswith("t.py:18 calls "), said
     # the table keeps its rows
@@ -167,12 +199,62 @@ def test_another_package_s_read_is_suggested_with_a_host_value_or_its_setting() 
     row = _row("t.py:3", "Tensor.__str__", 10, True, "tqdm/std.py:1432")
     assert suggestions(_data([row]), synchronous=True) == [
         "t.py:3 calls tqdm, whose tqdm/std.py:1432 reads a device value (Tensor.__str__) every "
-        "step: tqdm's read, not the line's own: hand tqdm a host value (one thr.defer delivered) "
-        "instead of a tensor, or look for the tqdm setting that makes it, or call it less often"
-        + SYNC]
+        "step: tqdm's read, not the line's own: where the line hands tqdm a tensor, hand it a "
+        "host value (one thr.defer delivered) instead; else it reads a value it computed: look "
+        "for the tqdm setting that makes it, or call it less often" + SYNC]
     single = _row("t.py:3", "Tensor.item", 10, True, "fakefw.py:7")  # a one-file package
     assert suggestions(_data([single]), synchronous=True)[0].startswith(
         "t.py:3 calls fakefw, whose fakefw.py:7 reads")
+
+
+@pytest.mark.parametrize(("via", "line", "said"), [
+    ("ignite/engine/__init__.py:117", "trainer.run(loader, max_epochs=3)\n",
+     "Ignite's own read, not the script's, so thr.defer cannot move it: give "
+     "create_supervised_trainer(output_transform=...) a function that returns the loss tensor"),
+    ("skorch/net.py:1200", "net.fit(X, y)\n", "skorch's own read of a value it computed"),
+    ("fastai/learner.py:220", "learn.fit_one_cycle(1)\n", "fastai's own read of a value it "
+     "computed"),
+    # an unknown package the line hands nothing: its own value, never "hand it a host value"
+    ("trainlib/loop.py:40", "trainer.train()\n", "trainlib's own read of a value it computed"),
+    ("trainlib/loop.py:40", "trainer.log(loss)\n", "where the line hands trainlib a tensor, "
+     "hand it a host value"),
+])
+def test_a_framework_s_read_of_its_own_loss_names_its_setting_or_what_it_is(
+        tmp_path: Path, via: str, line: str, said: str) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(line)
+    (advice,) = suggestions(_data([_row(f"{script}:1", "Tensor.item", 10, True, via)]),
+                            synchronous=True)
+    assert said in advice, advice
+    assert ("host value" in advice) == ("hands" in said), advice
+
+
+def test_times_a_step_counts_the_reads_in_steps_as_the_table_does(tmp_path: Path) -> None:
+    # an accuracy read in training (4 a step) and in the evaluation after it: the table's 4.00
+    script = tmp_path / "train.py"
+    script.write_text("acc = accuracy(out, y)\n")
+    rows = [_row(f"{script}:1", "Tensor.item", 40, True), _row(f"{script}:1", "Tensor.item", 40,
+                                                                 False)]
+    (said,) = suggestions(_data(rows), synchronous=True)
+    assert "4 times a step (and 40 times outside the steps)" in said, said
+
+
+def test_a_str_format_read_is_not_called_an_f_string(tmp_path: Path) -> None:
+    script = tmp_path / "meter.py"
+    script.write_text("    def __str__(self):\n        return self.fmt.format(**self.__dict__)\n")
+    (said,) = suggestions(_data([_row(f"{script}:2", "Tensor.__format__", 10, True)]),
+                          synchronous=True)
+    assert said.startswith(f"{script}:2 formats a tensor with str.format() every step"), said
+    assert "f'" not in said
+
+
+def test_a_read_torch_makes_inside_a_call_on_the_line_is_said_as_such(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("writer.add_scalar('loss', loss, step)\n")
+    (said,) = suggestions(_data([_row(f"{script}:1", "Tensor.cpu", 10, True)]), synchronous=True)
+    assert said.startswith(f"{script}:1 hands a call a device value that torch's code reads on "
+                           "the host (Tensor.cpu) every step"), said
+    assert "the value" not in said
 
 
 def test_a_framework_s_read_between_its_steps_under_once_a_step_is_not_suggested() -> None:
@@ -547,6 +629,34 @@ def test_the_sync_table_gives_the_time_blocked_a_step_where_timed() -> None:
     assert "blocked" not in _sync_lines([rows[1]])[0]
 
 
+SEEN = {"forwards": 0, "backwards": 0, "optimizer_steps": 0, "autograd_grad": 0,
+        "other_threads": 0, "processes": 0}
+
+
+def test_a_jax_script_is_told_run_hears_pytorch_only_and_the_jax_path() -> None:
+    jax = {**SEEN, "jax": 1}
+    assert "run hears PyTorch only" in nothing_found(jax, ["train.py"])
+    assert "device=\"jax\"" in nothing_found(jax, ["train.py"])
+    assert _sync_lines([], jax) == [
+        "  sync sites: not counted: run hears PyTorch's reads only, not JAX's (a float(loss) of "
+        "a JAX array is a sync it does not see)"]
+    # a torch script that imports JAX too, and trains torch: its table is its own
+    both = {**jax, "backwards": 3}
+    assert _sync_lines([], both) == ["  sync sites: no host reads of device values by the script"]
+    assert "JAX" not in nothing_found(both, ["train.py"])
+
+
+@pytest.mark.slow
+def test_a_jax_loop_under_run_is_not_told_it_makes_no_host_reads(tmp_path: Path) -> None:
+    pytest.importorskip("jax")
+    # a process of its own: the script imports JAX, which the tests' process must not
+    done, report = under_run("jax_loop.py", tmp_path, preload=())
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert report["seen"]["jax"] == 1 and report["syncs"] == []
+    err = done.stderr.decode()
+    assert "run hears PyTorch only" in err and "no host reads" not in err
+
+
 def _synchronous(synchronous: bool) -> Any:
     source = _source(_stats(10, 1.0), [1.0] * 10)
     source.hooks.throttle.synchronous = synchronous
@@ -579,6 +689,8 @@ def test_no_note_runs_ahead_or_without_a_read_in_the_steps() -> None:
     assert "this device runs each op" not in said
     data, _ = _report(_steps())
     assert "synchronous" not in data
+
+
 def _many_reads(folder: Path, reads: int) -> list[dict[str, Any]]:
     """A script whose loop reads the loss on ``reads`` lines (half printed, which --suggest may
     rewrite, half assigned), and the audit's rows for it (10 steps)."""

@@ -152,6 +152,10 @@ def test_a_read_that_is_more_than_logged_is_not_certain(line: str, why: str) -> 
      "        print(loss.item())  # read\n", "inside an if"),
     ("k = 0\nwhile k < 3:\n    loss = model(batches[k]).sum()\n    print(loss.item())  # read\n"
      "    k += 1\n", "while loop"),
+    # a with block's body runs every step: said so, not "not every step"
+    ("for x in batches:\n    loss = model(x).sum()\n    with torch.no_grad():\n"
+     "        print(loss.item())  # read\n", "inside a with in the loop's body (run --suggest "
+     "rewrites a statement of the loop's own body only)"),
     # returned (the loop leaves without delivering its last steps)
     ("def f():\n    for x in batches:\n        loss = model(x).sum()\n"
      "        print(loss.item())  # read\n        if x.sum() > 1e9:\n            return loss\n",

@@ -37,6 +37,8 @@ STYLES = [
     ("reentrant_checkpoint.py", 6, [], None),
     # two tasks in turn, each forward at its own line: each step begins at its forward
     ("alternating_tasks.py", 8, [], None),
+    # a host schedule read every step is no sync; a module's buffers read every update are
+    ("schedule_ema.py", 8, [], None),
 ]
 
 

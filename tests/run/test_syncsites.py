@@ -253,17 +253,23 @@ def _code_in(folder: str, source: str) -> dict[str, Any]:
     return scope
 
 
-def test_reads_made_by_torch_or_this_library_are_theirs_not_the_scripts(sites: SyncSites) -> None:
+def test_torch_s_reads_count_at_the_script_s_line_by_where_the_tensor_lives(
+    sites: SyncSites,
+) -> None:
     inside_torch = _code_in(TORCH_DIR, "def step(x):\n    return x.sum().item()\n")["step"]
     inside_ours = _code_in(PACKAGE_DIR, "def deliver(x):\n    return x.tolist()\n")["deliver"]
-    call_torch = lambda: inside_torch(X)  # noqa: E731
-    call_ours = lambda: inside_ours(X)  # noqa: E731
-    call_torch(), call_ours()
-    # on the CPU, torch's own reads live on the host on any device (an optimizer's step counter)
-    opt = torch.optim.Adam([torch.nn.Parameter(torch.ones(3))])
-    opt.param_groups[0]["params"][0].grad = torch.ones(3)
+    weight = torch.nn.Parameter(torch.ones(3))
+    host = torch.ones(3)  # built on the host: stays there on any device
+    device_read = lambda: inside_torch(weight * 2)  # noqa: E731
+    host_read = lambda: inside_torch(host)  # noqa: E731
+    ours = lambda: inside_ours(weight * 2)  # noqa: E731
+    device_read(), host_read(), ours()
+    # an optimizer's step counter lives on the host on any device
+    opt = torch.optim.Adam([weight])
+    weight.grad = torch.ones(3)
     opt.step()
-    assert counted(sites) == []
+    opt.step()
+    assert counted(sites) == [(site(device_read), "Tensor.item", 1, False)]
 
 
 def test_a_script_callback_called_by_torch_is_the_scripts(sites: SyncSites) -> None:
@@ -649,6 +655,34 @@ def test_reads_of_host_built_tensors_and_while_loading_are_not_counted(sites: Sy
     # the model's loss and accuracy still count
     assert sorted(counted(sites)) == sorted([
         (site(loss), "Tensor.item", 1, True), (site(acc), "Tensor.item", 1, True)])
+
+
+def test_a_read_counts_by_where_its_tensor_would_live_on_an_accelerator(
+    sites: SyncSites,
+) -> None:
+    device = torch.device("cpu")  # the script's device: "cuda" on a GPU
+    batch = torch.randn(4, 3)  # built on the host from nothing the device holds
+    moved = torch.randn(4, 3).to(device)
+    made = torch.zeros(2, device=device)
+    kept_on_host = torch.zeros(2, device="cpu")
+    model = torch.nn.BatchNorm1d(3)
+    with torch.no_grad():
+        out = model(moved)
+    sites.in_step = True
+    host = lambda: batch.sum().item()  # noqa: E731
+    host_named = lambda: kept_on_host.sum().item()  # noqa: E731
+    from_host = lambda: torch.tensor([1.0, 2.0]).median().item()  # noqa: E731
+    to_device = lambda: moved.sum().item()  # noqa: E731
+    with_device = lambda: made.sum().item()  # noqa: E731
+    buffer = lambda: model.running_mean.sum().item()  # noqa: E731
+    buffer_view = lambda: model.num_batches_tracked.detach().item()  # noqa: E731
+    no_grad = lambda: out.argmax().item()  # noqa: E731
+    for read in (host, host_named, from_host, to_device, with_device, buffer, buffer_view,
+                 no_grad):
+        read()
+    assert sorted(counted(sites)) == sorted(
+        (site(read), "Tensor.item", 1, True)
+        for read in (to_device, with_device, buffer, buffer_view, no_grad))
 
 
 @pytest.mark.slow

@@ -5,6 +5,8 @@ nesting, threads, the decorator; torch's methods are torch's own again after eve
 from __future__ import annotations
 
 import inspect
+import io
+import os
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -88,6 +90,111 @@ def test_the_step_itself_and_reads_that_stay_on_the_host_pass(step: Step) -> Non
         batches = list(torch.utils.data.DataLoader(Labelled(), batch_size=2))
     assert median == 2.0 and len(batches) == 2
     assert loss.item() > 0  # after the block: no error
+
+
+# torch's own code reads these on the host: on an accelerator each syncs, when its tensor lives
+# on the device (a model's output, its parameters, a tensor made with device=)
+DEVICE = torch.device("cpu")  # the script's device: "cuda" on a GPU
+TORCH_READS: list[tuple[Callable[[Any], Any], str]] = [
+    (lambda m: torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0, error_if_nonfinite=True),
+     "Tensor.__bool__"),
+    (lambda m: torch.distributions.Normal(m(torch.ones(1, 4)), 1.0, validate_args=True),
+     "Tensor.__bool__"),
+    (lambda m: complex(m(torch.ones(1, 4)).sum()), "Tensor.__complex__"),
+    (lambda m: torch.repeat_interleave(torch.ones(2), torch.tensor([1, 2], device=DEVICE)),
+     "torch.repeat_interleave"),
+    (lambda m: torch.ones(2).repeat_interleave((m.weight[0, :2] > -9).long()),
+     "Tensor.repeat_interleave"),
+    (lambda m: torch.save(m.state_dict(), io.BytesIO()), "torch.save"),
+]
+# the same calls on host tensors: no sync on any device
+HOST_CALLS: list[Callable[[], Any]] = [
+    lambda: torch.distributions.Normal(torch.tensor(0.0), torch.tensor(1.0), validate_args=True),
+    lambda: complex(torch.tensor(1.5)),
+    lambda: torch.repeat_interleave(torch.ones(2), torch.tensor([1, 2])),
+    lambda: torch.ones(2).repeat_interleave(torch.tensor([1, 2]), output_size=3),
+    lambda: torch.save({"table": torch.arange(3)}, io.BytesIO()),
+]
+
+
+@pytest.mark.parametrize(("read", "call"), TORCH_READS,
+                         ids=[f"{c}@{i}" for i, (_, c) in enumerate(TORCH_READS)])
+def test_torch_s_own_read_of_a_device_tensor_raises_at_the_line_that_called_torch(
+        step: Step, read: Callable[[Any], Any], call: str) -> None:
+    step.model.weight.grad = torch.ones_like(step.model.weight)
+    with pytest.raises(SyncError) as excinfo, forbid_syncs():
+        read(step.model)
+    raised_at(excinfo, call, read)
+
+
+@pytest.mark.parametrize("call", HOST_CALLS)
+def test_torch_s_own_read_of_a_host_tensor_passes(call: Callable[[], Any]) -> None:
+    with forbid_syncs():
+        call()
+
+
+class Ema(torch.nn.Module):
+    """An exponential moving average's step counter, as ema-pytorch keeps it: registered buffers
+    (on the device with the model), read every update, in a function that also builds a host
+    tensor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("initted", torch.tensor(False))
+        self.register_buffer("step", torch.tensor(0))
+
+    def update(self) -> int:
+        step = self.step.item()
+        self.step += 1
+        if not self.initted.item():
+            self.initted.copy_(torch.tensor(True))
+        return int(step)
+
+
+def schedule(points: list[float]) -> Callable[[float], float]:
+    """A one-cycle schedule as fastai combines one: a host tensor built from Python floats in
+    the outer function, read by the inner one every step."""
+    pcts = torch.tensor([0.0, *points])
+
+    def at(pos: float) -> float:
+        idx = (pos >= pcts).nonzero().max()
+        part = (pos - pcts[idx]) / (pcts[idx + 1] - pcts[idx])
+        return part.item()
+
+    return at
+
+
+def test_a_module_s_buffers_are_on_the_device_and_a_host_schedule_is_not() -> None:
+    ema = Ema()
+    with forbid_syncs():
+        # made inside: what the audit saw built from floats (under run: all the script makes)
+        at = schedule([0.25, 1.0])
+        assert at(0.5) == pytest.approx(1 / 3)
+        with pytest.raises(SyncError) as excinfo:
+            ema.update()
+    assert (excinfo.value.call, excinfo.value.line) == (
+        "Tensor.item", line_of(Ema.update) + 1)
+    with forbid_syncs(allow=("Tensor.item",)):
+        assert ema.update() == 0  # built before the block: a module's buffer all the same
+
+
+def test_a_writer_in_torch_reading_the_loss_raises_at_the_script_s_line(step: Step) -> None:
+    # torch's tensorboard writer turns a scalar into NumPy: .detach().cpu().numpy()
+    make_np = _in_torch("def make_np(x):\n    return x.detach().cpu().numpy()\n")["make_np"]
+    log = lambda loss: make_np(loss)  # noqa: E731
+    with pytest.raises(SyncError) as excinfo, forbid_syncs():
+        log(step())
+    raised_at(excinfo, "Tensor.cpu", log)
+    with forbid_syncs():
+        make_np(torch.tensor(2.0))  # a host value: no sync
+
+
+def _in_torch(source: str) -> dict[str, Any]:
+    """Functions whose frames are torch's files."""
+    scope: dict[str, Any] = {}
+    path = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "_forbid_test_fake.py")
+    exec(compile(source, path, "exec"), scope)
+    return scope
 
 
 class Labelled(torch.utils.data.Dataset):

@@ -1,4 +1,5 @@
-"""GradScaler: the loss the script computed, not the scaled one, and a step the scaler skips."""
+"""GradScaler: the loss the script computed, not the scaled one, and a step the scaler skips; its
+step() reads whether the gradients were finite, a sync each step on an accelerator."""
 
 import json
 import sys
@@ -19,9 +20,9 @@ for it in range(5):
     loss = nn.functional.mse_loss(model(x), y)
     opt.zero_grad()
     scaler.scale(loss).backward()
-    scaler.step(opt)
+    scaler.step(opt)  # host-device sync: Tensor.item 1.0
     scaler.update()
     losses.append(loss.detach())
-print("scale now", scaler.get_scale())
+print("scale now", scaler.get_scale())  # host-device sync: Tensor.item outside 1
 with open(sys.argv[1], "w") as out:
     json.dump(torch.stack(losses).tolist(), out)  # host-device sync: Tensor.tolist outside 1

@@ -1,4 +1,5 @@
-"""optimizer.step(closure): LBFGS evaluates the closure several times in one step."""
+"""optimizer.step(closure): LBFGS evaluates the closure several times in one step, and reads the
+loss and its gradients on the host inside step() (torch's own reads of device values)."""
 
 import json
 import sys
@@ -22,7 +23,8 @@ def closure():
 
 losses = []
 for _ in range(3):
-    losses.append(opt.step(closure).detach())
+    # LBFGS reads the loss and branches on its gradients inside step(): syncs on an accelerator
+    losses.append(opt.step(closure).detach())  # host-device sync: Tensor.__bool__ 15.0; host-device sync: Tensor.__float__ 4.0  # noqa: E501
 print("steps", len(losses))
 with open(sys.argv[1], "w") as out:
     json.dump(torch.stack(losses).tolist(), out)  # host-device sync: Tensor.tolist outside 1

@@ -20,7 +20,8 @@ for _ in range(3):
     with torch.no_grad():
         for _ in range(16):
             logits = policy(state)
-            action = torch.distributions.Categorical(logits=logits).sample()
+            # a distribution checks its arguments on the host (validate_args, on by default)
+            action = torch.distributions.Categorical(logits=logits).sample()  # host-device sync: Tensor.__bool__ outside 48  # noqa: E501
             a = action.item()  # host-device sync: Tensor.item outside 48
             states.append(state)
             actions.append(action)

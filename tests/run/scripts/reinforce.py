@@ -14,9 +14,11 @@ kept = []
 for _ in range(6):
     state, log_probs, rewards = torch.zeros(3), [], []
     for _ in range(10):
-        dist = torch.distributions.Categorical(logits=policy(state))
+        # the distribution checks its arguments and log_prob its sample on the host
+        # (validate_args, on by default): a sync each on an accelerator
+        dist = torch.distributions.Categorical(logits=policy(state))  # host-device sync: Tensor.__bool__ 10.0
         action = dist.sample()
-        log_probs.append(dist.log_prob(action))
+        log_probs.append(dist.log_prob(action))  # host-device sync: Tensor.__bool__ 10.0
         rewards.append(torch.where(action == 0, 1.0, -0.5))
         state = torch.roll(state, 1) + 0.1
     returns = torch.cumsum(torch.stack(rewards).flip(0), 0).flip(0)
