@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -14,11 +13,14 @@ from typing import Any
 from ..audit.patches import Patches
 from ..audit.syncsites import SyncSites
 from ..framework import ThrottleHooks
+from .collectives import Collectives
 from .dynamo import keep_out
 from .guard import exit_code, judge
 from .html import render as page
 from .imports import after_import
-from .patchfile import patches as rewrites
+from .job import RANKS_TIMEOUT_S, Job, job
+from .jobreport import report_job
+from .outputs import suggest, write
 from .report import collect
 from .script import Ending, locate, run, say, set_path0
 from .steps import SAMPLE_EVERY, Steps
@@ -37,14 +39,15 @@ RANKS_EVERY = 10
 class Options:
     """``run``'s options: ``depth`` (None: observe only), ``json``, ``html`` and ``trace`` paths,
     ``max_syncs_per_step`` (the guard's limit; None: no guard), ``typed``: all of them as typed
-    (``["--json", "r.json"]``), ``suggest``: the patch's path (None: none written)."""
+    (``["--json", "r.json"]``), ``suggest``: the patch's path (None: none written),
+    ``ranks_timeout``: under torchrun, the seconds rank 0 waits for the other ranks' reports."""
 
     def __init__(self, depth: int | None = None, json: str | None = None,
                  trace: str | None = None, max_syncs_per_step: float | None = None,
                  html: str | None = None, typed: list[str] | None = None,
-                 suggest: str | None = None) -> None:
+                 suggest: str | None = None, ranks_timeout: float = RANKS_TIMEOUT_S) -> None:
         self.depth, self.json, self.html, self.trace = depth, json, html, trace
-        self.suggest = suggest
+        self.suggest, self.ranks_timeout = suggest, ranks_timeout
         # the options as typed: the report's ``options``
         self.typed = list(typed or [])
         self.max_syncs_per_step = max_syncs_per_step
@@ -55,12 +58,27 @@ def _rank() -> tuple[int, int] | None:
     return (int(os.environ.get("RANK", "0") or 0), world) if world > 1 else None
 
 
-def _throttle_options(options: Options) -> dict[str, Any]:
+def _throttle_options(options: Options, ranks: Job | None) -> dict[str, Any]:
     # nonfinite=None: the report finds NaN/Inf in the delivered losses; nothing warns or raises
-    # into the script
+    # into the script; the ranks' scores only where no job's report names the straggler
     return {"trace": TRACE_STEPS if options.trace else 0, "nonfinite": None,
             "sample_every": SAMPLE_EVERY,
-            "ranks_every": RANKS_EVERY if _rank() is not None else None}
+            "ranks_every": RANKS_EVERY if _rank() is not None and ranks is None else None}
+
+
+def _job() -> Job | None:
+    """This rank's job (None: not under torchrun); a store that cannot be reached is said, and
+    this rank reports alone."""
+    try:
+        found = job(os.environ)
+        if found is not None:
+            found.start()
+    except Exception as exc:
+        say(f"python -m asyncthrottle run (rank {os.environ.get('RANK')}): the job's store at "
+            f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} cannot be reached "
+            f"({exc}); this rank reports alone\n")
+        return None
+    return found
 
 
 def _sites(file: str) -> SyncSites:
@@ -86,7 +104,8 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
     sites = _sites(file)
     # the sites' folder (and the patch's), before the script's os.chdir
     root = str(Path(file).resolve().parent)
-    thr_options = _throttle_options(options)
+    ranks = _job()
+    thr_options = _throttle_options(options, ranks)
 
     def make(device: Any) -> ThrottleHooks:
         # the device of the first step's tensors: a CPU script on a GPU machine never starts CUDA
@@ -94,8 +113,9 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
 
     steps = Steps(make, sites, collective=_rank() is not None)
     patches = Patches()
+    collectives = Collectives([root], lambda: sites.in_step) if _rank() is not None else None
     try:
-        _install(steps, sites, patches, options, thr_options)
+        _install(steps, sites, patches, options, thr_options, collectives)
         ending = run(target, args, module)
     finally:
         try:
@@ -105,13 +125,17 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
                 sites.stop()
             patches.undo()
     shown = ending.file if module and ending.file else file
-    data = _report(steps, sites, options, shown, ending, [target, *args] if not module
-                   else ["-m", target, *args], root=root)
+    argv = [target, *args] if not module else ["-m", target, *args]
+    if ranks is not None:
+        data = _data(steps, sites, options, shown, ending, argv)
+        return report_job(ranks, data, steps, collectives, options, root, ending)
+    data = _report(steps, sites, options, shown, ending, argv, root=root,
+                   collectives=collectives)
     return exit_code(ending.exit(), data)
 
 
 def _install(steps: Steps, sites: Any, patches: Patches, options: Options,
-             thr_options: dict[str, Any]) -> None:
+             thr_options: dict[str, Any], collectives: Collectives | None) -> None:
     """The torch hooks, the frameworks' watch and the sync audit, installed once the script
     imports torch (never before its first line: an ``OMP_NUM_THREADS`` or ``CUDA_VISIBLE_DEVICES``
     it sets at its top still counts)."""
@@ -123,27 +147,39 @@ def _install(steps: Steps, sites: Any, patches: Patches, options: Options,
         watch(steps, patches, lambda cls: cls(options.depth, **thr_options))
         if sites is not None:
             sites.start(patches)
+        if collectives is not None and torch.distributed.is_available():
+            collectives.install(torch.distributed, patches)
         keep_out(patches)
 
     after_import({"torch": torch_imported}, patches)
 
 
-def _report(steps: Steps, sites: Any, options: Options, file: str, ending: Ending,
-            argv: list[str], *, root: str) -> dict[str, Any]:
-    """Write the report (stderr, ``--json``, ``--html``, ``--suggest``'s patch); returns its
-    data."""
+def _data(steps: Steps, sites: Any, options: Options, file: str, ending: Ending,
+          argv: list[str]) -> dict[str, Any]:
+    """The report's data, judged by ``--max-syncs-per-step``."""
     rows = sites.rows(max(1, _count(steps))) if sites is not None else None
     data = collect(steps, rows, script=file, code=ending.code, argv=argv, raised=ending.raised)
     data.update(judge(data, options.max_syncs_per_step))
     data["options"] = options.typed
+    return data
+
+
+def _report(steps: Steps, sites: Any, options: Options, file: str, ending: Ending,
+            argv: list[str], *, root: str, collectives: Collectives | None) -> dict[str, Any]:
+    """Write the report (stderr, ``--json``, ``--html``, ``--suggest``'s patch); returns its
+    data. Under torchrun with no job's store, each rank writes its own files
+    (``name.rank<r>.json``)."""
+    data = _data(steps, sites, options, file, ending, argv)
     rank = _rank()
     main = max(steps.sources, key=lambda s: s.hooks.throttle.stats.steps, default=None)
     slowest = _slowest(main, rank)
     data["trace"] = _trace(main, options.trace, rank)
-    patch = _suggest(data, root)
-    _write("--suggest", options.suggest, rank, lambda: patch)
-    _write("--json", options.json, rank, lambda: json.dumps(data, indent=1) + "\n")
-    _write("--html", options.html, rank, lambda: page(data))
+    if collectives is not None:
+        data["collectives"] = collectives.rows(_count(steps))
+    patch = suggest(data, root)
+    write("--suggest", _per_rank(options.suggest, rank), lambda: patch)
+    write("--json", _per_rank(options.json, rank), lambda: json.dumps(data, indent=1) + "\n")
+    write("--html", _per_rank(options.html, rank), lambda: page(data))
     # the script's last lines first (a closed or replaced stdout: nothing to flush)
     try:
         sys.stdout.flush()
@@ -151,32 +187,6 @@ def _report(steps: Steps, sites: Any, options: Options, file: str, ending: Endin
         pass
     say(text(data, rank=rank, slowest=slowest) + "\n")
     return data
-
-
-def _write(option: str, path: str | None, rank: tuple[int, int] | None,
-           made: Callable[[], str]) -> None:
-    """Write ``made()`` to ``option``'s file (this rank's); a file that cannot be written is said,
-    and the report goes on."""
-    if path is None:
-        return
-    where = _per_rank(path, rank)
-    try:
-        Path(where).write_text(made(), encoding="utf-8")
-    except OSError as exc:
-        say(f"python -m asyncthrottle run: {option} {where!r} could not be written ({exc})\n")
-
-
-def _suggest(data: dict[str, Any], root: str) -> str:
-    """The report's ``patches`` (:func:`~.patchfile.patches`, each sync site's in ``root``);
-    returns the patch of the certain rewrites (``""``: none). A failure is said, and the report
-    goes on without them."""
-    try:
-        data["patches"], patch = rewrites(data["syncs"], root)
-    except Exception as exc:  # the report matters more than its patches
-        say(f"python -m asyncthrottle run: the suggested rewrites failed ({exc!r}); please "
-            "report it\n")
-        data["patches"], patch = [], ""
-    return patch
 
 
 def _slowest(main: Any, rank: tuple[int, int] | None) -> str | None:
@@ -195,7 +205,7 @@ def _trace(main: Any, path: str | None, rank: tuple[int, int] | None) -> dict[st
     whether it was written (None without ``--trace``)."""
     if path is None:
         return None
-    where = os.path.abspath(_per_rank(path, rank))
+    where = os.path.abspath(_per_rank(path, rank) or path)
     written = main is not None and main.hooks.throttle.stats.steps > 0
     if written:
         try:
@@ -210,9 +220,10 @@ def _count(steps: Steps) -> int:
     return max((s.hooks.throttle.stats.steps for s in steps.sources), default=0)
 
 
-def _per_rank(path: str, rank: tuple[int, int] | None) -> str:
-    """Rank r > 0 of a torchrun writes ``name.rank<r>.json`` beside rank 0's ``name.json``."""
-    if rank is None or rank[0] == 0:
+def _per_rank(path: str | None, rank: tuple[int, int] | None) -> str | None:
+    """Rank r > 0 of a torchrun with no job's store writes ``name.rank<r>.json`` beside rank 0's
+    ``name.json``."""
+    if path is None or rank is None or rank[0] == 0:
         return path
     where = Path(path)
     return str(where.with_name(f"{where.stem}.rank{rank[0]}{where.suffix}"))
