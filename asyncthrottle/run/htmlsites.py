@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from html import escape
 from typing import Any
 
+from .jobtext import ranks_of
 from .text import duration
 
 __all__ = ["Source", "cached", "read_lines", "syncs"]
@@ -68,7 +69,7 @@ def _site(row: dict[str, Any], read: Source, blocked: bool) -> str:
     via = row.get("via")
     call = escape(str(row.get("call"))) + (f'<span class="via">in {escape(str(via))}</span>'
                                            if via else "")
-    where = "in steps" if row.get("in_step") else "outside steps"
+    where = ("in steps" if row.get("in_step") else "outside steps") + escape(ranks_of(row))
     cells = [f'<td class="mono">{escape(str(row.get("site")))}</td>',
              f'<td class="mono">{call}</td>',
              f'<td class="num">{row.get("count", 0):,}</td>',

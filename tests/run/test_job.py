@@ -5,14 +5,20 @@ collectives counted and judged only logged."""
 from __future__ import annotations
 
 import itertools
+import json
 import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from _runs import valid
+
 from asyncthrottle.audit.patches import Patches
 from asyncthrottle.run.collectives import Collectives
+from asyncthrottle.run.compare import compare
+from asyncthrottle.run.compare import text as compare_text
+from asyncthrottle.run.html import render
 from asyncthrottle.run.job import Job, gather
 from asyncthrottle.run.jobmerge import merge, straggler
 from asyncthrottle.run.jobreport import collective_advice, trouble
@@ -34,9 +40,12 @@ def _report(steps: int = 20, step_ms: float = 50.0, forward: float = 5.0,
         "last_nonfinite": None, "syncs": syncs if syncs is not None else [],
         "verdict": "synchronous", "advice": "", "input_wait_s": input_ms * steps / 1000,
         "input_wait_fraction": input_ms / step_ms, "loader": None, "framework": None,
-        "error": None, "stats": {"wall_s": wall}, "seen": {}, "trace": None,
+        "error": None, "stats": {"wall_s": wall}, "trace": None,
+        "seen": dict.fromkeys(("forwards", "backwards", "optimizer_steps", "autograd_grad",
+                               "other_threads", "processes"), steps),
         "sections": {"forward": forward, "backward": backward, "optimizer": optimizer},
-        "per_step": {"step_s": [step_ms / 1000] * steps}, "suggestions": [],
+        "per_step": {"step_s": [step_ms / 1000] * steps,
+                     "input_wait_s": [input_ms / 1000] * steps}, "suggestions": [],
         "max_syncs_per_step": None, "over_limit": None, "guard": None, "options": [],
         "host": "node0", "collectives": collectives if collectives is not None else []}
 
@@ -233,3 +242,39 @@ def test_a_collective_outside_a_loop_is_not_judged(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text("dist.all_reduce(m)\nprint(m)\n")
     assert not only_logged(str(script), 1, "all_reduce")
+
+
+# -- the page, compare and the schema -----------------------------------------------------------
+
+def _job() -> dict[str, Any]:
+    each = [_row("train.py:30", 20, call="all_reduce") | {"only_logged": True}]
+    reports = {0: _report(collectives=each, syncs=[_row("train.py:9", 20)]),
+               1: _report(forward=35.0, backward=10.0, collectives=each, syncs=[])}
+    return merge(reports, {2: "it never started asyncthrottle run"}, 3, None)
+
+
+def test_the_page_shows_each_ranks_strip_the_straggler_and_the_collectives() -> None:
+    page = render(_job())
+    assert "<strong>Straggler: rank 1</strong>, slow in its <strong>forward</strong>" in page
+    assert page.count('title="forward ') == 2 and 'title="forward 35 ms"' in page
+    assert '<tr class="slowest"><td>1 (straggler)</td>' in page
+    assert "<li>rank 2: it never started asyncthrottle run</li>" in page
+    assert "<code>all_reduce</code>" in page and "in steps, only logged" in page
+    assert "(ranks 0 only)" in page
+
+
+def test_compare_of_two_job_reports_names_the_straggler_and_the_collectives() -> None:
+    before = _job()
+    after = merge({0: _report(), 1: _report()}, {}, 2, None)
+    found = compare(before, after)
+    assert found["straggler"] == [before["straggler"], None]
+    assert found["world_size"] == [3, 2]
+    assert [c["change"] for c in found["collectives"]["changes"]] == ["removed"]
+    said = compare_text(found, before, after)
+    assert "  straggler: rank 1 (forward, 60%) -> none" in said
+    assert "  collectives (1 changed, 0 the same):" in said
+    assert "straggler" not in compare(_report(), _report())
+
+
+def test_a_job_report_is_described_by_the_schema() -> None:
+    assert valid(json.loads(json.dumps(_job())))
