@@ -61,15 +61,6 @@ class Job:
         """This rank's report, for rank 0."""
         self.store.set(self.key("report", self.rank), json.dumps(report))
 
-    def finish(self) -> None:
-        """Rank 0: the job's report is written (the ranks waiting for it may exit)."""
-        self.store.set(self.key("done"), "1")
-
-    def await_finish(self, timeout: float, *, clock: Callable[[], float] = time.monotonic,
-                     sleep: Callable[[float], None] = time.sleep) -> bool:
-        """Wait at most ``timeout`` seconds for rank 0's :meth:`finish`; whether it came."""
-        return _poll(lambda: self.store.check([self.key("done")]), timeout, clock, sleep)
-
 
 def job(environ: Mapping[str, str], *, timeout: float = 30.0) -> Job | None:
     """This process's :class:`Job` under torchrun (``python -m torch.distributed.run``,
@@ -96,10 +87,11 @@ def job(environ: Mapping[str, str], *, timeout: float = 30.0) -> Job | None:
 def gather(job: Job, timeout: float, *, clock: Callable[[], float] = time.monotonic,
            sleep: Callable[[float], None] = time.sleep,
            alive: Callable[[int], bool | None] | None = None,
+           stop: Callable[[], bool] = lambda: False,
            ) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
     """Rank 0: every rank's report (its own posted too), waiting at most ``timeout`` seconds for
-    the late ones; and the ranks that never reported, each with how it ended where known
-    (:func:`ended`)."""
+    the late ones (or until ``stop()``); and the ranks that never reported, each with how it
+    ended where known (:func:`ended`)."""
     missing = set(range(job.world))
     reports: dict[int, dict[str, Any]] = {}
 
@@ -110,7 +102,7 @@ def gather(job: Job, timeout: float, *, clock: Callable[[], float] = time.monoto
                 missing.discard(rank)
         return not missing
 
-    _poll(arrived, timeout, clock, sleep)
+    _poll(arrived, timeout, clock, sleep, stop)
     return reports, {rank: ended(job, rank, timeout, alive) for rank in sorted(missing)}
 
 
@@ -144,12 +136,13 @@ def _alive(pid: int) -> bool | None:
 
 
 def _poll(done: Callable[[], bool], timeout: float, clock: Callable[[], float],
-          sleep: Callable[[float], None]) -> bool:
-    """Call ``done()`` until it is true, or ``timeout`` seconds passed; whether it came true."""
+          sleep: Callable[[float], None], stop: Callable[[], bool]) -> bool:
+    """Call ``done()`` until it is true, ``timeout`` seconds passed or ``stop()``; whether it came
+    true."""
     deadline = clock() + timeout
     while not done():
         left = deadline - clock()
-        if left <= 0:
+        if left <= 0 or stop():
             return False
         sleep(min(_POLL_S, left))
     return True

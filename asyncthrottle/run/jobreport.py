@@ -3,13 +3,10 @@ prints the job's and writes its files; the other ranks say only what went wrong 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import sys
 import tempfile
-from collections.abc import Iterator
 from typing import Any
 
 from .collectives import Collectives
@@ -19,6 +16,7 @@ from .job import Job, gather
 from .jobmerge import merge
 from .outputs import suggest, write
 from .script import Ending, say
+from .sigterm import Terminated
 from .steps import Steps
 from .text import text
 
@@ -26,11 +24,19 @@ __all__ = ["collective_advice", "report_job", "trouble"]
 
 
 def report_job(job: Job, data: dict[str, Any], steps: Steps, collectives: Collectives | None,
-               options: Any, root: str, ending: Ending) -> int:
-    """Post this rank's report; on rank 0, wait for the others' (``options.ranks_timeout``),
-    then print and write the job's. Returns run's exit code: rank 0's from the job's guard, each
-    other rank's from its own. A rank whose script failed waits (at most the same timeout) for
-    rank 0's report before it exits: torchrun stops the other ranks once one has failed."""
+               options: Any, root: str, ending: Ending, terminated: Terminated) -> int:
+    """Post this rank's report; on rank 0, wait for the others' (``options.ranks_timeout``, cut
+    short once torchrun's SIGTERM came: ``terminated``), then print and write the job's. Returns
+    run's exit code: rank 0's from the job's guard, each other rank's from its own."""
+    terminated.reporting = True
+    try:
+        return _report(job, data, steps, collectives, options, root, ending, terminated)
+    finally:
+        terminated.close()
+
+
+def _report(job: Job, data: dict[str, Any], steps: Steps, collectives: Collectives | None,
+            options: Any, root: str, ending: Ending, terminated: Terminated) -> int:
     main = max(steps.sources, key=lambda s: s.hooks.throttle.stats.steps, default=None)
     count = main.hooks.throttle.stats.steps if main is not None else 0
     data["host"] = job.host
@@ -44,21 +50,16 @@ def report_job(job: Job, data: dict[str, Any], steps: Steps, collectives: Collec
         say(text(data, rank=(job.rank, job.world)) + "\n")
         return exit_code(ending.exit(), data)
     if job.rank != 0:
-        code = exit_code(ending.code, data)
-        for line in trouble(data, code, job):
+        for line in trouble(data, exit_code(ending.code, data), job):
             say(line + "\n")
-        if code != 0:
-            job.await_finish(options.ranks_timeout)
         return exit_code(ending.exit(), data)
-    with _sigterm_after():
-        merged = _gathered(job, options, root)
-        job.finish()
+    merged = _gathered(job, options, root, terminated)
     return exit_code(ending.exit(), merged)
 
 
-def _gathered(job: Job, options: Any, root: str) -> dict[str, Any]:
+def _gathered(job: Job, options: Any, root: str, terminated: Terminated) -> dict[str, Any]:
     """Rank 0: gather, merge, write and print the job's report; returns it."""
-    reports, missing = gather(job, options.ranks_timeout)
+    reports, missing = gather(job, options.ranks_timeout, stop=terminated.over)
     events = {rank: report.pop("trace_events", None) for rank, report in reports.items()}
     data = merge(reports, missing, job.world, options.max_syncs_per_step)
     data["suggestions"] = list(data["suggestions"]) + collective_advice(data["collectives"] or [])
@@ -147,26 +148,3 @@ def _trace(path: str | None, events: dict[int, list[dict[str, Any]] | None],
         say(f"python -m asyncthrottle run: --trace {path!r} could not be written ({exc})\n")
         return {"path": path, "written": False}
     return {"path": path, "written": True}
-
-
-@contextlib.contextmanager
-def _sigterm_after() -> Iterator[None]:
-    """A SIGTERM (torchrun stopping the job once a rank failed) ends this process only after the
-    block: rank 0's report is written first (torchrun waits 30 s before it kills). Left as it is
-    where the script set its own handler, or off the main thread."""
-    heard: list[int] = []
-    try:
-        before = signal.getsignal(signal.SIGTERM)
-        if before is not signal.SIG_DFL:
-            before = None
-        else:
-            signal.signal(signal.SIGTERM, lambda signum, frame: heard.append(signum))
-    except ValueError:
-        before = None
-    try:
-        yield
-    finally:
-        if before is not None:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        if heard:
-            os.kill(os.getpid(), signal.SIGTERM)

@@ -23,6 +23,7 @@ from .jobreport import report_job
 from .outputs import suggest, write
 from .report import collect
 from .script import Ending, locate, run, say, set_path0
+from .sigterm import Terminated
 from .steps import SAMPLE_EVERY, Steps
 from .text import text
 
@@ -114,6 +115,9 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
     steps = Steps(make, sites, collective=_rank() is not None)
     patches = Patches()
     collectives = Collectives([root], lambda: sites.in_step) if _rank() is not None else None
+    terminated = Terminated()
+    if ranks is not None:
+        terminated.install()
     try:
         _install(steps, sites, patches, options, thr_options, collectives)
         ending = run(target, args, module)
@@ -127,8 +131,11 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
     shown = ending.file if module and ending.file else file
     argv = [target, *args] if not module else ["-m", target, *args]
     if ranks is not None:
-        data = _data(steps, sites, options, shown, ending, argv)
-        return report_job(ranks, data, steps, collectives, options, root, ending)
+        try:
+            data = _data(steps, sites, options, shown, ending, argv)
+        finally:
+            terminated.reporting = True
+        return report_job(ranks, data, steps, collectives, options, root, ending, terminated)
     data = _report(steps, sites, options, shown, ending, argv, root=root,
                    collectives=collectives)
     return exit_code(ending.exit(), data)

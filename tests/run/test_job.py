@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import signal
 import types
 from pathlib import Path
 from typing import Any
 
 import pytest
-
 from _runs import valid
 
 from asyncthrottle.audit.patches import Patches
@@ -23,6 +24,7 @@ from asyncthrottle.run.job import Job, gather
 from asyncthrottle.run.jobmerge import merge, straggler
 from asyncthrottle.run.jobreport import collective_advice, trouble
 from asyncthrottle.run.logged import only_logged
+from asyncthrottle.run.sigterm import Terminated
 from asyncthrottle.run.text import text
 
 torch = pytest.importorskip("torch")
@@ -177,13 +179,38 @@ def test_another_attempts_reports_are_never_read() -> None:
     assert reports == {} and sorted(missing) == [0, 1]
 
 
-def test_a_rank_whose_script_failed_waits_for_rank_0s_report() -> None:
+def test_rank_0_stops_waiting_soon_after_torchruns_sigterm() -> None:
     store = torch.distributed.HashStore()
     clock, sleep = _clock()
-    one = Job(1, 2, store, run="r/0")
-    assert not one.await_finish(1.0, clock=clock, sleep=sleep)
-    Job(0, 2, store, run="r/0").finish()
-    assert one.await_finish(1.0, clock=clock, sleep=sleep)
+    terminated = Terminated(clock)
+    terminated.reporting = True
+    terminated.handle(signal.SIGTERM, None)
+    assert not terminated.over()
+    _, missing = gather(Job(0, 2, store, run="r/0"), 60.0, clock=clock, sleep=sleep,
+                        stop=terminated.over)
+    assert clock() == pytest.approx(5.0, abs=0.1) and sorted(missing) == [0, 1]
+
+
+def test_torchruns_sigterm_ends_the_script_by_system_exit_and_the_report_by_sigterm(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    terminated = Terminated()
+    with pytest.raises(SystemExit) as ended:
+        terminated.handle(signal.SIGTERM, None)
+    assert ended.value.code == 128 + signal.SIGTERM
+    terminated.reporting = True
+    assert terminated.handle(signal.SIGTERM, None) is None
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(os, "kill", lambda pid, signum: sent.append((pid, signum)))
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        terminated.install()
+        assert signal.getsignal(signal.SIGTERM) == terminated.handle
+        terminated.close()
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert sent == [(os.getpid(), signal.SIGTERM)]
 
 
 def test_a_rank_says_only_what_went_wrong_on_it() -> None:

@@ -56,28 +56,32 @@ def test_a_slow_forward_and_a_logging_all_reduce_make_one_report_after_destroy(
     assert job["straggler"]["rank"] == 1 and job["straggler"]["phase"] == "forward"
     assert 0 < job["straggler"]["cost_fraction"] < 1
     (reduce,) = job["collectives"]
-    assert reduce["site"] == "ddp_job.py:61" and reduce["call"] == "all_reduce"
+    assert reduce["site"] == "ddp_job.py:63" and reduce["call"] == "all_reduce"
     assert reduce["ranks"] == [24, 24] and reduce["in_step"] and reduce["only_logged"]
-    assert any(line.startswith("ddp_job.py:61 all_reduce runs every step on every rank")
+    assert any(line.startswith("ddp_job.py:63 all_reduce runs every step on every rank")
                for line in job["suggestions"])
     # the print's read: rank 0's only
-    logged = next(row for row in job["syncs"] if row["site"] == "ddp_job.py:63")
+    logged = next(row for row in job["syncs"] if row["site"] == "ddp_job.py:65")
     assert logged["ranks"] == [24, 0]
     page = (tmp_path / "job.html").read_text()
     assert "straggler" in page and "all_reduce" in page
 
 
-def test_a_slow_loader_and_a_rank_that_raises(tmp_path: Path) -> None:
-    """Rank 1's dataset sleeps a batch (a slow disk), and it raises after its steps: the job's
-    report still comes, naming its exit code; torchrun fails."""
+def test_a_slow_loader_and_a_rank_that_raises_in_its_steps(tmp_path: Path) -> None:
+    """Rank 1's dataset sleeps a batch (a slow disk), and it raises at step 12: once it has
+    exited, rank 0 fails in the backward's all-reduce (or by torchrun's SIGTERM, whichever comes
+    first), and its report of the job names both; torchrun fails."""
     done = _torchrun(tmp_path, "--slow-loader", "1", "--raise", "1", cwd=tmp_path)
     err = done.stderr.decode()
     assert done.returncode != 0
-    assert "RuntimeError: rank 1: the checkpoint could not be saved" in err
+    assert "RuntimeError: rank 1: the batch of step 12 is corrupt" in err
     assert ("asyncthrottle run (rank 1 of 2 on " in err
-            and "the script raised RuntimeError at ddp_job.py:" in err)
+            and "the script raised RuntimeError at ddp_job.py:51; the job's report is rank 0's"
+            in err)
+    assert _reports(err) == 2 and "(the job of 2 ranks; rank 0's figures first)" in err
     job = read_report(tmp_path / "job.json")
-    assert [row["exit_code"] for row in job["ranks"]] == [0, 1]
+    assert job["ranks"][0]["exit_code"] in (1, 143) and job["ranks"][1]["exit_code"] == 1
+    assert [row["steps"] for row in job["ranks"]][1] == 12
     assert job["straggler"]["rank"] == 1 and job["straggler"]["phase"] == "input"
     assert job["collectives"] == [] and job["missing_ranks"] == []
 

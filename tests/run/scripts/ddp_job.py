@@ -4,8 +4,8 @@
 [--raise R]``: rank r writes its losses to OUT.r. ``--slow-forward R``: rank R's own work in its
 forward is 8x the others' (a count of matmuls); ``--slow-loader R``: rank R's dataset takes 20 ms
 a batch (a slow disk); ``--log-reduce``: every step all-reduces the detached loss, only to print
-it; ``--raise R``: rank R raises after its steps. Every rank destroys its process group at the
-end."""
+it; ``--raise R``: rank R raises at the start of step 12 (the others then fail in the backward's
+all-reduce). Every rank destroys its process group at the end."""
 
 import argparse
 import json
@@ -47,6 +47,8 @@ opt = torch.optim.SGD(model.parameters(), lr=0.05)
 work = torch.randn(96, 96) / 10
 losses = []
 for step, (x, y) in enumerate(DataLoader(Batches(), batch_size=8)):
+    if rank == args.raises and step == STEPS // 2:
+        raise RuntimeError(f"rank {rank}: the batch of step {step} is corrupt")
     out = model(x)
     h = torch.randn(96, 96)
     for _ in range(10 * (8 if rank == args.slow_forward else 1)):
@@ -64,6 +66,4 @@ for step, (x, y) in enumerate(DataLoader(Batches(), batch_size=8)):
 print(f"rank {rank}: {len(losses)} steps", flush=True)
 with open(f"{args.out}.{rank}", "w") as file:
     json.dump(torch.stack(losses).tolist(), file)
-if rank == args.raises:
-    raise RuntimeError(f"rank {rank}: the checkpoint could not be saved")
 dist.destroy_process_group()
