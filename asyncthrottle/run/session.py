@@ -122,6 +122,8 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
         _install(steps, sites, patches, options, thr_options, collectives)
         ending = run(target, args, module)
     finally:
+        # from here on, torchrun's SIGTERM waits for the report
+        terminated.reporting = True
         try:
             steps.finish()
         finally:
@@ -131,10 +133,7 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
     shown = ending.file if module and ending.file else file
     argv = [target, *args] if not module else ["-m", target, *args]
     if ranks is not None:
-        try:
-            data = _data(steps, sites, options, shown, ending, argv)
-        finally:
-            terminated.reporting = True
+        data = _data(steps, sites, options, shown, ending, argv)
         return report_job(ranks, data, steps, collectives, options, root, ending, terminated)
     data = _report(steps, sites, options, shown, ending, argv, root=root,
                    collectives=collectives)
