@@ -44,7 +44,7 @@ def collective_lines(rows: Sequence[dict[str, Any]] | None) -> list[str]:
         return []
     if not rows:
         return ["  collectives: none called by the script (DDP's own are in the backward)"]
-    lines = ["  collectives (the script's; count, per step, blocked, by rank):"]
+    lines = ["  collectives (the script's: site, call, count, per step, time blocked):"]
     for row in rows:
         where = "in steps" if row["in_step"] else "outside steps"
         logged = ", only logged" if row.get("only_logged") else ""
