@@ -16,6 +16,7 @@ import pytest
 from _runs import valid
 
 from asyncthrottle.audit.patches import Patches
+from asyncthrottle.run import main
 from asyncthrottle.run.collectives import Collectives
 from asyncthrottle.run.compare import compare
 from asyncthrottle.run.compare import text as compare_text
@@ -305,3 +306,22 @@ def test_compare_of_two_job_reports_names_the_straggler_and_the_collectives() ->
 
 def test_a_job_report_is_described_by_the_schema() -> None:
     assert valid(json.loads(json.dumps(_job())))
+
+
+# -- the option ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "nan", "inf"])
+def test_a_bad_ranks_timeout_is_a_usage_error_naming_the_option(
+        value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as ended:
+        main(["--ranks-timeout", value, "train.py"])
+    assert ended.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--ranks-timeout must be a finite number of seconds > 0, got {value!r}, e.g. 60" in err
+
+
+def test_ranks_timeout_is_taken_and_its_value_is_not_the_script() -> None:
+    from asyncthrottle.run import _split
+
+    assert _split(["--ranks-timeout", "5", "train.py", "--lr", "1"]) == (
+        ["--ranks-timeout", "5"], "train.py", ["--lr", "1"])
