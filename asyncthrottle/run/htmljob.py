@@ -74,7 +74,8 @@ def collectives(data: dict[str, Any]) -> list[str]:
                 "(DDP's own all-reduces are in the backward)</p>"]
     body = "".join(
         f"<tr><td><code>{escape(row['site'])}</code></td><td><code>{escape(row['call'])}</code>"
-        f'</td><td class="num">{row["count"]}</td><td class="num">{row["per_step"]:.2f}</td>'
+        + (f'<span class="via">in {escape(row["via"])}</span>' if row.get("via") else "")
+        + f'</td><td class="num">{row["count"]}</td><td class="num">{row["per_step"]:.2f}</td>'
         f'<td class="num">{row["blocked_s"] * 1000:.3g} ms</td>'
         f"<td>{'in steps' if row['in_step'] else 'outside steps'}"
         f"{', only logged' if row.get('only_logged') else ''}{escape(ranks_of(row))}</td></tr>"

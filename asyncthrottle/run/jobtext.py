@@ -48,7 +48,8 @@ def collective_lines(rows: Sequence[dict[str, Any]] | None) -> list[str]:
     for row in rows:
         where = "in steps" if row["in_step"] else "outside steps"
         logged = ", only logged" if row.get("only_logged") else ""
-        lines.append(f"    {row['site']}  {row['call']}  {row['count']}  "
+        call = row["call"] + (f" (in {row['via']})" if row.get("via") else "")
+        lines.append(f"    {row['site']}  {call}  {row['count']}  "
                      f"{row['per_step']:.2f}  {row['blocked_s'] * 1000:.3g} ms  {where}{logged}"
                      f"{ranks_of(row)}")
     return lines

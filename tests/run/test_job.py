@@ -325,3 +325,11 @@ def test_ranks_timeout_is_taken_and_its_value_is_not_the_script() -> None:
 
     assert _split(["--ranks-timeout", "5", "train.py", "--lr", "1"]) == (
         ["--ranks-timeout", "5"], "train.py", ["--lr", "1"])
+
+
+def test_a_collective_a_package_made_names_its_line() -> None:
+    each = [_row("train.py:40", 3, call="barrier", in_step=False)
+            | {"only_logged": False, "via": "lightning/strategy.py:77"}]
+    job = merge({0: _report(collectives=each), 1: _report(collectives=each)}, {}, 2, None)
+    assert "    train.py:40  barrier (in lightning/strategy.py:77)  6  0.15" in text(job)
+    assert '<span class="via">in lightning/strategy.py:77</span>' in render(job)
