@@ -36,9 +36,9 @@ if TYPE_CHECKING:
 P = TypeVar("P")
 
 # each living throttle's lifecycle, by its id (a throttle need not be hashable: a subclass
-# may define __eq__), with a weak reference that removes the entry as the throttle goes; the
-# lifecycle never holds its throttle
-_LOOPS: dict[int, tuple[weakref.ref[object], Lifecycle]] = {}
+# may define __eq__), with a weak reference that removes the entry as the throttle goes. Both
+# are weak: the lifecycle holds the callbacks, which may hold the throttle (held by it alone)
+_LOOPS: dict[int, tuple[weakref.ref[object], weakref.ref[Lifecycle]]] = {}
 
 
 def _forget(key: int, _: object) -> None:
@@ -48,7 +48,9 @@ def _forget(key: int, _: object) -> None:
 
 def of(throttle: object) -> Lifecycle:
     """The lifecycle of ``throttle``: how the view's passes and the framework callbacks drive it."""
-    return _LOOPS[id(throttle)][1]
+    life = _LOOPS[id(throttle)][1]()
+    assert life is not None, "a living throttle holds its lifecycle"
+    return life
 
 
 class Lifecycle:
@@ -71,13 +73,13 @@ class Lifecycle:
         closed: the throttle was closed.
     """
 
-    def __init__(self, owner: object, options: Mapping[str, Any]) -> None:
+    def __init__(self, owner: object, given: Mapping[str, Any]) -> None:
         # each value by its declaration's check, then what goes together: on every backend, before
-        # anything is built
-        checked = {option.name: option.checked(options[option.name]) for option in OPTIONS}
+        # anything is built; from here on every value is the checked one (the parts' too)
+        options = {option.name: option.checked(given[option.name]) for option in OPTIONS}
         for part in PARTS:
             part.check(options)
-        timeout: float | None = checked["timeout"]
+        timeout: float | None = options["timeout"]
         wait = options["wait"]
         # "auto": chosen once the device is known
         chosen = None if wait == "auto" else resolve_wait(wait)
@@ -112,9 +114,9 @@ class Lifecycle:
         self.closed = False
         # close()'s release; a dropped throttle's, or at the interpreter's exit (before its
         # finalization, which a gloo group must not see)
-        self.release = weakref.finalize(owner, _release, core, self.values, backend,
-                                        tuple(parts.values()))
-        _LOOPS[id(owner)] = (weakref.ref(owner, partial(_forget, id(owner))), self)
+        self.release = release = Release(core, self.values, backend, tuple(parts.values()))
+        weakref.finalize(owner, _release_if_held, weakref.ref(release))
+        _LOOPS[id(owner)] = (weakref.ref(owner, partial(_forget, id(owner))), weakref.ref(self))
 
     def part(self, kind: type[P]) -> P | None:
         """The part of class ``kind``, or None when the options leave it off."""
@@ -317,14 +319,42 @@ class Lifecycle:
             raise RuntimeError(closed(what))
 
 
-def _release(core: Core, values: Completions, backend: Backend, parts: tuple[Any, ...]) -> None:
-    """Let go of what a closed or dropped throttle holds: each part's resources (``Part.close``),
-    the values' pinned ring, the backend's pooled events, then the core's hooks.
+class Release:
+    """Lets go of what a closed or dropped throttle holds, once: each part's resources
+    (``Part.close``), the values' pinned ring, the backend's pooled events, then the core's hooks.
 
-    The throttle's finalizer: run once, by ``close()``, when the last reference to the throttle
-    goes, or at the interpreter's exit. The core holds its parts' hooks and the parts hold the
-    core; nothing inside holds the throttle, so dropping it runs this, which unties the rest: each
-    object is then freed as its last reference goes, never by the cyclic garbage collector. A part
-    whose ``close`` raises hides the release from no other (the first error is raised after).
+    Run by ``close()``; by the throttle's finalizer as its last reference goes, or at the
+    interpreter's exit (before its finalization, which a gloo group must not see); or by its own
+    ``__del__`` where the cyclic garbage collector frees the throttle. The core holds its parts'
+    hooks and the parts hold the core; nothing inside holds the throttle, so dropping it runs this,
+    which unties the rest: each object is then freed as its last reference goes. But what it holds
+    also holds the user's callbacks, which may hold the throttle (``thr.close()`` in an
+    ``on_complete`` callback), and what a finalizer holds lives until it runs: the finalizer holds
+    this weakly. A throttle its callbacks hold is then the garbage of a reference cycle, this among
+    it: the collector clears the finalizer's weak reference and calls ``__del__`` here. A part whose
+    ``close`` raises hides the release from no other (the first error is raised after).
     """
-    tell([*(part.close for part in parts), values.close, backend.release, core.release])
+
+    __slots__ = ("__weakref__", "_held")
+
+    def __init__(self, core: Core, values: Completions, backend: Backend,
+                 parts: tuple[Any, ...]) -> None:
+        self._held: tuple[Core, Completions, Backend, tuple[Any, ...]] | None = (
+            core, values, backend, parts)
+
+    def __call__(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            core, values, backend, parts = held
+            tell([*(part.close for part in parts), values.close, backend.release, core.release])
+
+    def __del__(self) -> None:
+        self()
+
+
+def _release_if_held(release: weakref.ref[Release]) -> None:
+    """The throttle's finalizer: its release, unless the collector frees it (``Release.__del__``
+    runs it)."""
+    held = release()
+    if held is not None:
+        held()

@@ -14,11 +14,13 @@ use them, and the core imports nothing outside ``core/``). :class:`AutoDepth`, a
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
+import inspect
 import math
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ParamSpec
 
 from .core.checks import (
     check_bool,
@@ -33,8 +35,10 @@ from .core.checks import (
 __all__ = [
     "CORE_OPTIONS", "DEFAULT_MAX_DEPTH", "AutoDepth", "Option", "check_at", "check_bool",
     "check_callable", "check_choice", "check_depth", "check_int", "check_positive", "check_real",
-    "check_streams",
+    "check_streams", "named_arguments", "unexpected_arguments",
 ]
+
+P = ParamSpec("P")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,3 +236,53 @@ CORE_OPTIONS = (
            wrong_type=(3,), shown="`time.perf_counter`",
            help="the clock that times the host (tests inject a fake one)."),
 )
+
+
+# -- the arguments themselves: a misspelt keyword is named with the closest one --------------
+
+
+def named_arguments(init: Callable[P, None]) -> Callable[P, None]:
+    """``Keywords.__init__`` (written from the declarations), refusing an argument it does not take
+    with :func:`unexpected_arguments`: Python's own error would name ``Keywords.__init__``, which
+    the user never called, and no keyword near the one misspelt. Its signature, for ``help()`` and
+    an IDE, is ``init``'s."""
+    parameters = list(inspect.signature(init).parameters.values())[1:]
+    names = tuple(parameter.name for parameter in parameters)
+    positional = sum(1 for parameter in parameters
+                     if parameter.kind is parameter.POSITIONAL_OR_KEYWORD)
+
+    @functools.wraps(init)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> None:
+        given = args[1:]
+        if len(given) > positional or not set(kwargs).issubset(names) or (
+                set(names[:len(given)]) & set(kwargs)):
+            raise unexpected_arguments(type(args[0]).__name__, given, kwargs, names, positional)
+        init(*args, **kwargs)
+
+    return checked
+
+
+def unexpected_arguments(owner: str, args: Sequence[Any], kwargs: Mapping[str, Any],
+                         names: Sequence[str], positional: int = 1) -> TypeError:
+    """The error of ``owner(*args, **kwargs)`` where ``owner`` takes the keywords ``names``, the
+    first ``positional`` of them by position too: it names ``owner``, each keyword it does not
+    take with the closest one it does (``did you mean depth?``), and what to pass by keyword."""
+    unknown = [name for name in kwargs if name not in names]
+    if unknown:
+        said = []
+        for name in unknown:
+            near = difflib.get_close_matches(name, names, n=1)
+            said.append(f"{name!r} (did you mean {near[0]}?)" if near else repr(name))
+        kind = "unexpected keyword arguments" if len(said) > 1 else "an unexpected keyword argument"
+        return TypeError(f"{owner}() got {kind} "
+                         f"{', '.join(said)}; its keywords are {', '.join(names)} "
+                         f"(help({owner}) says what each does)")
+    twice = [name for name in names[:len(args)] if name in kwargs]
+    if twice:
+        return TypeError(f"{owner}() got {twice[0]} twice, by position and as {twice[0]}=; pass "
+                         "it once")
+    shown = ", ".join(repr(arg) for arg in args)
+    taken = f"{positional} positional argument{'s' if positional > 1 else ''}"
+    return TypeError(f"{owner}() takes {taken} ({', '.join(names[:positional])}) but {len(args)} "
+                     f"were given ({shown}); pass the others by keyword: "
+                     f"{', '.join(f'{name}=' for name in names[positional:])}")

@@ -131,13 +131,16 @@ class Throttle(Keywords):
         """Wait for every recorded step, then release what the throttle holds; idempotent.
 
         A wrapped loop still running ends as leaving it would (its step recorded; asked for more,
-        it raises); the steps recorded are drained (a host-device sync on the last one), so their
+        it raises); called from an ``on_complete`` callback its ``next()`` delivers, it ends the
+        loop there as a ``break`` would (no batch handed out after it); the steps recorded are
+        drained (a host-device sync on the last one), so their
         values are delivered. Then the throttle lets go of its events, pinned buffers, process
         group and CUDA sync-debug mode. ``stats``, ``summary()``, ``latest`` and
         ``export_trace()`` stay readable; every call that would change it (a loop, a step,
         ``defer()``, ``section()``, ``drain()``, ...) raises ``RuntimeError`` naming itself.
         A throttle dropped without ``close()`` releases the same without waiting, as soon as its
-        last reference goes (no garbage collection needed), or at the interpreter's exit.
+        last reference goes (no garbage collection needed), or at the interpreter's exit; one its
+        own callbacks refer to, when the garbage collector frees it.
 
         Raises:
             RuntimeError: a step is open (``begin_step()`` without ``end_step()``: call

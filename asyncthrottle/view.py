@@ -167,6 +167,11 @@ class Pass(StepIterator[T]):
     pass's first batch, ``begin_step()``/``step()``, ``mark()``, ``drain()``
     or ``pause()``.
 
+    A pass ended while its own ``next()`` runs -- ``close()`` in an ``on_complete`` callback that
+    ``next()`` delivers, to stop training from the logger -- ends there as a ``break`` would: that
+    ``next()`` raises ``StopIteration`` (the batch it fetched is not handed out), and the step it
+    recorded is recorded once.
+
     A pass ended because a new pass over the same throttle started in the
     same thread (a nested ``for``, ``zip(view, view)``, an iterator kept after
     a ``break``) raises ``RuntimeError`` if it is asked for another batch:
@@ -204,7 +209,10 @@ class Pass(StepIterator[T]):
     def _failed(self, exc: BaseException) -> None:
         """``next()`` raised ``exc``: no batch is handed out (``StopIteration``: the pass ends)."""
         self.in_body = False
-        if isinstance(exc, StopIteration):
+        if self._state != "running":
+            # ended while its next() ran (a callback closed the throttle): no batch is kept
+            self._held.clear()
+        elif isinstance(exc, StopIteration):
             self._finish()
 
     def close(self) -> None:
@@ -254,6 +262,9 @@ class Pass(StepIterator[T]):
         if self._life.drain_at_end:
             # may raise a timeout: the pass stays open, the next next() drains again
             self._core.drain()
+            if self._state != "running":
+                # a callback of the drain closed the throttle, which ended the pass
+                return
         self._state = "done"
         self._items = None
         self._end()

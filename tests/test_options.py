@@ -38,6 +38,7 @@ WRONG_VALUE = [{option.name: value} for option in OPTIONS for value in option.wr
     {"depth": at.AutoDepth(max=4), "max_depth": 4},
     {"max_memory": at.MemoryBudget(1 << 20, probe=lambda: 0), "memory": lambda: 0},
     {"timeout": 5.0, "wait": "block"},
+    {"ranks_timeout": 60.0},  # without ranks_every=, no gather for it to bound
 ]
 # The device's own options, each alone (the backends of the cases above pass device= or events=).
 DEVICE = [({"device": 5}, TypeError), ({"device": "cdua"}, ValueError), ({"events": 5}, TypeError),
@@ -76,6 +77,74 @@ def test_a_wrong_value_is_a_value_error_naming_the_option(options: dict[str, Any
     depth = options.pop("depth", 2)
     with pytest.raises(ValueError, match=next(iter(options), "depth")):
         _make(backend, depth, options)
+
+
+@pytest.mark.parametrize(("call", "says"), [
+    (lambda: at.Throttle(dpeth=2),
+     r"^Throttle\(\) got an unexpected keyword argument 'dpeth' \(did you mean depth\?\)"),
+    (lambda: at.Throttle(2, sample_evry=4, colour=1),
+     r"^Throttle\(\) got unexpected keyword arguments 'sample_evry' \(did you mean sample_every\?\), 'colour'; "
+     r"its keywords are depth, device, "),
+    (lambda: at.throttle([0], 2, timout=5.0), r"^Throttle\(\) got .*'timout' \(did you mean timeout\?\)"),
+    (lambda: at.Throttle(2, "cpu"),
+     r"^Throttle\(\) takes 1 positional argument \(depth\) but 2 were given \(2, 'cpu'\); "
+     r"pass the others by keyword: device=, events=, "),
+    (lambda: at.Throttle(2, depth=3), r"^Throttle\(\) got depth twice, by position and as depth="),
+])
+def test_a_wrong_argument_names_the_throttle_and_the_closest_keyword(call: Any, says: str) -> None:
+    """Python's own error named ``Keywords.__init__()``, the class the signature is written in, and no keyword
+    near a misspelt one."""
+    with pytest.raises(TypeError, match=says):
+        call()
+
+
+def test_a_subclass_is_named_in_its_wrong_argument() -> None:
+    class Mine(at.Throttle):
+        pass
+
+    with pytest.raises(TypeError, match=r"^Mine\(\) got an unexpected keyword argument 'dpeth' \(did you mean depth"):
+        Mine(dpeth=2)
+    assert Mine(2, device="cpu").depth == 2
+
+
+def test_the_signature_stays_the_declared_one_for_help_and_an_ide() -> None:
+    assert list(inspect.signature(at.Throttle).parameters)[:3] == ["depth", "device", "events"]
+    assert "Args:" in (inspect.getdoc(at.Throttle.__init__) or "")
+
+
+def test_ranks_timeout_is_taken_with_ranks_every_and_its_default_alone() -> None:
+    with pytest.raises(ValueError, match=r"ranks_timeout=60.0 was given without ranks_every=.*pass ranks_every="):
+        FakeDevice().throttle(ranks_timeout=60.0)
+    FakeDevice().throttle(ranks_every=10, ranks_timeout=60.0)
+    FakeDevice().throttle(ranks_timeout=300.0)  # (the default: not told from no value)
+
+
+def test_timeout_and_wait_with_depth_none_bound_the_drains_so_they_are_taken() -> None:
+    """depth=None never waits for room, but drain() and the end of a pass wait for every step: timeout= and
+    wait= act there, so neither is refused beside it."""
+    dev = FakeDevice()
+    thr = dev.throttle(None, timeout=0.5, wait="poll")
+    with pytest.raises(at.ThrottleTimeout, match=r"within timeout=0\.5 s"):
+        for _ in thr.wrap(range(3)):
+            dev.launch(1.0)
+    assert thr.stats.waits == 1
+
+
+def test_the_parts_are_built_from_the_checked_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/architecture.md: a part's ``build(at)`` reads ``at.options``, all of them checked. Here the check of
+    ``trace=`` returns another value than it was given: the part is built from the checked one."""
+    from asyncthrottle import _lifecycle
+    from asyncthrottle.parts.trace import Trace
+
+    declared = [option if option.name != "trace" else dataclasses.replace(option, check=lambda name, value: 2 * value)
+                for option in _lifecycle.OPTIONS]
+    monkeypatch.setattr(_lifecycle, "OPTIONS", tuple(declared))
+    built: list[Any] = []
+    build = Trace.build.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(Trace, "build",
+                        classmethod(lambda cls, at: built.append(at.options["trace"]) or build(cls, at)))
+    FakeDevice().throttle(trace=8)
+    assert built == [16]
 
 
 def test_a_close_miss_says_how_to_write_it() -> None:

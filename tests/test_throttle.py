@@ -10,6 +10,7 @@ import subprocess
 import sys
 import weakref
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from asyncthrottle.framework import ThrottleHooks
 from asyncthrottle.parts import PARTS
 from asyncthrottle.parts.sections import Sections
 from asyncthrottle.testing import FakeDevice
+from asyncthrottle.values import Completions
 
 
 def _steps(dev: FakeDevice, thr: at.Throttle, n: int, device_s: float = 0.010) -> None:
@@ -122,6 +124,52 @@ def test_close_in_a_wrapped_loop_records_its_step_and_the_loop_raises_at_its_nex
     assert seen == [0, 1] and thr.stats.steps == 2 and thr.stats.completed == 2
 
 
+def _closes_at(thr: at.Throttle, last: int, heard: list[int], step: int, values: dict[str, Any]) -> None:
+    heard.append(step)
+    if step == last:
+        thr.close()  # training stopped from the logger
+
+
+def test_close_in_an_on_complete_callback_ends_a_synchronous_loop_as_a_break_would() -> None:
+    """On the CPU a step's values arrive in the next() that records it: the close there ends that next(),
+    with no error, no batch handed out after it and no step recorded twice."""
+    pytest.importorskip("torch")  # (the CPU backend's)
+    thr = at.Throttle(2, device="cpu")
+    heard: list[int] = []
+    thr.on_complete(partial(_closes_at, thr, 2, heard))
+    view = thr.wrap(range(10))
+    seen = []
+    for batch in view:
+        thr.defer(float(batch), name="loss")
+        seen.append(batch)
+    assert seen == [0, 1, 2] and heard == [0, 1, 2] and thr.latest == {"loss": 2.0}
+    assert thr.stats.steps == 3 and repr(thr).endswith(", closed)")
+    with pytest.raises(RuntimeError, match="wrapped loop on a closed Throttle"):
+        next(iter(view))
+
+
+@pytest.mark.parametrize(("depth", "last", "seen"), [
+    (2, 2, 4),  # step 2 completes as batch 4 is admitted: batch 4 is never handed out
+    (1, 2, 3),
+    (None, 2, 10),  # nothing completes before the end: the pass's own drain delivers, and closes
+])
+def test_close_in_an_on_complete_callback_ends_a_loop_as_a_break_would(depth: int | None, last: int,
+                                                                       seen: int) -> None:
+    dev = FakeDevice()
+    thr = dev.throttle(depth)
+    heard: list[int] = []
+    thr.on_complete(partial(_closes_at, thr, last, heard))
+    body = []
+    for batch in thr.wrap(range(10)):
+        dev.launch(0.010)
+        thr.defer(float(batch), name="loss")
+        body.append(batch)
+    assert body == list(range(seen)) and heard[-1] == last
+    # the step that ran last is recorded once (never a step the loop did not run), and drained
+    assert thr.stats.steps == seen and thr.stats.completed == seen and thr.in_flight == 0
+    assert repr(thr).endswith(", closed)")
+
+
 def test_a_with_block_closes_the_throttle_at_its_end() -> None:
     dev = FakeDevice()
     with dev.throttle(2) as thr:
@@ -218,6 +266,30 @@ def test_a_dropped_cpu_throttle_and_a_dropped_framework_callback_are_freed_witho
     del thr, hooks
     assert [ref() for ref in refs] == [None, None, None]
     assert _in_cycles() == []
+
+
+def test_dropped_throttles_their_callbacks_refer_to_are_freed_by_the_collector_and_released(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A callback that holds its throttle (to close it, to read its stats) makes a reference cycle; the
+    collector frees it only if nothing global (the finalizer's arguments, the lifecycles' registry) holds
+    a way to the throttle, and the release still runs: the parts' timing events, the values' ring."""
+    released: list[int] = []
+    close = Completions.close
+    monkeypatch.setattr(Completions, "close", lambda values: (released.append(1), close(values))[1])
+    dev = FakeDevice()
+    refs, held = [], []
+    for _ in range(20):
+        thr = _every_part(dev)
+        thr.on_complete(partial(_closes_at, thr, -1, []))
+        parts = inside(thr).life
+        # what the release empties (and which holds no way to the throttle)
+        held.append((parts.part(Sections).waiting, parts.part(at.parts.timing.DeviceTiming).ends))
+        assert all(held[-1]), "every throttle holds timing events to release"
+        refs.append(weakref.ref(thr))
+        del thr, parts
+    gc.collect()
+    assert [ref() for ref in refs] == [None] * 20
+    assert len(released) == 20 and not any(any(kept) for kept in held)
 
 
 def test_the_throttle_that_first_imports_torch_is_freed_without_the_garbage_collector() -> None:

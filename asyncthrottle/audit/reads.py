@@ -9,6 +9,8 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any
 
+from .callerwarnings import CallerWarnings
+
 if TYPE_CHECKING:
     from .patches import Patches
     from .syncsites import SyncSites
@@ -43,12 +45,17 @@ def patch_reads(sites: SyncSites, patches: Patches) -> None:
                            CodeType)}
     sites.timer.know(_Read.__get__.__code__, frozenset(codes),
                      torch._C._autograd._profiler_enabled)
+    # the wrappers' own frames stand between the script and torch: their warnings are the
+    # script's line's
+    warned = CallerWarnings(__name__)
+    warned.start(patches)
+    front = warned.front
     for name in _TENSOR_READS:
-        patches.replace(torch.Tensor, name, functools.partial(_method, sites, name))
-    patches.replace(torch.Tensor, "__getitem__", functools.partial(_mask_read, sites))
+        patches.replace(torch.Tensor, name, functools.partial(_Read, sites, front, name))
+    patches.replace(torch.Tensor, "__getitem__", functools.partial(_mask_read, sites, front))
     for name in _TORCH_READS:
-        patches.replace(torch, name, functools.partial(_function, sites, name))
-    patches.replace(torch, "where", functools.partial(_function, sites, "where",
+        patches.replace(torch, name, functools.partial(_function, sites, front, name))
+    patches.replace(torch, "where", functools.partial(_function, sites, front, "where",
                                                       one_argument=True))
 
 
@@ -60,12 +67,15 @@ class _Read:
     blocked is taken by ``sites.timer``'s profile function, installed here as the lookup's last
     act (see :class:`~asyncthrottle.audit.blocked.ReadTimer`)."""
 
-    __slots__ = ("_call", "_compiling", "_cuda", "_get", "_profile", "_sites", "_timer", "_to")
+    __slots__ = ("_call", "_compiling", "_cuda", "_front", "_get", "_profile", "_sites", "_timer",
+                 "_to")
 
-    def __init__(self, sites: SyncSites, name: str, original: Any) -> None:
+    def __init__(self, sites: SyncSites, front: Callable[[], None], name: str,
+                 original: Any) -> None:
         import torch
 
         self._sites, self._cuda, self._call = sites, sites.cuda, f"Tensor.{name}"
+        self._front = front
         self._get, self._to = original.__get__, name == "to"
         self._compiling = torch.compiler.is_compiling
         self._timer = sites.timer
@@ -80,7 +90,7 @@ class _Read:
             # off CUDA, a host tensor's to() is the script's host-to-device copy
             bound = self._get(tensor, owner)
             got = bound if tensor.is_cpu else functools.partial(
-                _copied, self._sites, bound, sys._getframe(1))
+                _copied, self._sites, self._front, bound, sys._getframe(1))
         else:
             got, frame = self._get(tensor, owner), sys._getframe(1)
             if self._sites.seen(self._call, tensor, frame) and self._sites.time_read(got, frame):
@@ -91,12 +101,10 @@ class _Read:
         return got
 
 
-def _method(sites: SyncSites, name: str, original: Any) -> _Read:
-    return _Read(sites, name, original)
-
-
-def _copied(sites: SyncSites, bound: Any, frame: FrameType, *args: Any, **kwargs: Any) -> Any:
+def _copied(sites: SyncSites, front: Callable[[], None], bound: Any, frame: FrameType,
+            *args: Any, **kwargs: Any) -> Any:
     """A device tensor's ``to()`` off CUDA: a read when it copies to the host and waits."""
+    front()
     clock = sites.clock
     start = clock()
     out = bound(*args, **kwargs)
@@ -106,7 +114,8 @@ def _copied(sites: SyncSites, bound: Any, frame: FrameType, *args: Any, **kwargs
     return out
 
 
-def _mask_read(sites: SyncSites, original: Any) -> Callable[[Any, Any], Any]:
+def _mask_read(sites: SyncSites, front: Callable[[], None],
+               original: Any) -> Callable[[Any, Any], Any]:
     """``Tensor.__getitem__``: a read when the key is a boolean (or uint8) mask; any other key
     costs one type test."""
     import torch
@@ -116,20 +125,21 @@ def _mask_read(sites: SyncSites, original: Any) -> Callable[[Any, Any], Any]:
 
     def getitem(tensor: Any, key: Any) -> Any:
         # the type test first: an index of a compiled graph traces it and goes on
-        if key.__class__ is tensor_type and key.dtype in masks and not compiling() and (
-                _get_ident() == sites.thread) and sites.seen(
+        if key.__class__ is tensor_type and key.dtype in masks and not compiling():
+            front()
+            if _get_ident() == sites.thread and sites.seen(
                     "Tensor.__getitem__", tensor, sys._getframe(1)) and sites.timing():
-            start = sites.clock()
-            try:
-                return original(tensor, key)
-            finally:
-                sites.blocked(sites.clock() - start)
+                start = sites.clock()
+                try:
+                    return original(tensor, key)
+                finally:
+                    sites.blocked(sites.clock() - start)
         return original(tensor, key)
 
     return _named(getitem, original, "Tensor.__getitem__")
 
 
-def _function(sites: SyncSites, name: str, original: Any, *,
+def _function(sites: SyncSites, front: Callable[[], None], name: str, original: Any, *,
               one_argument: bool = False) -> Callable[..., Any]:
     """A torch function that reads (``torch.nonzero``); with ``one_argument``, in its
     one-argument form only (``torch.where(cond)``)."""
@@ -138,11 +148,12 @@ def _function(sites: SyncSites, name: str, original: Any, *,
     compiling, call, tensor_type = torch.compiler.is_compiling, f"torch.{name}", torch.Tensor
 
     def read(*args: Any, **kwargs: Any) -> Any:
-        if (not one_argument or len(args) + len(kwargs) == 1) and not compiling() and (
-                _get_ident() == sites.thread):
+        if (not one_argument or len(args) + len(kwargs) == 1) and not compiling():
+            front()
             first = args[0] if args else kwargs.get("input", kwargs.get("condition"))
-            if sites.seen(call, first if isinstance(first, tensor_type) else None,
-                          sys._getframe(1)) and sites.timing():
+            if _get_ident() == sites.thread and sites.seen(
+                    call, first if isinstance(first, tensor_type) else None,
+                    sys._getframe(1)) and sites.timing():
                 start = sites.clock()
                 try:
                     return original(*args, **kwargs)

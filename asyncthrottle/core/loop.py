@@ -56,8 +56,16 @@ class StepIterator(Iterator[T]):
             # a timeout or Ctrl-C in the wait again
             held.append(item)
             raise
-        self.in_body = True
+        self._go_on()
         return item
+
+    def _go_on(self) -> None:
+        """After a record or an admit whose hooks ran: the loop goes on (a batch is handed out), or
+        it was ended meanwhile (a callback closed the throttle) and this ``next()`` ends it as a
+        ``break`` would (``StopIteration``), the batch fetched not handed out."""
+        if self._items is None:
+            raise StopIteration
+        self.in_body = True
 
     def _failed(self, exc: BaseException) -> None:
         """``next()`` raised ``exc``: no batch is handed out."""
@@ -96,7 +104,13 @@ class StepIterator(Iterator[T]):
                     # Core.record() of a synchronous step no part hears: complete as it ends
                     core.steps += 1
                 else:
+                    # (a hook may end the pass: a callback's close(); the step is recorded once)
+                    self.in_body = False
                     core.record()
+                    # (_go_on(), inlined: the per-step path of a loop with deferred values)
+                    if self._items is None:
+                        raise StopIteration
+                    self.in_body = True
             except BaseException as exc:
                 self._failed(exc)
                 raise
@@ -137,7 +151,11 @@ class StepIterator(Iterator[T]):
                     if core.steps == core.supplied_step:
                         core.supplier.supplied_idle(core.steps, last)
             elif core.new_event is not None or core.on_handout:
+                self.in_body = False
                 core.admit()
+                if self._items is None:
+                    raise StopIteration
+                self.in_body = True
         except BaseException as exc:
             self._held.append(item)
             self._failed(exc)

@@ -9,7 +9,8 @@ from the modules (an IDE, mypy and ``help()`` read a signature and a class's bas
 so this writes them out, as matplotlib writes pyplot's wrappers and CPython's Argument Clinic its
 parsers: ``PARTS`` in the parts' order, ``PartStats`` with each part's ``STATS`` as a base, and
 ``Keywords``, whose ``__init__`` is ``Throttle``'s signature (each option's type and default) and
-whose docstring is its ``Args`` (each option's ``help``).
+whose docstring is its ``Args`` (each option's ``help``); ``_options.named_arguments`` wraps it, so
+that a misspelt keyword is refused naming ``Throttle`` and the closest keyword.
 ``tests/test_declared.py`` fails while the file on disk is not what this writes. (It imports the
 package, and so the file it replaces: after deleting or renaming a part, delete its lines there
 first.)
@@ -28,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-from .._options import CORE_OPTIONS, Option
+from .._options import CORE_OPTIONS, Option, named_arguments
 from ._build import Part
 
 PATH = Path(__file__).with_name("_declared.py")
@@ -184,6 +185,8 @@ def text(declared: Sequence[type[Part]] | None = None) -> str:
     imports.name("typing", "TYPE_CHECKING")
     imports.name("typing", "Any")
     imports.modules.add("dataclasses")
+    # (a wrong argument is refused naming the Throttle, and the keyword closest to a misspelt one)
+    imports.name(_relative(named_arguments.__module__), named_arguments.__name__)
     stats = [part.STATS for part in reversed(declared) if part.STATS is not None]
     for part in declared:
         imports.name(_relative(part.__module__), part.__name__)
@@ -235,6 +238,7 @@ def text(declared: Sequence[type[Part]] | None = None) -> str:
         "",
         "    __slots__ = ()",
         "",
+        "    @named_arguments",
         "    def __init__(",
         "        self,",
         *parameters,

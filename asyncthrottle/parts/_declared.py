@@ -16,6 +16,7 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
+from .._options import named_arguments
 from .autodepth import AutoDepthStats, DepthController
 from .memory import MemoryGate, MemoryStats
 from .nonfinite import NonFiniteStats, NonFiniteWatch
@@ -67,6 +68,7 @@ class Keywords:
 
     __slots__ = ()
 
+    @named_arguments
     def __init__(
         self,
         depth: int | str | AutoDepth | None = 2,

@@ -17,6 +17,8 @@ from .sections import Sections
 from .timing import DeviceTiming
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from ..core.rule import Core
     from ..stats import Stats
     from ._build import Build
@@ -138,6 +140,17 @@ class RankScores(Part):
                      " most the process group's timeout (default 300; gloo's own is 30 minutes).")),
     )
     STATS = RankStats
+
+    @staticmethod
+    def check(options: Mapping[str, Any]) -> None:
+        """``ranks_timeout=`` bounds the gathers of ``ranks_every=``: without them it would do
+        nothing, which is a ``ValueError`` (the default is not told from the same value given)."""
+        timeout = options["ranks_timeout"]
+        if options["ranks_every"] is None and timeout != TIMEOUT_S:
+            raise ValueError(f"ranks_timeout={timeout!r} was given without ranks_every=, so no "
+                             "gather runs for it to bound; pass ranks_every= (e.g. "
+                             "ranks_every=100) to gather the ranks' step times, or drop "
+                             "ranks_timeout=")
 
     @classmethod
     def build(cls, at: Build) -> RankScores | None:

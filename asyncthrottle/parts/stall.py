@@ -116,7 +116,7 @@ class StallWatch(Part):
     def build(cls, at: Build) -> StallWatch | None:
         """The watch, with the core's wait strategy wrapped; None when off or synchronous (nothing
         waits)."""
-        stall, core = check_stall(at.options["stall"]), at.core
+        stall, core = at.options["stall"], at.core
         if stall is None or core.synchronous:
             return None
         watch = cls(core, None if stall == "auto" else stall, at.clock)  # type: ignore[arg-type]

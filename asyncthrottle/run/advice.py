@@ -70,7 +70,8 @@ def suggestions(data: dict[str, Any], *, synchronous: bool) -> list[str]:
     between its steps too, once a step or more), then the loader. Where the device runs ahead
     (not ``synchronous``) the reads that blocked the host longest a step come first (those not
     timed last); on a synchronous device, where no read waits, the most frequent. Each read's
-    suggestion says what a fix recovers at most (:func:`recovers`)."""
+    suggestion says what a fix recovers at most (:func:`recovers`), where the device runs
+    ahead (on a synchronous one the report says why once: :func:`~.text.synchronous_note`)."""
     rows = [row for row in _one_per_read(data["syncs"] or []) if row["per_step"] >= OFTEN and (
         row["in_step"] or (row.get("via") and row["per_step"] >= 1))]
     if not synchronous:  # sorted is stable: by count a step within equal times
@@ -129,8 +130,8 @@ def recovers(row: dict[str, Any], data: dict[str, Any], *,
 def _recovery(row: dict[str, Any], data: dict[str, Any], synchronous: bool) -> str:
     """What a fix of ``row``'s read recovers at most, as said after its advice."""
     if synchronous:
-        return ("; a fix recovers at most the time the read blocks, on an accelerator (this "
-                "device is synchronous: its reads wait for nothing)")
+        # the report says once why a fix pays on an accelerator (text.SYNCHRONOUS)
+        return ""
     most = recovers(row, data, synchronous=False)
     if most is None:
         return "; a fix recovers at most the time the read blocks (not timed)"

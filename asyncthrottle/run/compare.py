@@ -3,12 +3,9 @@ reports (``run --json``): the speed, the sync sites, the verdict and whether the
 ``--fail-on-new-syncs`` and ``--fail-if-slower PCT`` make it a check a CI job can run after an
 edit of the script.
 
-Sync sites are matched exactly, by ``(site, call, via, in_step)``: the report's own key (``via``
-keeps a framework's read apart from the line's own). A site is ``file.py:LINE``, so an edit above
-a read moves its line: where one site of a file, call, ``via`` and ``in_step`` is gone and exactly
-one other of the same file, call, ``via`` and ``in_step`` is new, the pair is shown as ``moved?``
-(the same read at a new line, most likely, though it cannot be certain) and the rules compare its
-two rates; any other unmatched site is ``removed`` or ``added``.
+Sync sites are matched by what they are, not by their line (:mod:`.sitematch`): an edit above a
+read moves its line and leaves it the same read. A comparison of runs that are not alike (a script
+that failed, no step found, fewer steps after) is said first, and fails every rule asked for.
 """
 
 from __future__ import annotations
@@ -24,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from .._typed import command, examples
-from .report import SCHEMA, schema
+from .noise import noise
+from .reportfile import ReportError, load
+from .sitematch import match
 from .text import figure, steps_named
-from .validate import problems
 
 __all__ = ["COMPARE", "FAILED", "UNUSABLE", "ReportError", "compare", "load", "main", "more_often",
            "text"]
@@ -36,56 +34,6 @@ COMPARE = 1
 # the exit codes: a --fail-* rule failed; a report that cannot be compared, or a usage error
 FAILED, UNUSABLE = 1, 2
 
-_WRITE = "the file python -m asyncthrottle run --json PATH SCRIPT wrote"
-
-# a site's key: (site, call, via, in_step)
-Key = tuple[str, str, "str | None", bool]
-
-
-class ReportError(ValueError):
-    """A file that is no run report this version can compare; the message names the file and
-    what to pass instead."""
-
-
-def load(path: str, which: str) -> dict[str, Any]:
-    """The run report at ``path`` (``which``: ``"BEFORE"`` or ``"AFTER"``, for the messages),
-    checked against ``report.schema.json``.
-
-    Raises:
-        ReportError: no such file, not JSON, JSON that is not a run report, or a schema number
-            this version does not read.
-    """
-    said = f"{which} {path!r}"
-    file = Path(path)
-    if file.is_dir():
-        raise ReportError(f"{said} is a folder: pass {_WRITE}")
-    try:
-        raw = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ReportError(f"{said} does not exist: pass {_WRITE}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ReportError(f"{said} cannot be read ({exc}): pass {_WRITE}") from None
-    try:
-        report = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ReportError(f"{said} is not JSON ({exc}): pass {_WRITE}, not its text "
-                          "report") from None
-    if not isinstance(report, dict) or "schema" not in report:
-        what = ("a trace (run --trace), not a report" if isinstance(report, dict)
-                and "traceEvents" in report else 'JSON but not a run report (no "schema" key)')
-        raise ReportError(f"{said} is {what}: pass {_WRITE}")
-    if report["schema"] != SCHEMA or isinstance(report["schema"], bool):
-        from .. import __version__
-
-        raise ReportError(f"{said} has schema {report['schema']!r}, and asyncthrottle "
-                          f"{__version__} reads schema {SCHEMA}: compare it with the asyncthrottle "
-                          "that wrote it, or run the script again under this one")
-    found = problems(report, schema())
-    if found:
-        raise ReportError(f"{said} is not a run report of schema {SCHEMA} ({'; '.join(found)}): "
-                          f"pass {_WRITE}, unchanged")
-    return report
-
 
 def compare(before: dict[str, Any], after: dict[str, Any], *, fail_on_new_syncs: bool = False,
             fail_if_slower: float | None = None, paths: tuple[str, str] = ("BEFORE", "AFTER")
@@ -93,21 +41,28 @@ def compare(before: dict[str, Any], after: dict[str, Any], *, fail_on_new_syncs:
     """The comparison of two run reports, as ``--json OUT`` writes it (see docs/run.md,
     "Compare two runs"); ``exit_code`` is 0, or :data:`FAILED` where a rule asked for failed."""
     syncs = _syncs(before, after)
+    chance = noise(before, after)
+    unlike = _unlike(before, after)
     rules = []
     if fail_on_new_syncs:
         rules.append(_new_syncs_rule(before, after, syncs))
     if fail_if_slower is not None:
-        rules.append(_slower_rule(before, after, fail_if_slower))
+        rules.append(_slower_rule(before, after, fail_if_slower, chance))
+    for rule in rules:  # a rule cannot pass on runs that are not alike: that is said first
+        rule["passed"] = rule["passed"] and not unlike
+        rule["why"] = [*unlike, *rule["why"]]
     warnings = []
     if os.path.normpath(before["script"]) != os.path.normpath(after["script"]):
         warnings.append(f"BEFORE ran {before['script']} and AFTER ran {after['script']}: the "
                         "reports are of different scripts (compared all the same)")
     return {
         "compare": COMPARE,
+        "unlike": unlike,
         "before": _side(before, paths[0]),
         "after": _side(after, paths[1]),
         "speed_ratio": (after["steps_per_s"] / before["steps_per_s"]
                         if before["steps_per_s"] > 0 else None),
+        "speed_noise": chance,
         "verdict_changed": before["verdict"] != after["verdict"],
         "losses": _losses(before["losses"], after["losses"]),
         "syncs": syncs,
@@ -133,71 +88,32 @@ def _side(report: dict[str, Any], path: str) -> dict[str, Any]:
             "steps_per_s": report["steps_per_s"], "verdict": report["verdict"]}
 
 
+def _unlike(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """Why the two runs are not alike, so that no rule can pass on them: a script that failed
+    (its exit code not 0), a run that found no training step, AFTER with fewer steps than
+    BEFORE (it stopped early, or ran less: a crashed run is fast and reads little)."""
+    said = [f"{name}'s script exited {report['exit_code']} (it failed: its figures are of a run "
+            "cut short)" for name, report in (("BEFORE", before), ("AFTER", after))
+            if report["exit_code"] != 0]
+    said += [f"{name} found no training step" for name, report in (("BEFORE", before),
+                                                                     ("AFTER", after))
+             if report["steps"] == 0]
+    if 0 < after["steps"] < before["steps"]:
+        said.append(f"AFTER found {after['steps']} steps, fewer than BEFORE's {before['steps']} "
+                    "(it stopped early, or ran less)")
+    return said
+
+
 # -- sync sites ------------------------------------------------------------------------------
-
-def _rows(report: dict[str, Any], key: str = "syncs") -> dict[Key, dict[str, Any]]:
-    return {(row["site"], row["call"], row.get("via"), bool(row["in_step"])): row
-            for row in report[key]}
-
-
-def _figures(row: dict[str, Any] | None) -> dict[str, Any] | None:
-    if row is None:
-        return None
-    return {"site": row["site"], "count": row["count"], "per_step": row["per_step"]}
-
-
-def _change(change: str, key: Key, old: dict[str, Any] | None,
-            new: dict[str, Any] | None) -> dict[str, Any]:
-    return {"change": change, "call": key[1], "via": key[2], "in_step": key[3],
-            "before": _figures(old), "after": _figures(new)}
-
 
 def _syncs(before: dict[str, Any], after: dict[str, Any],
            key: str = "syncs") -> dict[str, Any] | None:
-    """The sites removed, added, moved? and changed (count or per step), and how many are
-    unchanged; None where either report counted none (``syncs: null``). ``key``: the rows
-    compared (``"collectives"``: a job's)."""
+    """The sites removed, added, changed (count or per step) and ``moved?``, how many are the
+    same and which of those moved (:func:`~.sitematch.match`); None where either report counted
+    none (``syncs: null``). ``key``: the rows compared (``"collectives"``: a job's)."""
     if before.get(key) is None or after.get(key) is None:
         return None
-    old, new = _rows(before, key), _rows(after, key)
-    gone = [key for key in old if key not in new]
-    came = [key for key in new if key not in old]
-    moved = _moved(gone, came)
-    paired = {key for pair in moved for key in pair}
-    changes = [_change("removed", key, old[key], None) for key in gone if key not in paired]
-    changes += [_change("added", key, None, new[key]) for key in came if key not in paired]
-    changes += [_change("moved?", was, old[was], new[now]) for was, now in moved]
-    kept = [key for key in old if key in new]
-    changed = [key for key in kept if old[key]["count"] != new[key]["count"]
-               or not math.isclose(old[key]["per_step"], new[key]["per_step"], abs_tol=1e-12)]
-    changes += [_change("changed", key, old[key], new[key]) for key in changed]
-    changes.sort(key=lambda c: (not c["in_step"], -max(_rate(c["before"]), _rate(c["after"])),
-                                _site(c), c["call"]))
-    return {"changes": changes, "unchanged": len(kept) - len(changed)}
-
-
-def _moved(gone: list[Key], came: list[Key]) -> list[tuple[Key, Key]]:
-    """The (gone, new) pairs that are one read at a moved line, most likely: the only site gone
-    and the only one new of their file, call, ``via`` and ``in_step``."""
-    def group(key: Key) -> tuple[str, str, str | None, bool]:
-        return (key[0].rpartition(":")[0], key[1], key[2], key[3])
-
-    olds: dict[Any, list[Key]] = {}
-    news: dict[Any, list[Key]] = {}
-    for key in gone:
-        olds.setdefault(group(key), []).append(key)
-    for key in came:
-        news.setdefault(group(key), []).append(key)
-    return [(keys[0], news[name][0]) for name, keys in olds.items()
-            if len(keys) == 1 and len(news.get(name, [])) == 1]
-
-
-def _rate(figures: dict[str, Any] | None) -> float:
-    return float(figures["per_step"]) if figures is not None else 0.0
-
-
-def _site(change: dict[str, Any]) -> str:
-    return str((change["before"] or change["after"])["site"])
+    return match(before[key], after[key])
 
 
 # -- the rules -------------------------------------------------------------------------------
@@ -234,7 +150,8 @@ def _new_syncs_rule(before: dict[str, Any], after: dict[str, Any],
             why.append(f"{name} reads in steps ({_rate_text(new, after['steps'])}), a site "
                        "BEFORE did not read in steps")
         elif more_often(old["count"], before["steps"], new["count"], after["steps"]):
-            moved = f" (moved? from {old['site']})" if old["site"] != new["site"] else ""
+            moved = "" if old["site"] == new["site"] else f" (moved? from {old['site']})" \
+                if change["change"] == "moved?" else f" ({old['site']} BEFORE)"
             why.append(f"{name}{moved} reads more often in steps: "
                        f"{_rate_text(new, after['steps'])}, BEFORE "
                        f"{_rate_text(old, before['steps'])}")
@@ -246,9 +163,11 @@ def _rate_text(figures: dict[str, Any], steps: int) -> str:
     return f"{figures['count']} in {steps} steps, {figures['per_step']:.2f} a step"
 
 
-def _slower_rule(before: dict[str, Any], after: dict[str, Any], pct: float) -> dict[str, Any]:
+def _slower_rule(before: dict[str, Any], after: dict[str, Any], pct: float,
+                 chance: dict[str, Any] | None) -> dict[str, Any]:
     """``--fail-if-slower PCT``: fails where AFTER's steps/s is more than PCT % below BEFORE's
-    (and where BEFORE found no steps: nothing to measure against)."""
+    (and where BEFORE found no steps: nothing to measure against); its why says where the
+    difference is within the noise the step times show (``chance``)."""
     rule = f"--fail-if-slower {pct:g}"
     old, new = before["steps_per_s"], after["steps_per_s"]
     if old <= 0:
@@ -263,7 +182,14 @@ def _slower_rule(before: dict[str, Any], after: dict[str, Any], pct: float) -> d
     else:
         how = f"{drop:.1f}% slower, more than the {pct:g}% allowed"
     return {"rule": rule, "passed": passed,
-            "why": [f"AFTER {figure(new)} steps/s against BEFORE {figure(old)}: {how}"]}
+            "why": [f"AFTER {figure(new)} steps/s against BEFORE {figure(old)}: {how}"
+                    + (f" ({_chance(chance)})" if chance is not None else "")]}
+
+
+def _chance(chance: dict[str, Any]) -> str:
+    """Whether a speed difference is within the noise the step times show."""
+    return (f"{'within' if chance['within'] else 'beyond'} the noise of "
+            f"\u00b1{chance['pct']:.1f}% the step times show")
 
 
 # -- losses ----------------------------------------------------------------------------------
@@ -291,10 +217,13 @@ def text(found: dict[str, Any], before: dict[str, Any], after: dict[str, Any]) -
     old, new = found["before"], found["after"]
     scripts = (old["script"] if old["script"] == new["script"]
                else f"{old['script']} -> {new['script']}")
-    lines = [f"asyncthrottle compare: {old['path']} -> {new['path']} ({scripts})",
-             _speed(found), f"  verdict: {old['verdict']} -> {new['verdict']}"
-             + ("" if found["verdict_changed"] else " (unchanged)"),
-             _loss_line(found["losses"], before["losses"], after["losses"])]
+    lines = [f"asyncthrottle compare: {old['path']} -> {new['path']} ({scripts})"]
+    if found["unlike"]:
+        lines.append(f"  NOT ALIKE: {'; '.join(found['unlike'])}: the figures below compare "
+                     "unlike runs" + (", and no rule can pass" if found["rules"] else ""))
+    lines += [_speed(found), f"  verdict: {old['verdict']} -> {new['verdict']}"
+              + ("" if found["verdict_changed"] else " (unchanged)"),
+              _loss_line(found["losses"], before["losses"], after["losses"])]
     lines += _sync_lines(found["syncs"], before, after)
     if "straggler" in found:
         lines += _job_lines(found, before, after)
@@ -308,8 +237,15 @@ def text(found: dict[str, Any], before: dict[str, Any], after: dict[str, Any]) -
 def _speed(found: dict[str, Any]) -> str:
     old, new, ratio = found["before"], found["after"], found["speed_ratio"]
     steps = f"steps {old['steps']} -> {new['steps']}"
-    said = (f"x{ratio:.2f}, {(ratio - 1) * 100:+.0f}%" if ratio is not None
-            else "no ratio: BEFORE found no steps")
+    chance = found.get("speed_noise")
+    if ratio is None:
+        said = "no ratio: BEFORE found no steps"
+    elif chance is not None and chance["within"]:
+        said = (f"x{ratio:.2f}: within the noise of \u00b1{chance['pct']:.1f}% the step times "
+                "show, no faster nor slower that they can tell")
+    else:
+        said = f"x{ratio:.2f}, {(ratio - 1) * 100:+.0f}%" + (
+            f", {_chance(chance)}" if chance is not None else "")
     return (f"  speed: {figure(old['steps_per_s'])} -> {figure(new['steps_per_s'])} steps/s "
             f"({said}); {steps}")
 
@@ -354,14 +290,19 @@ def _sync_lines(syncs: dict[str, Any] | None, before: dict[str, Any],
         which = " and ".join(name for name, report in (("BEFORE", before), ("AFTER", after))
                              if report.get(key) is None)
         return [f"  {what}: not compared ({which} counted none: {key} is null)"]
-    changes, same = syncs["changes"], syncs["unchanged"]
+    changes = syncs["changes"]
+    kinds = [kind for kind in ("removed", "added", "changed", "moved?")
+             if any(c["change"] == kind for c in changes)]
+    counted = [f"{sum(c['change'] == kind for c in changes)} {kind}" for kind in kinds]
+    same = f"{syncs['unchanged']} the same" + (f", {len(syncs['moved'])} of them at another line"
+                                               if syncs["moved"] else "")
     if not changes:
-        return [f"  {what}: no change ({same} the same)"]
+        return [f"  {what}: no change ({same})"]
     cells = [(c["change"], _where(c), _named(c), _count(c["before"]), _count(c["after"]),
               "" if c["in_step"] else "  outside steps") for c in changes]
     heads = ("change", "site", "call", "before", "after")
     widths = [max(len(row[k]) for row in [heads, *cells]) for k in range(5)]
-    lines = [f"  {what} ({len(changes)} changed, {same} the same):"]
+    lines = [f"  {what} ({', '.join(counted)}; {same}):"]
     for row in [heads, *cells]:
         line = "  ".join(f"{cell:<{w}}" for cell, w in zip(row[:5], widths, strict=True))
         lines.append(f"    {line}{row[5] if len(row) > 5 else ''}".rstrip())

@@ -2,9 +2,10 @@
 attach to an issue: no script, no stylesheet, font or image fetched from anywhere (inline CSS,
 inline SVG charts), built from the report's data (:func:`asyncthrottle.run.report.collect`).
 
-The page: the verdict and its figures first, the suggestions, the per-step times, the loss curve
-with its NaN/Inf steps, the sync sites with their source lines, the sections and input wait, the
-ranks' scores under torchrun, the command that made it. A long run stays small: past a few
+The page: the verdict and its figures first (a warning where no step was found), the suggestions
+with their patches, the per-step times, the loss curve with its NaN/Inf steps, the sync sites with
+their source lines, the sections and input wait, the ranks' scores under torchrun, the command
+that made it and the environment it ran in. A long run stays small: past a few
 thousand steps the charts draw each bucket's least and largest value (:mod:`.svg`).
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 from .htmljob import collectives
 from .htmljob import ranks as job_ranks
 from .htmlsites import Source, cached, read_lines, syncs
+from .htmlsuggestions import suggestions
 from .svg import Line, Marks, chart
 from .text import GLOSSARY, duration, figure, loss_summary, nothing_found
 
@@ -52,18 +54,27 @@ code,pre,.mono{font-family:ui-monospace,SFMono-Regular,"SF Mono",Menlo,Consolas,
 .verdict{border:1px solid var(--line);border-left:6px solid var(--info);border-radius:6px;
 padding:12px 16px;margin:16px 0;background:var(--soft)}
 .verdict.good{border-left-color:var(--good)}.verdict.fix{border-left-color:var(--fix)}
+.verdict.warn{border-left-color:var(--bad);background:#fff5f5;border-color:#ffcecb}
 .badge{display:inline-block;font-weight:600;font-size:1.1rem;padding:1px 10px;border-radius:12px;
 background:var(--info);color:#fff}
 .good .badge{background:var(--good)}.fix .badge{background:var(--fix)}
-.figures{display:grid;grid-template-columns:repeat(auto-fill,minmax(104px,1fr));gap:8px;
+.warn .badge{background:var(--bad)}
+ul.seen{margin:4px 0;padding-left:22px}
+.figures{display:grid;grid-template-columns:repeat(auto-fill,minmax(120px,1fr));gap:8px;
 margin:12px 0 0;padding:0}
 .figures div{background:#fff;border:1px solid var(--line);border-radius:6px;padding:6px 10px}
 .figures dt{font-size:12px;color:var(--muted)}.figures dd{margin:0;font-size:1.2rem;
-font-weight:600;font-variant-numeric:tabular-nums}
+font-weight:600;font-variant-numeric:tabular-nums;white-space:nowrap}
 .figures small{display:block;font-size:12px;font-weight:400;color:var(--muted)}
 .note{border:1px solid var(--line);border-left:6px solid var(--bad);border-radius:6px;
 padding:8px 14px;margin:12px 0;background:#fff}
-ol.suggestions li{margin:4px 0}
+ol.suggestions li{margin:4px 0 10px}
+.note.sync{border-left-color:var(--info)}
+pre.diff{margin:6px 0 0;padding:6px 0;background:#fff;border:1px solid var(--line);
+border-radius:4px;overflow-x:auto}
+pre.diff>span{display:block;padding:0 10px;white-space:pre}
+pre.diff .add{background:#dafbe1}pre.diff .del{background:#ffebe9}
+pre.diff .hunk{color:var(--info)}pre.diff .file{font-weight:600}pre.diff .muted{color:var(--muted)}
 svg.chart{display:block;width:100%;min-width:640px;height:auto;margin:8px 0}
 .figure{overflow-x:auto}
 table{border-collapse:collapse;width:100%;font-variant-numeric:tabular-nums}
@@ -75,9 +86,13 @@ padding-top:0}
 .via{display:block;color:var(--muted);font-size:12px}
 pre.src{margin:0;padding:6px 0;background:var(--soft);border:1px solid var(--line);
 border-radius:4px;overflow-x:auto}
-pre.src span{display:block;padding:0 10px}
+pre.src>span{display:block;padding:0 10px}
 pre.src .here{background:#fff8c5;box-shadow:inset 3px 0 0 var(--fix)}
 pre.src .ln{display:inline-block;min-width:3.5em;color:var(--muted);user-select:none}
+pre.src .ctl{color:var(--bad)}
+table.environment{width:auto}table.environment th{background:none;font-size:15px;
+color:var(--muted);font-weight:400;padding-right:24px}table.environment :is(th,td){
+vertical-align:baseline}
 .bar{display:inline-block;height:10px;background:var(--info);border-radius:2px;
 vertical-align:middle}
 .slowest .bar{background:var(--bad)}
@@ -106,10 +121,10 @@ def render(data: dict[str, Any], *, source: Source | None = None) -> str:
     read = cached(source if source is not None else read_lines)
     script = str(data.get("script") or "")
     title = f"asyncthrottle run: {os.path.basename(script) or 'report'}"
-    body = [*_head(data, title), *_suggestions(data), *_per_step(data), *_losses(data),
+    body = [*_head(data, title), *suggestions(data), *_per_step(data), *_losses(data),
             *syncs(data, read), *_sections(data),
             *(job_ranks(data) if "ranks" in data else _ranks(data)), *collectives(data),
-            *_command(data)]
+            *_command(data), *_environment(data), _footer(data)]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{escape(title)}</title><style>{_STYLE}</style></head>"
@@ -144,6 +159,13 @@ def _head(data: dict[str, Any], title: str) -> list[str]:
     stats = data.get("stats") or {}
     verdict = str(data.get("verdict") or "unknown")
     kind = "good" if verdict in _GOOD else "fix" if verdict in _FIX else ""
+    advice = f"<p>{escape(str(data.get('advice') or ''))}</p>"
+    if not data.get("steps"):
+        # no verdict to give: the page warns, and says what the hooks saw
+        verdict, kind = "no step found", "warn"
+        said = nothing_found(data.get("seen") or {}, data.get("argv") or [],
+                             data.get("raised")).strip()
+        advice = f"<p>{escape(said)}</p>{_seen(data.get('seen') or {})}"
     wall = stats.get("wall_s") or 0.0
     # (name, value, a smaller note under it)
     figures: list[tuple[str, ...]] = [
@@ -164,17 +186,27 @@ def _head(data: dict[str, Any], title: str) -> list[str]:
     out = [f"<header><h1>{escape(title)}</h1>",
            f'<p class="muted mono">{escape(str(data.get("script") or ""))}</p></header>',
            f'<section class="verdict {kind}" aria-label="verdict"><p><span class="badge">'
-           f"{escape(verdict)}</span></p><p>{escape(str(data.get('advice') or ''))}</p>"
+           f"{escape(verdict)}</span></p>{advice}"
            f'<dl class="figures">{cells}</dl>{_context(data)}</section>']
-    if not data.get("steps"):
-        said = nothing_found(data.get("seen") or {}, data.get("argv") or [],
-                             data.get("raised")).strip()
-        out.append(f'<p class="note">{escape(said)}</p>')
     out += _guard(data)
     if data.get("error") is not None:
         out.append('<p class="note">the runner stopped finding steps after its own error: '
                    f"<code>{escape(str(data['error']))}</code></p>")
     return out
+
+
+# what the hooks saw (the report's "seen"), by key
+_SEEN = {"forwards": "training forwards", "backwards": "backward() calls",
+         "optimizer_steps": "optimizer steps", "autograd_grad": "torch.autograd.grad calls",
+         "other_threads": "backward() or step() calls on other threads",
+         "processes": "processes the script started"}
+
+
+def _seen(seen: dict[str, Any]) -> str:
+    """What the hooks saw, where no step was found: one count each."""
+    items = "".join(f"<li>{escape(str(count))} {escape(_SEEN.get(key, key.replace('_', ' ')))}"
+                    "</li>" for key, count in seen.items())
+    return f'<p>What the hooks saw:</p><ul class="seen">{items}</ul>' if items else ""
 
 
 def _guard(data: dict[str, Any]) -> list[str]:
@@ -207,15 +239,6 @@ def _context(data: dict[str, Any]) -> str:
     if data.get("framework"):
         said.append(f"steps found by {escape(str(data['framework']))}'s callback")
     return f'<p class="muted">{"; ".join(said)}</p>' if said else ""
-
-
-def _suggestions(data: dict[str, Any]) -> list[str]:
-    said = data.get("suggestions") or []
-    if not said:
-        return ['<h2 id="suggestions">Suggestions</h2><p class="muted">none: no read in most '
-                "steps, no slow loader</p>"]
-    items = "".join(f"<li>{escape(str(s))}</li>" for s in said)
-    return [f'<h2 id="suggestions">Suggestions</h2><ol class="suggestions">{items}</ol>']
 
 
 def _per_step(data: dict[str, Any]) -> list[str]:
@@ -323,9 +346,7 @@ def _ranks(data: dict[str, Any]) -> list[str]:
 
 
 def _command(data: dict[str, Any]) -> list[str]:
-    """The command that made the report, where its trace went, what made the page."""
-    from .. import __version__
-
+    """The command that made the report, where its trace went."""
     argv = [str(a) for a in data.get("argv") or []]
     typed = data.get("options")
     line = shlex.join([*(str(a) for a in typed or []), *argv])
@@ -340,7 +361,37 @@ def _command(data: dict[str, Any]) -> list[str]:
         path = str(trace.get("path"))
         out.append(f"<p>the trace: <code>{escape(path)}</code> (<code>python -m asyncthrottle "
                    f"plot {escape(shlex.quote(path))}</code>)</p>")
-    return [*out, f"<footer>asyncthrottle {escape(__version__)}, report schema "
-                  f"{escape(str(data.get('schema')))}; the report's words are defined in the "
-                  f"glossary of &ldquo;Diagnose a script&rdquo; in asyncthrottle's documentation "
-                  f"(<code>{escape(GLOSSARY)}</code>)</footer>"]
+    return out
+
+
+def _environment(data: dict[str, Any]) -> list[str]:
+    """Where the run ran, for a bug report: date, Python, torch, device, OS, asyncthrottle,
+    rank and world size."""
+    head = '<h2 id="environment">Environment</h2>'
+    found = data.get("environment")
+    if not isinstance(found, dict):
+        return [head, '<p class="muted">this report has none (it is older than its '
+                "environment)</p>"]
+
+    def known(key: str) -> str:
+        value = found.get(key)
+        return "\u2013" if value is None or value == "" else str(value)
+
+    device = (known("device") if found.get("device") else "\u2013 (no step found one)") + (
+        f" ({found['device_name']})" if found.get("device_name") else "")
+    rows = (("date", known("date")), ("Python", known("python")), ("torch", known("torch")),
+            ("device", device), ("OS", known("os")), ("asyncthrottle", known("asyncthrottle")),
+            ("rank", f"{known('rank')} of {known('world_size')}"))
+    cells = "".join(f"<tr><th>{escape(label)}</th><td class=\"mono\">{escape(value)}</td></tr>"
+                    for label, value in rows)
+    return [head, f'<table class="environment" aria-label="environment"><tbody>{cells}</tbody>'
+                  "</table>"]
+
+
+def _footer(data: dict[str, Any]) -> str:
+    from .. import __version__
+
+    return (f"<footer>page made by asyncthrottle {escape(__version__)}, report schema "
+            f"{escape(str(data.get('schema')))}; the report's words are defined in the glossary "
+            f"of &ldquo;Diagnose a script&rdquo; in asyncthrottle's documentation "
+            f"(<code>{escape(GLOSSARY)}</code>)</footer>")

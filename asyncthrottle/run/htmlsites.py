@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import re
 import tokenize
 from collections.abc import Callable, Sequence
 from html import escape
 from typing import Any
 
 from .jobtext import ranks_of
-from .text import duration
+from .text import blocked_per_step, duration, synchronous_note
 
-__all__ = ["Source", "cached", "read_lines", "syncs"]
+__all__ = ["Source", "cached", "lines_of", "read_lines", "syncs"]
 
 # a file's lines by its path (None: it cannot be read)
 Source = Callable[[str], "Sequence[str] | None"]
@@ -22,12 +23,21 @@ _HERE = ' class="here"'
 
 
 def read_lines(path: str) -> list[str] | None:
-    """A source file's lines, in its declared encoding (None: it cannot be read)."""
+    """A source file's lines, in its declared encoding, numbered as Python numbers them (None: it
+    cannot be read)."""
     try:
         with tokenize.open(path) as f:
-            return f.read().splitlines()
+            return lines_of(f.read())
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return None
+
+
+def lines_of(text: str) -> list[str]:
+    """``text``'s lines as Python counts them: ended by ``\\n``, ``\\r\\n`` or ``\\r`` only
+    (``str.splitlines()`` also ends one at a form feed, ``\\v``, ``\\x1c``-``\\x1e``,
+    ``\\x85``, U+2028 and U+2029, which Python's line numbers do not count)."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
 
 
 def cached(read: Source) -> Source:
@@ -54,10 +64,13 @@ def syncs(data: dict[str, Any], read: Source) -> list[str]:
     blocked = any(row.get("blocked_s") is not None for row in rows)
     head = ("<tr><th>site</th><th>call</th><th class=\"num\">count</th>"
             "<th class=\"num\">per step</th><th>where</th>"
-            + ("<th class=\"num\">time blocked</th>" if blocked else "") + "</tr>")
+            + ("<th class=\"num\">time blocked a step</th>" if blocked else "") + "</tr>")
     bodies = [_site(row, read, blocked) for row in rows[:_SITES]]
+    note = synchronous_note(data)
     out += ['<p class="muted">Each line of the script that reads a device value on the host: on '
             "an accelerator each such read waits for the device.</p>",
+            *([f'<p class="note sync">{escape(note[:1].upper() + note[1:])}.</p>'] if note
+              else []),
             f'<div class="wrap"><table><thead>{head}</thead>{"".join(bodies)}</table></div>']
     if len(rows) > _SITES:
         out.append(f'<p class="muted">\u2026 and {len(rows) - _SITES} more sites (all in '
@@ -75,15 +88,23 @@ def _site(row: dict[str, Any], read: Source, blocked: bool) -> str:
              f'<td class="num">{row.get("count", 0):,}</td>',
              f'<td class="num">{row.get("per_step") or 0.0:.2f}</td>', f"<td>{where}</td>"]
     if blocked:
-        seconds = row.get("blocked_s")
-        cells.append('<td class="num">'
-                     + (escape(duration(seconds * 1000)) if seconds is not None else "\u2013")
-                     + "</td>")
+        cells.append(f'<td class="num">{_blocked(row)}</td>')
     lines = _excerpt(row, read)
     columns = len(cells)
     src = (f'<tr class="src"><td colspan="{columns}">{lines}</td></tr>' if lines else
            f'<tr class="src"><td colspan="{columns}" class="muted">source not found</td></tr>')
     return f'<tbody class="site"><tr>{"".join(cells)}</tr>{src}</tbody>'
+
+
+def _blocked(row: dict[str, Any]) -> str:
+    """A row's time blocked as the text says it, a step, with its total beside it."""
+    seconds, each = row.get("blocked_s"), row.get("blocked_per_step_s")
+    if seconds is None:
+        return "\u2013"
+    total = escape(duration(seconds * 1000))
+    if each is None:
+        return f"{total} in all"
+    return f'{escape(blocked_per_step(each))}<span class="via">{total} in all</span>'
 
 
 def _excerpt(row: dict[str, Any], read: Source) -> str:
@@ -100,6 +121,17 @@ def _excerpt(row: dict[str, Any], read: Source) -> str:
     shown = [lines[k - 1].expandtabs(4) for k in range(first, last + 1)]
     indent = min((len(s) - len(s.lstrip()) for s in shown if s.strip()), default=0)
     spans = "".join(f'<span{_HERE if k == line else ""}><span class="ln">{k}</span>'
-                    f"{escape(text[indent:])}</span>"
+                    f"{_visible(text[indent:])}</span>"
                     for k, text in zip(range(first, last + 1), shown, strict=True))
     return f'<pre class="src" aria-label="{escape(site)}">{spans}</pre>'
+
+
+# the characters a source line may hold that show as nothing, or break the line on the page
+_UNSEEN = re.compile("[\x00-\x08\x0b-\x1f\x7f\x85\u2028\u2029]")
+
+
+def _visible(text: str) -> str:
+    """``text`` escaped for HTML, its control characters and line separators written as Python
+    escapes (``\\x0c``)."""
+    return _UNSEEN.sub(lambda found: f'<span class="ctl">{repr(found[0])[1:-1]}</span>',
+                       escape(text))

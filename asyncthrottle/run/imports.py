@@ -4,7 +4,7 @@ not before: the runner imports nothing the script has not."""
 from __future__ import annotations
 
 import importlib.abc
-import importlib.machinery
+import importlib.util
 import sys
 from collections.abc import Callable
 from types import ModuleType
@@ -44,13 +44,38 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             return None
         self._finding.add(name)
         try:
-            spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+            spec = self._find_after(name, path, target)
         finally:
             self._finding.discard(name)
         if spec is None or spec.loader is None:
             return spec
         spec.loader = _Then(spec.loader, self.then.pop(name))
         return spec
+
+    def _find_after(self, name: str, path: Any, target: Any) -> Any:
+        """The spec of the first finder after this one on ``sys.meta_path`` that finds ``name``,
+        each asked in order, as Python asks them (a site's or an editable install's finder,
+        then ``PathFinder``); None: none finds it."""
+        finders = sys.meta_path
+        later = finders[finders.index(self) + 1:] if self in finders else list(finders)
+        for finder in later:
+            find_spec = getattr(finder, "find_spec", None)
+            if find_spec is not None:
+                spec = find_spec(name, path, target)
+            elif sys.version_info < (3, 12):
+                spec = _legacy_spec(finder, name, path)
+            else:
+                continue
+            if spec is not None:
+                return spec
+        return None
+
+
+def _legacy_spec(finder: Any, name: str, path: Any) -> Any:
+    """The spec of a finder with only ``find_module()``, which Python < 3.12 still asks."""
+    find_module = getattr(finder, "find_module", None)
+    loader = find_module(name, path) if find_module is not None else None
+    return importlib.util.spec_from_loader(name, loader) if loader is not None else None
 
 
 class _Then(importlib.abc.Loader):
@@ -61,15 +86,20 @@ class _Then(importlib.abc.Loader):
         self._loader, self._then = loader, then
 
     def create_module(self, spec: Any) -> Any:
-        return self._loader.create_module(spec)
+        create = getattr(self._loader, "create_module", None)
+        return create(spec) if create is not None else None
 
     def exec_module(self, module: ModuleType) -> None:
         # the module keeps its own loader, as without the runner
         module.__loader__ = self._loader
         if module.__spec__ is not None:
             module.__spec__.loader = self._loader
-        self._loader.exec_module(module)
-        self._then(module)
+        if hasattr(self._loader, "exec_module"):
+            self._loader.exec_module(module)
+        else:
+            # a loader older than exec_module: its load_module() puts the module in sys.modules
+            self._loader.load_module(module.__name__)
+        self._then(sys.modules.get(module.__name__, module))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)

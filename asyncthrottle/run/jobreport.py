@@ -24,19 +24,21 @@ __all__ = ["collective_advice", "report_job", "trouble"]
 
 
 def report_job(job: Job, data: dict[str, Any], steps: Steps, collectives: Collectives | None,
-               options: Any, root: str, ending: Ending, terminated: Terminated) -> int:
+               options: Any, root: str, ending: Ending, terminated: Terminated, *,
+               flush: bool = True) -> int:
     """Post this rank's report; on rank 0, wait for the others' (``options.ranks_timeout``, cut
-    short once torchrun's SIGTERM came: ``terminated``), then print and write the job's. Returns
-    run's exit code: rank 0's from the job's guard, each other rank's from its own."""
+    short once torchrun's SIGTERM came: ``terminated``), then print and write the job's
+    (``flush``: the script's stdout first). Returns run's exit code: rank 0's from the job's
+    guard, each other rank's from its own."""
     terminated.reporting = True
     try:
-        return _report(job, data, steps, collectives, options, root, ending, terminated)
+        return _report(job, data, steps, collectives, options, root, ending, terminated, flush)
     finally:
         terminated.close()
 
 
 def _report(job: Job, data: dict[str, Any], steps: Steps, collectives: Collectives | None,
-            options: Any, root: str, ending: Ending, terminated: Terminated) -> int:
+            options: Any, root: str, ending: Ending, terminated: Terminated, flush: bool) -> int:
     main = max(steps.sources, key=lambda s: s.hooks.throttle.stats.steps, default=None)
     count = main.hooks.throttle.stats.steps if main is not None else 0
     data["host"] = job.host
@@ -53,11 +55,12 @@ def _report(job: Job, data: dict[str, Any], steps: Steps, collectives: Collectiv
         for line in trouble(data, exit_code(ending.code, data), job):
             say(line + "\n")
         return exit_code(ending.exit(), data)
-    merged = _gathered(job, options, root, terminated)
+    merged = _gathered(job, options, root, terminated, flush)
     return exit_code(ending.exit(), merged)
 
 
-def _gathered(job: Job, options: Any, root: str, terminated: Terminated) -> dict[str, Any]:
+def _gathered(job: Job, options: Any, root: str, terminated: Terminated,
+              flush: bool) -> dict[str, Any]:
     """Rank 0: gather, merge, write and print the job's report; returns it."""
     reports, missing = gather(job, options.ranks_timeout, stop=terminated.over)
     events = {rank: report.pop("trace_events", None) for rank, report in reports.items()}
@@ -69,7 +72,8 @@ def _gathered(job: Job, options: Any, root: str, terminated: Terminated) -> dict
     write("--json", options.json, lambda: json.dumps(data, indent=1) + "\n")
     write("--html", options.html, lambda: page(data))
     try:
-        sys.stdout.flush()
+        if flush:
+            sys.stdout.flush()
     except Exception:
         pass
     say(text(data) + "\n")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import difflib
 import io
 import os
 import tokenize
@@ -23,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from .advice import OFTEN
-from .rewrite import VALUES, Change, Script, breaks
+from .hunks import Edit, merged, unified
+from .observers import also_writes
+from .rewrite import VALUES, Change, Script
+from .scriptast import segment
 
 __all__ = ["patches"]
 
-# an edit: (start, rank, new lines, end): lines start:end replaced (an insert: end == start)
-_Lines = tuple[int, int, list[str], int]
 # context lines: of the patch file (what patch and git apply match), of a suggestion's own diff
 _CONTEXT, _SHOWN_CONTEXT = 3, 1
 _COMMENTS = {None: "calls log() once each step completes: no sync",
@@ -62,7 +62,7 @@ def patches(rows: Sequence[dict[str, Any]] | None, root: str) -> tuple[list[dict
         edit, verdicts, patch = judged
         for row in file_rows:
             verdict = verdicts[_line(row)]
-            said[id(row)] = (edit.diff([verdict], _SHOWN_CONTEXT), None) \
+            said[id(row)] = (edit.diff([verdict], _SHOWN_CONTEXT, check=False), None) \
                 if isinstance(verdict, Change) else (None, verdict)
         whole.append(patch)
     entries = [{"site": row["site"], "call": row["call"], "certain": said[id(row)][0] is not None,
@@ -129,29 +129,29 @@ class _Edit:
         advice), ``nonfinite="raise"`` only where it raises on the NaN checks' values alone; two
         lines of one statement share its verdict."""
         settled = dict(verdicts)
-        first: dict[ast.stmt, int] = {}
+        firsts: dict[ast.stmt, int] = {}
         for line, v in verdicts.items():
             if isinstance(v, Change):  # two lines of one statement: one change, the first's
-                first.setdefault(v.stmt, line)
+                firsts.setdefault(v.stmt, line)
         changes = [(line, v) for line, v in verdicts.items()
-                   if isinstance(v, Change) and first[v.stmt] == line]
+                   if isinstance(v, Change) and firsts[v.stmt] == line]
         if not changes:
             return settled
         loop = changes[0][1].loop
-        body = loop.body
+        places = {id(stmt): place for place, stmt in enumerate(loop.body)}
         deferred: dict[str, int] = {}
         for line, change in sorted(changes, key=lambda item: item[1].stmt.lineno):
             if change.loop is not loop:
                 settled[line] = f"another loop of the file (line {loop.lineno}) is rewritten: " \
                                 "one loop a file"
                 continue
-            place = body.index(change.stmt)
+            place = places[id(change.stmt)]
             moved = [key for key in change.keys if key in deferred and not self.script.same(
-                key, loop, body[deferred[key]:place])]
+                key, loop, deferred[key], place)]
             if moved:
-                settled[line] = f"{moved[0]} may change between its read on line " \
-                                f"{body[deferred[moved[0]]].lineno} and this one (one value a " \
-                                "name a step)"
+                first = loop.body[deferred[moved[0]]].lineno
+                settled[line] = f"{moved[0]} may change between its read on line {first} and " \
+                                "this one (one value a name a step)"
                 continue
             deferred.update({key: place for key in change.keys if key not in deferred})
         kept = [v for v in settled.values() if isinstance(v, Change)]
@@ -163,30 +163,32 @@ class _Edit:
                                 f"{sorted(logged)[0]}, which the script only logs"
             elif isinstance(v, Change) and v.nonfinite == "warn" and checked and not logged:
                 settled[line] = "another NaN check of the loop raises"
-        return {line: settled[first[v.stmt]] if isinstance(v, Change) else v
+        _in_order(settled)
+        return {line: settled[firsts[v.stmt]] if isinstance(v, Change) else v
                 for line, v in verdicts.items()}
 
-    def diff(self, changes: list[Change], context: int) -> str:
-        """The unified diff of the file with ``changes`` made."""
-        old = self.script.lines
-        new = self.made_lines(changes)
-        ast.parse("".join(new))  # (SyntaxError: a bug of the rewrite, not the script's)
-        lines = difflib.unified_diff(old, new, f"a/{self.relative}", f"b/{self.relative}",
-                                     n=context)
-        return "".join(line if line.endswith("\n") else f"{line}\n\\ No newline at end of file\n"
-                       for line in lines)
+    def diff(self, changes: list[Change], context: int, *, check: bool = True) -> str:
+        """The unified diff of the file with ``changes`` made (its edits and their context
+        only); ``check``: the file so made is parsed first (a ``SyntaxError`` is a bug of the
+        rewrite, not the script's). A suggestion's own diff is one change of the checked patch,
+        made alone: not parsed again."""
+        edits = self.edits(changes)
+        if check:
+            ast.parse("".join(merged(self.script.lines, edits, self.newline)))
+        return unified(self.script.lines, edits, self.newline,
+                       (f"a/{self.relative}", f"b/{self.relative}"), context)
 
-    def made_lines(self, changes: list[Change]) -> list[str]:
-        """The file's lines with ``changes`` (all of one loop) made."""
+    def edits(self, changes: list[Change]) -> list[Edit]:
+        """The edits of the file's lines that make ``changes`` (all of one loop)."""
         script, made, nl = self.script, self.made, self.newline
         loop = changes[0].loop
         anchor = _anchor(loop, script.parent)
         indent = _indent(script.lines[anchor.lineno - 1])
         step = "step" if not any("step" in c.names for c in changes) else "_step"
         start = self._import_at(anchor)
-        edits: list[_Lines] = [(start, 0, [f"import asyncthrottle as {made.at}{nl}"], start),
-                               (anchor.lineno - 1, 1, self._setup(changes, indent, step),
-                                anchor.lineno - 1)]
+        edits: list[Edit] = [(start, 0, [f"import asyncthrottle as {made.at}{nl}"], start),
+                             (anchor.lineno - 1, 1, self._setup(changes, indent, step),
+                              anchor.lineno - 1)]
         edits.append(self._wrap(loop))
         deferred: set[str] = set()
         for change in sorted(changes, key=lambda c: c.stmt.lineno):
@@ -196,12 +198,12 @@ class _Edit:
             edits.append((change.stmt.lineno - 1, 2, [
                 f'{at}{made.thr}.defer({key}, name="{key}"){nl}' for key in here],
                 change.stmt.end_lineno or change.stmt.lineno))
-        if breaks(loop):
+        if script.breaks(loop):
             at = _indent(script.lines[loop.lineno - 1])
             end = loop.end_lineno or loop.lineno
             edits.append((end, 3, [f"{at}{made.thr}.drain()  # the steps before the break reach "
                                    f"{made.log}() first{nl}"], end))
-        return _merged(script.lines, edits, nl)
+        return edits
 
     def _import_at(self, anchor: ast.stmt) -> int:
         """The line index after the module's last import before ``anchor``'s module-level
@@ -244,7 +246,7 @@ class _Edit:
             lines += [f"{inner}{text}{nl}" if text.strip() else nl for text in change.body]
         return lines
 
-    def _wrap(self, loop: ast.For) -> _Lines:
+    def _wrap(self, loop: ast.For) -> Edit:
         """The loop's header with its iterable wrapped: ``enumerate(thr.wrap(x))`` for an
         ``enumerate(x)``, else ``thr.wrap(x)``."""
         node: ast.expr = loop.iter
@@ -256,7 +258,7 @@ class _Edit:
         first, last = lines[node.lineno - 1].encode(), lines[(node.end_lineno or 1) - 1].encode()
         head = first[:node.col_offset].decode()
         tail = last[node.end_col_offset or 0:].decode()
-        text = ast.get_source_segment(self.script.source, node) or ast.unparse(node)
+        text = segment(self.script.lines, node) or ast.unparse(node)
         if isinstance(node, ast.Tuple) and not text.startswith("("):
             text = f"({text})"
         made = f"{head}{self.made.thr}.wrap({text}){tail}"
@@ -264,21 +266,19 @@ class _Edit:
                 node.end_lineno or node.lineno)
 
 
-def _merged(lines: list[str], edits: list[_Lines], nl: str) -> list[str]:
-    """``lines`` with the edits made: ``(start, rank, new_lines, end)`` replaces lines
-    ``start:end`` (``end == start``: inserts there); the edits at one place go by rank."""
-    out: list[str] = []
-    at = 0
-    for start, _, new, end in sorted(edits, key=lambda edit: (edit[0], edit[1])):
-        if start < at:
-            raise ValueError(f"overlapping edits at line {start + 1}")
-        out += lines[at:start]
-        if out and not out[-1].endswith(("\n", "\r")):
-            out[-1] += nl
-        out += new
-        at = end
-    out += lines[at:]
-    return out
+def _in_order(settled: dict[int, Change | str]) -> None:
+    """A moved print stays certain only where every other line of its loop that writes to its
+    stream moves too (into the callback, in their order); else it is advice, and so, in turn, are
+    the prints that counted on it."""
+    while True:
+        moving = {id(v.stmt) for v in settled.values() if isinstance(v, Change)}
+        stays = {line: v for line, v in settled.items() if isinstance(v, Change)
+                 and any(id(other) not in moving for other in v.beside)}
+        if not stays:
+            return
+        for line, v in stays.items():
+            other = next(other for other in v.beside if id(other) not in moving)
+            settled[line] = also_writes(f"line {other.lineno}", v.stream or "")
 
 
 def _anchor(loop: ast.For, parent: dict[ast.AST, ast.AST]) -> ast.stmt:

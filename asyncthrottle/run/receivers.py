@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import ast
-import functools
 import linecache
 import re
 from collections.abc import Iterator
 from typing import Any
+
+from .sourceindex import Index, index
 
 __all__ = ["read_targets", "receivers"]
 
@@ -27,22 +28,19 @@ def receivers(row: dict[str, Any], call: str) -> list[str]:
     file = row.get("file") or path
     line = int(number) if number.isdigit() else 0
     # the file as it is now, not as the script's traceback (or an earlier report) read it
-    linecache.checkcache(file)
-    found = _parsed(file, line, call, row.get("fields") or [])
+    found = _parsed(index(file), line, call, row.get("fields") or [])
     if not found:
         fallback = _matched(linecache.getline(file, line), call)
         found = [fallback] if fallback else []
     return found or ["the value"]
 
 
-def _parsed(file: str, line: int, call: str, fields: list[int]) -> list[str]:
-    """The receivers ``ast`` finds on ``line`` of ``file`` (the reads that start on it, else the
+def _parsed(source: Index, line: int, call: str, fields: list[int]) -> list[str]:
+    """The receivers ``ast`` finds on ``line`` of the file (the reads that start on it, else the
     innermost that span it), left to right; of an f-string's, the ``fields`` (positions among
-    the line's, as the audit saw them formatted) where they are known."""
-    tree = _tree("".join(linecache.getlines(file)))
-    if tree is None:
-        return []
-    hits = [(read, target) for node in ast.walk(tree) if _spans(node, line)
+    the line's, as the audit saw them formatted) where they are known. The file's index gives
+    the line's nodes: no walk of its tree a site."""
+    hits = [(read, target) for node in source.reads(line)
             for read, target in read_targets(node, call) if _spans(read, line)]
     starting = [hit for hit in hits if hit[0].lineno == line]
     if not starting and hits:
@@ -60,15 +58,6 @@ def _parsed(file: str, line: int, call: str, fields: list[int]) -> list[str]:
         if name not in names:
             names.append(name)
     return names
-
-
-@functools.lru_cache(maxsize=4)
-def _tree(source: str) -> ast.Module | None:
-    """``source`` parsed (once for all the suggestions of a file), or None."""
-    try:
-        return ast.parse(source)
-    except (SyntaxError, ValueError):
-        return None
 
 
 def _spans(node: ast.AST, line: int) -> bool:

@@ -9,6 +9,7 @@ from importlib import resources
 from typing import Any
 
 from .advice import suggestions
+from .sourceindex import site as named
 from .steps import Source, Steps
 
 __all__ = ["SCHEMA", "collect", "schema"]
@@ -67,8 +68,9 @@ def collect(steps: Steps, rows: Sequence[dict[str, Any]] | None, *, script: str,
         each = {name: _series(values, count) for name, values in several.items()}
         data["losses_by_optimizer"] = {name: found.pop("losses") for name, found in each.items()}
         data["nonfinite_by_optimizer"] = each
-    data["suggestions"] = suggestions(data, synchronous=source is None
-                                      or source.hooks.throttle.synchronous)
+    if source is not None:
+        data["synchronous"] = source.hooks.throttle.synchronous
+    data["suggestions"] = suggestions(data, synchronous=data.get("synchronous") is not False)
     return _plain(data)  # type: ignore[no-any-return]
 
 
@@ -106,7 +108,9 @@ def _syncs(rows: Sequence[dict[str, Any]], tail: Sequence[dict[str, Any]],
     """The audit's rows, sorted by count per step, with the sites read only after the last step's
     update (no step followed: after the script's loop) moved out of the steps. ``file``: the
     site's file (absolute; None where the audit did not give it); ``blocked_s``: the seconds
-    the row's timed reads blocked (None: none timed), ``blocked_per_step_s`` that a step."""
+    the row's timed reads blocked (None: none timed), ``blocked_per_step_s`` that a step;
+    ``function`` and ``text``: the function around the site and its line's text, which tell
+    ``compare`` the read after an edit moved its line (:func:`~.sourceindex.site`)."""
     counts: dict[tuple[str, str, str | None, bool], int] = {}
     blocked: dict[tuple[str, str, str | None, bool], float] = {}
     files: dict[str, str | None] = {}
@@ -127,7 +131,7 @@ def _syncs(rows: Sequence[dict[str, Any]], tail: Sequence[dict[str, Any]],
             counts[inside] = 0
             counts[outside] = counts.get(outside, 0) + row["count"]
             _add_blocked(blocked, outside, blocked.pop(inside, None))
-    out = []
+    out: list[dict[str, Any]] = []
     for (site, call, via, in_step), count in counts.items():
         seconds = blocked.get((site, call, via, in_step))
         if count > 0:
@@ -135,7 +139,7 @@ def _syncs(rows: Sequence[dict[str, Any]], tail: Sequence[dict[str, Any]],
                         "per_step": count / steps if steps else 0.0, "in_step": in_step,
                         "via": via, "file": files.get(site), "blocked_s": seconds,
                         "blocked_per_step_s": seconds / steps if seconds is not None and steps
-                        else None})
+                        else None, **named(files.get(site), site)})
             if call == "Tensor.__format__" and site in fields:
                 out[-1]["fields"] = fields[site]
     return sorted(out, key=lambda row: (-row["per_step"], row["site"], row["via"] or ""))

@@ -1,11 +1,14 @@
 """Which host reads ``run --suggest`` rewrites with certainty, found by ``ast`` in the script: a
 read of a value that is only logged, and a NaN check that raises or warns.
 
-A read is rewritten only where the script logs the same lines afterwards. Its statement is a line
-of a ``for`` loop's own body (not inside an ``if`` there) that only logs: ``print(...)`` or a
-logger's ``debug``...``critical(...)``; ``LIST.append(...)`` of a list made ``[]`` once before the
-loop and otherwise only read inside the arguments of a print or logging call after it (in the same
-function); ``TOTAL += ...`` of a number so read. What it logs may hold constants, f-strings,
+A read is rewritten only where the script's observable behaviour stays the same: it logs the same
+lines, in the same order, and ends the same way (:mod:`.observers` says what could see the work run
+later). Its statement is a line of a ``for`` loop's own body (not inside an ``if`` there) that only
+logs: ``print(...)`` to ``sys.stdout`` or ``sys.stderr``, where nothing else of the loop writes to
+that stream (or only prints that move with it); ``LIST.append(...)`` of a list made ``[]`` once
+before the loop and otherwise only read inside the arguments of a print or logging call after it
+(in the same function); ``TOTAL += ...`` of a number so read. A logging call stays advice: its
+record would name the callback's function and line. What it logs may hold constants, f-strings,
 arithmetic, ``round``/``abs``/``min``/``max``/``str``/``len``/``sum``, the reads ``X.item()``,
 ``X.tolist()``, ``float(X)``, ``int(X)`` and ``f"{X:spec}"`` (a spec: a tensor's own text names its
 device) of a name ``X`` the loop assigns (``X.detach()``, ``.float()``, ``.clone()``... before the
@@ -18,22 +21,24 @@ callback reads them from the step's values (``values["loss"].item()``: a host co
 
 A NaN check (``if not torch.isfinite(loss):``, ``if torch.isnan(loss).any():``,
 ``if math.isnan(loss.item()):``, ...) whose branch only raises becomes
-``Throttle(nonfinite="raise")``; one whose branch only calls ``warnings.warn(...)``, the default
-``nonfinite="warn"``. The loss is deferred at its place.
+``Throttle(nonfinite="raise")`` where no handler of the script could see the error (no ``try`` or
+``with`` around the loop or around a call of its function); one whose branch only calls
+``warnings.warn(...)``, the default ``nonfinite="warn"``. The loss is deferred at its place.
 """
 
 from __future__ import annotations
 
 import ast
+import bisect
 import dataclasses
 import io
-from collections.abc import Sequence
 
 from .movedtext import VALUES, moved
+from .observers import LOGGED, catcher, stream, writers
 from .receivers import read_targets
-from .scriptast import ancestors, binds, breaks, changed, checked, inside, names, own
+from .scriptast import ancestors, binds, checked, exits, inside, names, plain, touches
 
-__all__ = ["VALUES", "Change", "Script", "breaks"]
+__all__ = ["VALUES", "Change", "Script"]
 
 _LOGGING = frozenset(("debug", "info", "warning", "warn", "error", "critical"))
 _KINDS = {ast.If: "an if", ast.With: "a with", ast.Try: "a try", ast.For: "a loop",
@@ -59,6 +64,9 @@ class Change:
         reads: the keys that are not plain numbers (a NaN in them is seen by ``nonfinite=``).
         total: the name it adds to (``global``/``nonlocal`` in the callback), or None.
         nonfinite: ``"raise"`` or ``"warn"`` for a NaN check, else None.
+        stream: the stream a moved ``print`` writes to (``"sys.stdout"``, ``"sys.stderr"``).
+        beside: the other lines of the loop's body that write to that stream: the print is
+            certain only where they all move with it (their order holds in the callback).
     """
 
     stmt: ast.stmt
@@ -69,6 +77,8 @@ class Change:
     reads: set[str] = dataclasses.field(default_factory=set)
     total: str | None = None
     nonfinite: str | None = None
+    stream: str | None = None
+    beside: list[ast.stmt] = dataclasses.field(default_factory=list)
 
 
 class Script:
@@ -82,13 +92,25 @@ class Script:
         self.parent = {child: node for node in ast.walk(self.tree)
                        for child in ast.iter_child_nodes(node)}
         self.bound: dict[str, list[ast.AST]] = {}
-        self.names: set[str] = set()
+        # each name's uses (in ast.walk's order), and the statements of loop bodies by line: the
+        # file is walked here once, then each read's line is looked up (#56: a walk a read made
+        # the report quadratic in a file's reads)
+        self.uses: dict[str, list[ast.Name]] = {}
+        self._held: dict[int, list[ast.stmt]] = {}
         for node in ast.walk(self.tree):
             for name in binds(node):
                 self.bound.setdefault(name, []).append(node)
             if isinstance(node, ast.Name):
-                self.names.add(node.id)
-        self.names.update(self.bound)
+                self.uses.setdefault(node.id, []).append(node)
+            if isinstance(node, ast.stmt) and self._loop_line(node):
+                for line in range(node.lineno, (node.end_lineno or node.lineno) + 1):
+                    self._held.setdefault(line, []).append(node)
+        self.names: set[str] = set(self.uses) | set(self.bound)
+        # what is known of a loop, a name in a loop, a name: found once, when first asked
+        self._loops: dict[ast.For, tuple[str | None, list[ast.stmt]]] = {}
+        self._touched: dict[ast.For, dict[str, list[int]]] = {}
+        self._variable: dict[tuple[str, ast.For], bool] = {}
+        self._scalars: dict[str, bool] = {}
         self.imports_us = any(isinstance(node, (ast.Import, ast.ImportFrom)) and any(
             (alias.name if isinstance(node, ast.Import) else node.module or "").split(".")[0]
             == "asyncthrottle" for alias in node.names) for node in ast.walk(self.tree))
@@ -114,9 +136,7 @@ class Script:
     def _statement(self, line: int) -> ast.stmt | str:
         """The innermost statement of a ``for`` loop's own body that holds ``line``: a simple
         statement, or an ``if`` whose test is on ``line``."""
-        held = [node for node in ast.walk(self.tree) if isinstance(node, ast.stmt)
-                and node.lineno <= line <= (node.end_lineno or node.lineno)
-                and self._loop_line(node)]
+        held = self._held.get(line, [])
         if not held:
             return "its line is not in a for loop's own body (it may be in a function the " \
                    "loop calls)"
@@ -144,18 +164,30 @@ class Script:
 
     def _loop(self, loop: ast.For, stmt: ast.stmt) -> str | None:
         """Why the loop's steps could not all deliver ``stmt``'s values, or None."""
-        for node in own(loop.body, loops=False):
-            if isinstance(node, (ast.Return, ast.Yield, ast.YieldFrom)):
-                return "its loop may leave by a return or a yield (the last steps would not be " \
-                       "delivered)"
-        for node in own(loop.body, loops=True):
-            if isinstance(node, (ast.Break, ast.Continue)) and node.lineno < stmt.lineno:
-                return (f"the loop's {type(node).__name__.lower()} on line {node.lineno} may skip "
-                        "it (a step with no value)")
+        leaves, skips = self._exits(loop)
+        if leaves is not None:
+            return leaves
+        if skips and skips[0].lineno < stmt.lineno:
+            return (f"the loop's {type(skips[0]).__name__.lower()} on line {skips[0].lineno} may "
+                    "skip it (a step with no value)")
         scope = self.scope(loop)
         if isinstance(scope, (ast.ClassDef, ast.Lambda)):
             return "its loop is in a class body"
         return None
+
+    def _exits(self, loop: ast.For) -> tuple[str | None, list[ast.stmt]]:
+        """Why the loop may leave before its last step is delivered (a return or a yield; None),
+        and its own ``break`` and ``continue`` statements, the first first: found once a loop."""
+        if loop not in self._loops:
+            leaves, skips = exits(loop)
+            said = "its loop may leave by a return or a yield (the last steps would not be " \
+                   "delivered)" if leaves else None
+            self._loops[loop] = (said, skips)
+        return self._loops[loop]
+
+    def breaks(self, loop: ast.For) -> bool:
+        """``loop`` may leave by a ``break`` of its own."""
+        return any(isinstance(node, ast.Break) for node in self._exits(loop)[1])
 
     # -- a value that is only logged -----------------------------------------------------------
 
@@ -163,6 +195,12 @@ class Script:
         parts, total = self._logging(stmt, loop)
         if isinstance(parts, str):
             return parts
+        printed = stmt.value if isinstance(stmt, ast.Expr) and isinstance(
+            stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Name) else None
+        to = stream(self, printed) if printed is not None else None
+        beside = writers(self, loop, stmt, to) if to is not None else []
+        if isinstance(beside, str):
+            return beside
         found: dict[ast.Name, str] = {}
         for part in parts:
             why = self._value(part, loop, found)
@@ -178,7 +216,8 @@ class Script:
             return body
         keys = [found[name] for name in sorted(found, key=lambda n: (n.lineno, n.col_offset))]
         reads = {key for key in keys if not self._scalar(key)}
-        return Change(stmt, loop, list(dict.fromkeys(keys)), body, left, reads, total)
+        return Change(stmt, loop, list(dict.fromkeys(keys)), body, left, reads, total,
+                      stream=to, beside=beside)
 
     def _logging(self, stmt: ast.stmt, loop: ast.For) -> tuple[list[ast.expr] | str, str | None]:
         """What ``stmt`` logs, and the total it adds to; or why it is more than logging."""
@@ -198,9 +237,14 @@ class Script:
             return ([call.args[0]], None) if why is None else (why, None)
         if not self._logging_call(func, loop):
             return "its statement is more than a print, a logging call or a list's append", None
+        if isinstance(func, ast.Attribute):
+            return LOGGED, None
+        if stream(self, call) is None:
+            return ("it prints to a file other than sys.stdout or sys.stderr, which the script "
+                    "may read back: moved into the callback, its lines would come late"), None
         parts = list(call.args)
         for keyword in call.keywords:
-            if keyword.arg == "file" and self._steady(keyword.value, loop):
+            if keyword.arg == "file":
                 continue
             if keyword.arg is None:
                 return "it passes **keywords", None
@@ -213,12 +257,6 @@ class Script:
             return func.id == "print" and func.id not in self.bound
         return (isinstance(func, ast.Attribute) and func.attr in _LOGGING
                 and isinstance(func.value, ast.Name) and not self._varies(func.value.id, loop))
-
-    def _steady(self, node: ast.expr, loop: ast.For) -> bool:
-        """A name (or its attribute: ``sys.stderr``) the loop does not assign."""
-        while isinstance(node, ast.Attribute):
-            node = node.value
-        return isinstance(node, ast.Name) and not self._varies(node.id, loop)
 
     def _printed(self, name: str, stmt: ast.stmt, loop: ast.For,
                  numbers: tuple[type, ...] | None) -> str | None:
@@ -236,8 +274,8 @@ class Script:
             isinstance(value, ast.List) and not value.elts)
         if not fresh:
             return f"{name} does not start as {'a number' if numbers else '[]'}"
-        for node in ast.walk(self.tree):
-            if not isinstance(node, ast.Name) or node.id != name or node.ctx.__class__ is ast.Store:
+        for node in self.uses.get(name, []):
+            if node.ctx.__class__ is ast.Store:
                 continue
             if inside(node, stmt, self.parent):
                 continue
@@ -333,12 +371,9 @@ class Script:
             return "its NaN check does more than raise or warn (an else, several lines)"
         action = stmt.body[0]
         if isinstance(action, ast.Raise):
-            above = self.parent.get(loop)
-            while above is not None:
-                if isinstance(above, ast.Try) and above.handlers:
-                    return "its loop is inside a try: its except clauses would see " \
-                           "asyncthrottle.NonFiniteError instead"
-                above = self.parent.get(above)
+            caught = catcher(self, loop)
+            if caught is not None:
+                return caught
             return Change(stmt, loop, [looked_at], [], reads={looked_at}, nonfinite="raise")
         call = action.value if isinstance(action, ast.Expr) else None
         if isinstance(call, ast.Call) and ast.unparse(call.func) == "warnings.warn":
@@ -348,36 +383,27 @@ class Script:
     # -- names ---------------------------------------------------------------------------------
 
     def _varies(self, name: str, loop: ast.For) -> bool:
-        """The loop (its target or body) assigns ``name``."""
-        return any(inside(node, loop, self.parent) for node in self.bound.get(name, []))
+        """The loop (its target or body) assigns ``name`` (found once a name and loop)."""
+        key = (name, loop)
+        if key not in self._variable:
+            self._variable[key] = any(inside(node, loop, self.parent)
+                                      for node in self.bound.get(name, []))
+        return self._variable[key]
 
     def _scalar(self, name: str) -> bool:
         """Every binding of ``name`` gives a plain number or string: a constant, ``+=`` a
         constant, ``for NAME in range(...)``, an ``enumerate`` index."""
-        nodes = self.bound.get(name, [])
-        return bool(nodes) and all(self._plain(node, name) for node in nodes)
+        if name not in self._scalars:
+            nodes = self.bound.get(name, [])
+            self._scalars[name] = bool(nodes) and all(plain(node, name, self.bound)
+                                                      for node in nodes)
+        return self._scalars[name]
 
-    def _plain(self, node: ast.AST, name: str) -> bool:
-        if isinstance(node, (ast.Assign, ast.AugAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            value = node.value
-            return len(targets) == 1 and isinstance(targets[0], ast.Name) and isinstance(
-                value, ast.Constant) and isinstance(value.value, (int, float, str))
-        if isinstance(node, ast.For) and isinstance(node.iter, ast.Call) \
-                and isinstance(node.iter.func, ast.Name) and node.iter.func.id not in self.bound:
-            target = node.target
-            if node.iter.func.id == "range":
-                return isinstance(target, ast.Name)
-            return node.iter.func.id == "enumerate" and isinstance(target, ast.Tuple) \
-                and isinstance(target.elts[0], ast.Name) and target.elts[0].id == name \
-                and name not in {n.id for n in names(ast.Tuple(target.elts[1:]))}
-        return False
-
-    def same(self, name: str, loop: ast.For, between: Sequence[ast.stmt]) -> bool:
-        """``name`` holds the same value through ``between`` (lines of ``loop``'s body): it is
-        not assigned there nor changed in place (``name.add_(...)``, ``name[...] = ...``), and
-        the loop makes it fresh (a call's or an operator's result: not a view or an alias of a
-        tensor an optimizer could change in place)."""
+    def same(self, name: str, loop: ast.For, start: int, stop: int) -> bool:
+        """``name`` holds the same value through ``loop.body[start:stop]``: it is not assigned
+        there nor changed in place (``name.add_(...)``, ``name[...] = ...``), and the loop makes
+        it fresh (a call's or an operator's result: not a view or an alias of a tensor an
+        optimizer could change in place)."""
         made = [node for node in self.bound.get(name, []) if inside(node, loop, self.parent)]
         fresh = all(isinstance(node, ast.Assign) and len(node.targets) == 1
                     and isinstance(node.targets[0], ast.Name)
@@ -385,10 +411,16 @@ class Script:
                     for node in made)
         if not (fresh or self._scalar(name)):
             return False
-        for node in (child for stmt in between for child in ast.walk(stmt)):
-            if name in binds(node) or changed(node) == name:
-                return False
-        return True
+        touched = self._touches(loop).get(name, [])
+        first = bisect.bisect_left(touched, start)
+        return first == len(touched) or touched[first] >= stop
+
+    def _touches(self, loop: ast.For) -> dict[str, list[int]]:
+        """Each name's places in ``loop``'s body (the positions of its statements) that assign
+        it or change it in place, in order: found in one walk of the body a loop."""
+        if loop not in self._touched:
+            self._touched[loop] = touches(loop.body)
+        return self._touched[loop]
 
     def scope(self, node: ast.AST) -> ast.AST:
         """The function, class, lambda or module ``node`` is in."""

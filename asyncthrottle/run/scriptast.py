@@ -1,14 +1,14 @@
 """What a script's syntax tree says of its names, for :mod:`.rewrite`: what a statement binds or
 changes in place, the name an expression starts from or a NaN/Inf test looks at, a loop's own
-nodes and ``break``, a node's ancestors."""
+nodes and exits, where a loop's body changes each name, a node's ancestors and source text."""
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
-__all__ = ["ancestors", "binds", "breaks", "changed", "checked", "inside", "names", "own", "root",
-           "tested"]
+__all__ = ["ancestors", "binds", "changed", "checked", "exits", "inside", "names", "own", "plain",
+           "root", "segment", "tested", "touches"]
 
 
 def checked(test: ast.expr) -> str | None:
@@ -49,9 +49,38 @@ def tested(node: ast.expr, tests: tuple[str, ...], fold: str) -> str | None:
     return None
 
 
-def breaks(loop: ast.For) -> bool:
-    """``loop`` may leave by a ``break`` of its own."""
-    return any(isinstance(node, ast.Break) for node in own(loop.body, loops=True))
+def exits(loop: ast.For) -> tuple[bool, list[ast.stmt]]:
+    """Whether ``loop`` may leave by a ``return`` or a ``yield`` of its body, and its own
+    ``break`` and ``continue`` statements, the first first."""
+    leaves = any(isinstance(node, (ast.Return, ast.Yield, ast.YieldFrom))
+                 for node in own(loop.body, loops=False))
+    skips: list[ast.stmt] = [node for node in own(loop.body, loops=True)
+                             if isinstance(node, (ast.Break, ast.Continue))]
+    skips.sort(key=lambda node: (node.lineno, node.col_offset))
+    return leaves, skips
+
+
+def touches(body: Sequence[ast.stmt]) -> dict[str, list[int]]:
+    """Each name's places in ``body`` (the positions of its statements) that assign it or change
+    it in place, in order: one walk of the body."""
+    found: dict[str, list[int]] = {}
+    for place, stmt in enumerate(body):
+        for node in ast.walk(stmt):
+            for name in (*binds(node), changed(node)):
+                if name and (not found.get(name) or found[name][-1] != place):
+                    found.setdefault(name, []).append(place)
+    return found
+
+
+def segment(lines: Sequence[str], node: ast.expr) -> str:
+    """``node``'s source text, as ``ast.get_source_segment`` gives it, from the file's ``lines``
+    (no split of the whole source a call)."""
+    first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
+    start, end = node.col_offset, node.end_col_offset
+    if first == last:
+        return lines[first].encode()[start:end].decode()
+    return "".join([lines[first].encode()[start:].decode(), *lines[first + 1:last],
+                    lines[last].encode()[:end].decode()])
 
 
 def binds(node: ast.AST) -> Iterator[str]:
@@ -131,3 +160,22 @@ def ancestors(node: ast.AST, parent: dict[ast.AST, ast.AST],
     while above is not None and above is not stop:
         yield above
         above = parent.get(above)
+
+
+def plain(node: ast.AST, name: str, bound: Mapping[str, object]) -> bool:
+    """``node`` binds ``name`` to a plain number or string: a constant, ``+=`` a constant,
+    ``for NAME in range(...)``, an ``enumerate`` index (``bound``: the script's bound names)."""
+    if isinstance(node, (ast.Assign, ast.AugAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        value = node.value
+        return len(targets) == 1 and isinstance(targets[0], ast.Name) and isinstance(
+            value, ast.Constant) and isinstance(value.value, (int, float, str))
+    if isinstance(node, ast.For) and isinstance(node.iter, ast.Call) \
+            and isinstance(node.iter.func, ast.Name) and node.iter.func.id not in bound:
+        target = node.target
+        if node.iter.func.id == "range":
+            return isinstance(target, ast.Name)
+        return node.iter.func.id == "enumerate" and isinstance(target, ast.Tuple) \
+            and isinstance(target.elts[0], ast.Name) and target.elts[0].id == name \
+            and name not in {n.id for n in names(ast.Tuple(target.elts[1:]))}
+    return False

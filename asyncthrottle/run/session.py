@@ -15,7 +15,9 @@ from ..audit.syncsites import SyncSites
 from ..framework import ThrottleHooks
 from .collectives import Collectives
 from .dynamo import keep_out
+from .environment import environment
 from .guard import exit_code, judge
+from .hardexit import report_before_exit
 from .html import render as page
 from .imports import after_import
 from .job import RANKS_TIMEOUT_S, Job, job
@@ -91,6 +93,8 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
     """Run the script under the hooks and report; returns the script's exit status (2: a
     script that cannot be opened, 1: a module, folder or zipapp with nothing to run, as python
     says; :data:`~.guard.GUARD_EXIT`: the script exited 0 and ``max_syncs_per_step`` failed).
+    A script that calls ``os._exit`` is reported inside that call, and the process dies with
+    this status there (:mod:`.hardexit`).
 
     Raises:
         KeyboardInterrupt: after the report, where the script ended by Ctrl-C (see
@@ -114,14 +118,13 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
 
     steps = Steps(make, sites, collective=_rank() is not None)
     patches = Patches()
+    argv = [target, *args] if not module else ["-m", target, *args]
     collectives = Collectives([root], lambda: sites.in_step) if _rank() is not None else None
     terminated = Terminated()
     if ranks is not None:
         terminated.install()
-    try:
-        _install(steps, sites, patches, options, thr_options, collectives)
-        ending = run(target, args, module)
-    finally:
+
+    def finish() -> None:
         # from here on, torchrun's SIGTERM waits for the report
         terminated.reporting = True
         try:
@@ -130,14 +133,30 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
             if sites is not None:
                 sites.stop()
             patches.undo()
-    shown = ending.file if module and ending.file else file
-    argv = [target, *args] if not module else ["-m", target, *args]
-    if ranks is not None:
+
+    def hard_exit(code: int) -> int:
+        # os._exit(code): no atexit, no finally, no stdout flushed (as under python)
+        finish()
+        ran = getattr(sys.modules.get("__main__"), "__file__", None)
+        return report(Ending(code, file=ran if isinstance(ran, str) else None), flush=False)
+
+    def report(ending: Ending, *, flush: bool = True) -> int:
+        shown = ending.file if module and ending.file else file
         data = _data(steps, sites, options, shown, ending, argv)
-        return report_job(ranks, data, steps, collectives, options, root, ending, terminated)
-    data = _report(steps, sites, options, shown, ending, argv, root=root,
-                   collectives=collectives)
-    return exit_code(ending.exit(), data)
+        if ranks is not None:
+            return report_job(ranks, data, steps, collectives, options, root, ending, terminated,
+                              flush=flush)
+        if collectives is not None:
+            data["collectives"] = collectives.rows(_count(steps))
+        return exit_code(ending.exit(), _report(data, steps, options, root=root, flush=flush))
+
+    try:
+        _install(steps, sites, patches, options, thr_options, collectives)
+        report_before_exit(patches, hard_exit)
+        ending = run(target, args, module)
+    finally:
+        finish()
+    return report(ending)
 
 
 def _install(steps: Steps, sites: Any, patches: Patches, options: Options,
@@ -167,28 +186,29 @@ def _data(steps: Steps, sites: Any, options: Options, file: str, ending: Ending,
     data = collect(steps, rows, script=file, code=ending.code, argv=argv, raised=ending.raised)
     data.update(judge(data, options.max_syncs_per_step))
     data["options"] = options.typed
+    data["environment"] = environment(_device(steps, data), _rank(),
+                                      on_host=data.get("synchronous") is True)
     return data
 
 
-def _report(steps: Steps, sites: Any, options: Options, file: str, ending: Ending,
-            argv: list[str], *, root: str, collectives: Collectives | None) -> dict[str, Any]:
+def _report(data: dict[str, Any], steps: Steps, options: Options, *, root: str,
+            flush: bool = True) -> dict[str, Any]:
     """Write the report (stderr, ``--json``, ``--html``, ``--suggest``'s patch); returns its
-    data. Under torchrun with no job's store, each rank writes its own files
+    data. ``flush``: the script's stdout first (not where it called ``os._exit``, which flushes
+    nothing). Under torchrun with no job's store, each rank writes its own files
     (``name.rank<r>.json``)."""
-    data = _data(steps, sites, options, file, ending, argv)
     rank = _rank()
     main = max(steps.sources, key=lambda s: s.hooks.throttle.stats.steps, default=None)
     slowest = _slowest(main, rank)
     data["trace"] = _trace(main, options.trace, rank)
-    if collectives is not None:
-        data["collectives"] = collectives.rows(_count(steps))
     patch = suggest(data, root)
     write("--suggest", _per_rank(options.suggest, rank), lambda: patch)
     write("--json", _per_rank(options.json, rank), lambda: json.dumps(data, indent=1) + "\n")
     write("--html", _per_rank(options.html, rank), lambda: page(data))
     # the script's last lines first (a closed or replaced stdout: nothing to flush)
     try:
-        sys.stdout.flush()
+        if flush:
+            sys.stdout.flush()
     except Exception:
         pass
     say(text(data, rank=rank, slowest=slowest) + "\n")
@@ -220,6 +240,14 @@ def _trace(main: Any, path: str | None, rank: tuple[int, int] | None) -> dict[st
             say(f"python -m asyncthrottle run: --trace {where!r} could not be written ({exc})\n")
             written = False
     return {"path": where, "written": written}
+
+
+def _device(steps: Steps, data: dict[str, Any]) -> Any:
+    """The device the steps ran on: the runner's first step's, else the CPU where the steps'
+    throttle was synchronous (None: not known)."""
+    if steps.device is not None:
+        return steps.device
+    return "cpu" if data.get("synchronous") else None
 
 
 def _count(steps: Steps) -> int:

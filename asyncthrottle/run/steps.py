@@ -66,6 +66,8 @@ class Steps(Hearing, Beginnings):
         # the runner's device runs each step as it is issued (the CPU): a loss is read as its
         # backward() is called (a host read, where an accelerator would defer a copy)
         self.synchronous = False
+        # the device of the runner's first step's tensors (None: none found, the throttle's own)
+        self.device: Any = None
         self.thread = threading.main_thread().ident
         # the optimizers the script made (without one, each backward() is a step: manual SGD)
         self.optimizers = Optimizers()
@@ -366,7 +368,8 @@ class Steps(Hearing, Beginnings):
         held, self.holding = self.holding, None
         self.elsewhere = False
         if self.runner is None:
-            hooks = self._make(device_of(where))
+            self.device = device_of(where)
+            hooks = self._make(self.device)
             self.synchronous = hooks.throttle.synchronous
             self.losses.synchronous = self.synchronous
             self.runner = Source(hooks, direct=self.synchronous)

@@ -44,6 +44,8 @@ def text(data: dict[str, Any], *, rank: tuple[int, int] | None = None,
         lines += job_lines(data)
     lines += _sync_lines(data["syncs"])
     lines += collective_lines(data.get("collectives"))
+    note = synchronous_note(data)
+    lines += [f"  {note}"] if note else []
     lines += _suggestions(data)
     lines += _trace(data)
     lines.append(f"  the report's words: {GLOSSARY} (\"Diagnose a script\" in the docs)")
@@ -196,7 +198,7 @@ def _sync_lines(syncs: list[dict[str, Any]] | None) -> list[str]:
     named = [row["call"] + (f" (in {row['via']})" if row.get("via") else "") for row in shown]
     width = max(len(row["site"]) for row in shown)
     calls = max(len(call) for call in named)
-    blocked = [_blocked(row.get("blocked_per_step_s")) for row in shown]
+    blocked = [blocked_per_step(row.get("blocked_per_step_s")) for row in shown]
     head = "blocked"
     wide = max(len(head), *map(len, blocked)) if any(blocked) else 0
     lines = [f"  sync sites ({'site':<{width}}  {'call':<{calls}}  count  per step"
@@ -209,7 +211,19 @@ def _sync_lines(syncs: list[dict[str, Any]] | None) -> list[str]:
     return lines + _more(len(syncs), "sites")
 
 
-def _blocked(seconds: float | None) -> str:
+def synchronous_note(data: dict[str, Any]) -> str | None:
+    """Why a fix of a read in the steps pays all the same, said once, where the device ran each
+    op at once (None: it did not, or no read was in the steps)."""
+    if data.get("synchronous") is not True or not any(
+            row.get("in_step") for row in data.get("syncs") or []):
+        return None
+    return ("this device runs each op as it is issued (the CPU): a read here waits for nothing, "
+            "so its time blocked does not show what it costs; on an accelerator each read in "
+            "the steps waits for the device to finish the work queued before it (a sync), "
+            "and a fix recovers that wait: measure it there")
+
+
+def blocked_per_step(seconds: float | None) -> str:
     """A row's time blocked a step (``0.12 ms/step``; empty: not timed)."""
     return "" if seconds is None else f"{duration(seconds * 1000)}/step"
 
@@ -248,24 +262,43 @@ def _suggestions(data: dict[str, Any]) -> list[str]:
     """The suggestions, with the diff of each certain rewrite (the report's ``patches``) under its
     own: its hunks not shown above (the import, the loop's wrap), at most ``_DIFF_SHOWN`` lines;
     then where the patch of them all is, or how to get it."""
-    said = data["suggestions"]
+    said = suggested(data)
     if not said:
         return []
-    diffs = [entry for entry in data.get("patches") or [] if entry.get("diff")]
     lines, shown = ["  suggestions:"], set[str]()
-    for k, line in enumerate(said[:_SHOWN], 1):
+    for k, (line, diff) in enumerate(said[:_SHOWN], 1):
         lines.append(f"    {k}. {line}")
+        if diff is not None:
+            lines += _diff(new_rows(diff, shown), _suggest_path(data))
+    lines += _more(len(said), "suggestions")
+    patch = patch_said(data)
+    return lines + ([f"  {''.join(patch)}"] if patch else [])
+
+
+def suggested(data: dict[str, Any]) -> list[tuple[str, str | None]]:
+    """Each suggestion with the diff of its certain rewrite (None: none)."""
+    diffs = [entry for entry in data.get("patches") or [] if entry.get("diff")]
+    out: list[tuple[str, str | None]] = []
+    for line in data.get("suggestions") or []:
         entry = next((e for e in diffs if line.startswith(f"{e['site']} ")), None)
         if entry is not None:
             diffs.remove(entry)
-            lines += _diff(entry["diff"], shown, _suggest_path(data))
-    lines += _more(len(said), "suggestions")
-    return lines + _patch(data)
+        out.append((line, entry["diff"] if entry is not None else None))
+    return out
 
 
-def _diff(diff: str, shown: set[str], path: str | None) -> list[str]:
-    """``diff``'s lines, indented, less its file header and hunks already in ``shown`` (which
-    gains the rest), at most ``_DIFF_SHOWN``."""
+def _diff(rows: list[str], path: str | None) -> list[str]:
+    """``rows`` (:func:`new_rows`) indented, at most ``_DIFF_SHOWN``."""
+    lines = [f"       {row}".rstrip() for row in rows[:_DIFF_SHOWN]]
+    if len(rows) > _DIFF_SHOWN:
+        whole = f"the whole patch is in {path}" if path else "--suggest PATH writes the whole patch"
+        lines.append(f"       ... {_times(len(rows) - _DIFF_SHOWN, 'more line')}: {whole}")
+    return lines
+
+
+def new_rows(diff: str, shown: set[str]) -> list[str]:
+    """``diff``'s lines less its file header and hunks already in ``shown`` (which gains the
+    rest), and a last line that says how many hunks were shown above."""
     header, *hunks = _hunks(diff)
     rows = [] if "\n".join(header) in shown else header
     shown.add("\n".join(header))
@@ -278,11 +311,7 @@ def _diff(diff: str, shown: set[str], path: str | None) -> list[str]:
             rows += hunk
     if again:
         rows.append(f"(and {_times(again, 'change')} shown above)")
-    lines = [f"       {row}".rstrip() for row in rows[:_DIFF_SHOWN]]
-    if len(rows) > _DIFF_SHOWN:
-        whole = f"the whole patch is in {path}" if path else "--suggest PATH writes the whole patch"
-        lines.append(f"       ... {_times(len(rows) - _DIFF_SHOWN, 'more line')}: {whole}")
-    return lines
+    return rows
 
 
 def _hunks(diff: str) -> list[list[str]]:
@@ -295,22 +324,25 @@ def _hunks(diff: str) -> list[list[str]]:
     return parts
 
 
-def _patch(data: dict[str, Any]) -> list[str]:
+def patch_said(data: dict[str, Any]) -> tuple[str, str, str] | None:
     """Where ``--suggest`` wrote the patch and how to apply it; without ``--suggest``, the
-    command that writes it (where a rewrite is certain)."""
+    command that writes it (where a rewrite is certain): what is said before the command, the
+    command (``""``: none) and what is said after it; None: nothing to say."""
     certain = sum(1 for entry in data.get("patches") or [] if entry.get("diff"))
     path = _suggest_path(data)
     if path is None:
-        return [f"  the {_times(certain, 'certain rewrite')} as one patch: python -m asyncthrottle "
-                f"run --suggest fix.patch {shlex.join(data['argv'])}"] if certain else []
+        return (f"the {_times(certain, 'certain rewrite')} as one patch: ",
+                f"python -m asyncthrottle run --suggest fix.patch {shlex.join(data['argv'])}",
+                "") if certain else None
     if not certain:
-        return [f"  --suggest {path}: no rewrite is certain, the file is empty (the suggestions "
-                "say what to change)"]
+        return (f"--suggest {path}: no rewrite is certain, the file is empty (the suggestions "
+                "say what to change)", "", "")
     folder = os.path.dirname(data["script"])
     where = f" -d {shlex.quote(folder)}" if folder else ""
     them = "it" if certain == 1 else "them"
-    return [f"  --suggest {path}: {_times(certain, 'certain rewrite')}; apply {them}: patch -p1"
-            f"{where} < {shlex.quote(path)} (or git apply in {folder or 'this folder'})"]
+    return (f"--suggest {path}: {_times(certain, 'certain rewrite')}; apply {them}: ",
+            f"patch -p1{where} < {shlex.quote(path)}",
+            f" (or git apply in {folder or 'this folder'})")
 
 
 def _suggest_path(data: dict[str, Any]) -> str | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import gc
 import json
 import logging
 import math
@@ -9,6 +11,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import weakref
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -395,12 +398,13 @@ def test_ranks_timeout_must_be_positive_seconds(value: object, error: type) -> N
         FakeDevice().throttle(ranks_every=10, ranks_timeout=value)
 
 
-@pytest.mark.parametrize("how", ["close()", "dropped"])
+@pytest.mark.parametrize("how", ["close()", "dropped", "dropped, its callback holding it"])
 def test_a_closed_or_dropped_throttle_lets_go_of_its_group_and_gathers(how: str, monkeypatch: pytest.MonkeyPatch
                                                                       ) -> None:
     """A gloo group or a gather's work destroyed while the interpreter is torn down aborts the process
     (SIGABRT, a torchrun rank's exit code -6, after destroy_process_group() too): the part lets go of them
-    when its throttle is closed or dropped, never waiting for the other ranks."""
+    when its throttle is closed or dropped, never waiting for the other ranks -- a throttle its own
+    callback holds too, once the collector frees it."""
     fake = _fake_world(monkeypatch)
     dev = FakeDevice()
     thr = dev.throttle(2, wait="poll", ranks_every=5, sample_every=None)
@@ -408,11 +412,23 @@ def test_a_closed_or_dropped_throttle_lets_go_of_its_group_and_gathers(how: str,
         dev.host(STEP_S)
     part = inside(thr).part(RankScores)
     assert len(part._works) == 2 and part._group == "ranks"  # in flight: the loop never waits for them
+    works = part._works
     if how == "close()":
         thr.close()
-    else:
+    elif how == "dropped":
         del thr  # (freed at once: no garbage collection needed)
-    assert not part._works and part._group is False and fake.waited == []
+    else:
+        thr.on_complete(functools.partial(_reads_stats, thr))
+        ref = weakref.ref(part)
+        del thr, part  # (the part holds a way to the throttle)
+        gc.collect()
+        assert ref() is None and not works and fake.waited == []
+        return
+    assert not works and part._group is False and fake.waited == []
+
+
+def _reads_stats(thr: at.Throttle, step: int, values: dict[str, Any]) -> None:
+    assert thr.stats.steps >= 0
 
 
 def test_a_throttle_alive_at_exit_lets_go_before_the_interpreter_is_torn_down() -> None:

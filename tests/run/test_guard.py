@@ -131,3 +131,31 @@ def test_a_loss_item_every_step_fails_at_0_and_passes_once_removed(tmp_path: Pat
     assert (passed["guard"], passed["over_limit"], passed["max_syncs_per_step"]) == (
         "passed", [], 0.0)
     assert any(not r["in_step"] for r in passed["syncs"])
+
+
+def test_a_script_that_ends_by_os_exit_is_judged_before_it_dies(tmp_path: Path) -> None:
+    """hard_exit.py ends by ``os._exit``: no atexit handler runs, so the report is made inside
+    the call, and the guard's exit code is the one the process dies with; a code of the script's
+    own stands. In subprocesses: ``os._exit`` ends the process that calls it (pytest's, in
+    process), and what is tested is what a dying process leaves: its exit code, its stdout, its
+    stderr, and a forked DataLoader worker's own ``os._exit``."""
+    plain = start("hard_exit.py")
+    guarded = start("-m", "asyncthrottle", "run", "--max-syncs-per-step", "0", "--json",
+                    str(tmp_path / "report.json"), "hard_exit.py")
+    kept = start("-m", "asyncthrottle", "run", "--max-syncs-per-step", "0", "hard_exit.py", "7")
+    plain_done, guarded_done, kept_done = plain.wait(), guarded.wait(), kept.wait()
+    err = guarded_done.stderr.decode()
+    assert plain_done.returncode == 0 and guarded_done.returncode == GUARD_EXIT, err[-3000:]
+    # the script's own lines, and neither its finally nor its atexit handler ran
+    assert guarded_done.stdout == plain_done.stdout and len(plain_done.stdout.splitlines()) == 4
+    for done in (plain_done, guarded_done, kept_done):
+        assert b"finally ran" not in done.stderr and b"atexit ran" not in done.stderr
+    report = read_report(tmp_path / "report.json")
+    assert (report["exit_code"], report["steps"], report["guard"]) == (0, 4, "over_limit")
+    assert [(r["site"], r["per_step"]) for r in report["over_limit"]] == [("hard_exit.py:27", 1.0)]
+    assert err.rstrip().endswith("    hard_exit.py:27 reads Tensor.item 1.00 times a step in "
+                                 "steps, over the limit of 0")
+    # os._exit(7): the script's code stands, and the guard still says it failed
+    assert kept_done.returncode == 7, kept_done.stderr.decode()[-3000:]
+    assert "FAILED: 1 sync site over the limit (the script's own exit code 7 stands)" in \
+        kept_done.stderr.decode()

@@ -66,6 +66,12 @@ def _report(steps: int, *, seed: int = 1, folder: Path | None = None) -> dict[st
         "per_step": {"step_s": step_s, "input_wait_s": wait},
         "suggestions": ["train.py:5 calls loss.item() every step: thr.defer(loss) instead, or "
                         "read it every 50 steps"] if steps else [],
+        **({"synchronous": False} if steps else {}),
+        "environment": {"date": "2026-12-07T20:00:00+00:00", "python": "CPython 3.11.7",
+                        "torch": "2.14.1", "device": "cuda:0" if steps else None,
+                        "device_name": "NVIDIA H100 80GB HBM3" if steps else None,
+                        "os": "Linux-6.1-x86_64", "asyncthrottle": "0.3.0", "rank": 0,
+                        "world_size": 1},
     }
 
 
@@ -117,8 +123,13 @@ def test_site_call_suggestion_and_source_are_escaped(tmp_path: Path) -> None:
     data["argv"] = ["train.py", "<script>"]
     data["losses_by_optimizer"] = {"<i>opt</i>": data["losses"]}
     data["nonfinite_by_optimizer"] = {"<i>opt</i>": {"nonfinite": [], "last_nonfinite": None}}
+    data["environment"].update(os="<script>os", device_name="<b>gpu</b>")
+    data["patches"] = [{"site": "train.py:5", "call": "x", "certain": True, "why": None,
+                        "diff": "@@ -1 +1 @@\n-<script>\n+<b>x</b>\n"}]
+    data["options"] = ["--suggest", "<script>.patch"]
     page = render(data)
     assert "<script" not in page and "<b>" not in page and "<i>" not in page
+    assert "&lt;script&gt;os" in page and '<span class="del">-&lt;script&gt;</span>' in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page  # the source line
     assert "&lt;script&gt;alert(2)&lt;/script&gt;.py:9" in page  # the site
     assert "&lt;script&gt;alert(3)&lt;/script&gt; &amp; more" in page  # the suggestion
@@ -153,11 +164,85 @@ def test_a_site_without_its_file_says_so_and_source_reads_files_through_the_call
     assert asked == [str(Path("/no/such/folder") / "train.py")]  # once a page
 
 
-def test_time_blocked_is_a_column_where_a_row_has_it(tmp_path: Path) -> None:
+def test_time_blocked_is_a_column_where_a_row_has_it_a_step_with_its_total(
+        tmp_path: Path) -> None:
     data = _report(40, folder=tmp_path)
-    data["syncs"][0]["blocked_s"] = 0.0123
+    data["syncs"][0].update(blocked_s=0.0123, blocked_per_step_s=0.0123 / 40)
     table = _sync_table(render(data))
-    assert "time blocked" in table and "12.3 ms" in table and "\u2013</td>" in table
+    # the text's unit (text: "0.307 ms/step"), the total beside it
+    assert '>time blocked a step</th>' in table
+    assert '<td class="num">0.307 ms/step<span class="via">12.3 ms in all</span></td>' in table
+    assert "\u2013</td>" in table  # the row not timed
+    # no steps to share it: the total alone
+    data["syncs"][0]["blocked_per_step_s"] = None
+    assert '<td class="num">12.3 ms in all</td>' in _sync_table(render(data))
+
+
+@pytest.mark.parametrize("above", ["\f", "\v", "\x1c", "\x1d", "\x1e", "\x85", "\u2028",
+                                   "\u2029", "\r", "\r\n"])
+def test_the_read_s_line_is_marked_whatever_stands_above_it(tmp_path: Path, above: str) -> None:
+    # Python numbers lines at \n, \r\n and \r only: str.splitlines() also splits at the others
+    source = f"import torch\n# a{above}b\nx = 1\nloss.item()\ny = 2\n"
+    (tmp_path / "train.py").write_bytes(source.encode("utf-8"))
+    line = 4 if above not in ("\r", "\r\n") else 5
+    compile(source, "train.py", "exec")  # Python reads it
+    data = _report(40, folder=tmp_path)
+    data["syncs"][0]["site"] = f"train.py:{line}"
+    table = _sync_table(render(data))
+    assert f'<span class="here"><span class="ln">{line}</span>loss.item()</span>' in table
+    if above not in ("\r", "\r\n"):
+        # shown, not a line break: as Python writes it
+        assert f'# a<span class="ctl">{repr(above)[1:-1]}</span>b' in table
+
+
+def test_a_synchronous_run_s_page_says_once_why_a_fix_pays_on_an_accelerator() -> None:
+    data = _report(40)
+    page = render(data)
+    assert "runs each op as it is issued" not in page
+    data["synchronous"] = True
+    page = render(data)
+    assert page.count("on an accelerator each read in the steps waits") == 1
+    assert page.index("runs each op as it is issued") > page.index('id="syncs"')
+
+
+def test_each_suggestion_shows_its_patch_and_the_command_that_writes_them_all() -> None:
+    data = _report(40)
+    diff = ("--- a/train.py\n+++ b/train.py\n@@ -1,2 +1,3 @@\n import torch\n"
+            "+import asyncthrottle as at\n x = 1\n@@ -5,1 +6,1 @@\n-    total += loss.item()\n"
+            "+    thr.defer(loss, name=\"<loss>\")\n")
+    data["patches"] = [{"site": "train.py:5", "call": "Tensor.item", "certain": True,
+                        "diff": diff, "why": None}]
+    page = render(data)
+    said = page[page.index('id="suggestions"'):page.index('id="per-step"')]
+    assert '<span class="file">--- a/train.py</span>' in said
+    assert '<span class="add">+import asyncthrottle as at</span>' in said
+    assert '<span class="del">-    total += loss.item()</span>' in said
+    assert '<span class="add">+    thr.defer(loss, name=&quot;&lt;loss&gt;&quot;)</span>' in said
+    assert ("<p>the 1 certain rewrite as one patch: <code>python -m asyncthrottle run --suggest "
+            "fix.patch train.py --lr 0.1</code></p>") in said
+    # with --suggest: where it went and how to apply it
+    data["options"] = ["--suggest", "my fix.patch"]
+    said = render(data)
+    assert ("<p>--suggest my fix.patch: 1 certain rewrite; apply it: <code>patch -p1 &lt; "
+            "&#x27;my fix.patch&#x27;</code> (or git apply in this folder)</p>") in said
+    # no certain rewrite: the suggestions alone, no command
+    data["patches"] = [{**data["patches"][0], "certain": False, "diff": None, "why": "x"}]
+    data["options"] = []
+    said = render(data)
+    assert "<pre class=\"diff\"" not in said and "--suggest" not in said
+
+
+def test_the_environment_a_bug_report_needs_is_on_the_page() -> None:
+    page = render(_report(40))
+    found = page[page.index('id="environment"'):]
+    for label, value in (("date", "2026-12-07T20:00:00+00:00"), ("Python", "CPython 3.11.7"),
+                         ("torch", "2.14.1"), ("device", "cuda:0 (NVIDIA H100 80GB HBM3)"),
+                         ("OS", "Linux-6.1-x86_64"), ("asyncthrottle", "0.3.0"),
+                         ("rank", "0 of 1")):
+        assert f'<tr><th>{label}</th><td class="mono">{value}</td></tr>' in found, label
+    data = _report(40)
+    del data["environment"]
+    assert "it is older than its environment" in render(data)
 
 
 def test_each_optimizer_gets_its_series_and_nan_steps_are_marked() -> None:
@@ -199,13 +284,23 @@ def test_a_loss_spike_does_not_flatten_the_curve_it_is_marked_above_the_axis() -
     assert max(ticks) < 5
 
 
-def test_a_report_with_no_steps_renders() -> None:
+def test_a_report_with_no_steps_warns_and_says_what_the_hooks_saw() -> None:
     data = _report(0)
     data["syncs"] = None
     data.pop("per_step")
+    data["seen"].update(forwards=3, processes=0)
     page = render(data)
-    assert "no training step found" in page and "never called backward()" in page
+    head = page[:page.index('id="suggestions"')]
+    # a warning's colour, not a verdict's
+    assert '<section class="verdict warn" aria-label="verdict"><p><span class="badge">no step ' \
+           'found</span>' in head and "badge\">unknown" not in head
+    assert "no training step found: the script ran 3 training forwards but never" in head
+    assert "<li>3 training forwards</li>" in head and "<li>0 backward() calls</li>" in head
+    assert "<li>0 processes the script started</li>" in head
+    said = page[page.index('id="suggestions"'):page.index('id="per-step"')]
+    assert "none:" not in said and "no step was found, so nothing is suggested" in said
     assert "<svg" not in page and "none delivered" in page and "not counted" in page
+    assert "\u2013 (no step found one)" in page[page.index('id="environment"'):]
 
 
 def test_a_script_that_did_not_start_is_said_so_not_that_it_never_trained() -> None:

@@ -300,7 +300,7 @@ def test_compare_of_two_job_reports_names_the_straggler_and_the_collectives() ->
     assert [c["change"] for c in found["collectives"]["changes"]] == ["removed"]
     said = compare_text(found, before, after)
     assert "  straggler: rank 1 (forward, 60%) -> none" in said
-    assert "  collectives (1 changed, 0 the same):" in said
+    assert "  collectives (1 removed; 0 the same):" in said
     assert "straggler" not in compare(_report(), _report())
 
 

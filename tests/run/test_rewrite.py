@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _runs import SCRIPTS, read_report, start
+from _runs import SCRIPTS, read_report, said_syncs, start
 
 from asyncthrottle.run import main
 from asyncthrottle.run.patchfile import patches
@@ -72,7 +72,6 @@ def test_a_printed_read_with_the_loop_s_index_and_an_outer_epoch_moves_into_the_
 
 
 @pytest.mark.parametrize("line", [
-    'logger.info("step %d loss %.6f", step, loss.item())  # read',
     'print("loss", round(float(loss.detach()), 3), sep=": ", file=sys.stderr)  # read',
     'print("{:.3f}".format(loss.item()), f"{loss:.2e}")  # read',
     'print(f"{loss.tolist()} / {int(loss)}")  # read',
@@ -122,10 +121,17 @@ def test_a_list_and_a_total_printed_after_the_loop_are_logged_values() -> None:
     ("print(w.item())  # read", "does not assign"),  # read later, after in-place updates
     ('print(f"{loss:.{name}f}")  # read', "name"),  # its format spec changes in the loop
     ("a = 1; print(loss.item())  # read", "shares a line"),
+    # moved, each would come late: the record names the callback's line; a buffer the script has
+    ('logger.info("loss %.6f", loss.item())  # read', "logs through logging"),
+    ('print(loss.item(), file=out)  # read', "other than sys.stdout or sys.stderr"),
 ])
 def test_a_read_that_is_more_than_logged_is_not_certain(line: str, why: str) -> None:
     said = _judge(f"""\
+        import io
+        import logging
         import time
+        logger = logging.getLogger("t")
+        out = io.StringIO()
         w = torch.ones(1)
         history = {{}}
         for x in batches:
@@ -166,6 +172,74 @@ def test_conditions_returns_stale_lists_and_other_loops_are_not_certain(body: st
     assert isinstance(said, str) and why in said, said
 
 
+@pytest.mark.parametrize(("body", "why"), [
+    # another writer of the stream in the loop stays there: its lines and the moved ones would swap
+    ("for x in batches:\n    loss = model(x).sum()\n    print(loss.item())  # read\n"
+     "    print(x.shape)\n", "also writes to sys.stdout"),
+    ("for x in batches:\n    loss = model(x).sum()\n    print(loss.item())  # read\n"
+     "    logger.info('done')\n", "also writes to sys.stdout"),  # (a handler may write there)
+    ("for x in batches:\n    loss = model(x).sum()\n    print(loss.item())  # read\n"
+     "    sys.stdout.flush()\n", "also writes to sys.stdout"),
+    ("for x in tqdm(batches):\n    loss = model(x).sum()\n"
+     "    print(loss.item(), file=sys.stderr)  # read\n", "also writes to sys.stderr"),
+    ("for x in batches:\n    loss = model(x).sum()\n    print(loss.item())  # read\n"
+     "    if x.sum() > 0:\n        print('positive')\n", "also writes to sys.stdout"),
+    ("def note():\n    print('step')\nfor x in batches:\n    loss = model(x).sum()\n"
+     "    print(loss.item())  # read\n    note()\n", "a function the loop calls"),
+])
+def test_a_print_beside_another_writer_of_its_stream_is_not_certain(tmp_path: Path, body: str,
+                                                                    why: str) -> None:
+    source = _script("import logging\nimport sys\nfrom tqdm import tqdm\n"
+                     "logger = logging.getLogger('t')\n" + body)
+    path = tmp_path / "train.py"
+    path.write_text(source)
+    (entry,), whole = patches(_rows(path, source), str(tmp_path))
+    assert not entry["certain"] and why in entry["why"] and whole == "", entry["why"]
+
+
+def test_prints_that_all_move_keep_their_order_and_stay_certain(tmp_path: Path) -> None:
+    source = _script("""\
+        import sys
+        for i, x in enumerate(batches):
+            loss = model(x).sum()
+            print(f"{i} sum {loss.item():.3f}")  # read
+            print(f"{i} mean {float(loss.detach()) / 4:.3f}", file=sys.stdout)  # read
+            print(f"{i} on stderr {loss.item():.3f}", file=sys.stderr)  # read
+        """)
+    entries, before, after = _patched(tmp_path, source)
+    assert [entry["certain"] for entry in entries] == [True] * 3
+    assert _run(after)[0] == _run(before)[0] != ""
+
+
+# the scripts of tests/run/scripts whose read a rewrite would change what the script does
+_SEEN = [
+    ("nan_recovers.py", "the try on line 30 would see asyncthrottle.NonFiniteError"),
+    ("print_to_buffer.py", "it prints to a file other than sys.stdout or sys.stderr"),
+    ("logging_lines.py", "it logs through logging"),
+]
+
+
+@pytest.mark.parametrize(("name", "why"), _SEEN, ids=[name for name, _ in _SEEN])
+def test_a_rewrite_the_script_would_see_is_advice_with_its_reason(name: str, why: str) -> None:
+    """Each was marked certain before, and its patch changed what the script does: nan_recovers
+    exited 1 instead of recovering, print_to_buffer trained 6 steps instead of 5, logging_lines
+    logged another function and line."""
+    path = SCRIPTS / name
+    rows = [dict(row, count=5, via=None, file=str(path)) for row in said_syncs(name)
+            if row["in_step"]]
+    assert rows, f"{name} says its read in a '# host-device sync:' comment"
+    entries, whole = patches(rows, str(SCRIPTS))
+    assert whole == "" and [entry["certain"] for entry in entries] == [False]
+    assert entries[0]["why"].startswith(why), entries[0]["why"]
+
+
+def test_the_scripts_do_what_a_rewrite_would_have_changed() -> None:
+    """(in process: their output is what the rewrites changed; logging_lines's is its format's)"""
+    assert _run(SCRIPTS / "nan_recovers.py") == (
+        "recovered: NaN loss at step 3\nweights finite: True\n", None)
+    assert _run(SCRIPTS / "print_to_buffer.py") == ("trained 5 steps\n", None)
+
+
 # -- NaN checks -------------------------------------------------------------------------------
 
 
@@ -194,7 +268,44 @@ def test_a_nan_check_that_warns_is_nonfinite_warn_and_one_that_breaks_stays_advi
                     "except ValueError:\n    pass\n")
     assert isinstance(warns, Change) and warns.nonfinite == "warn"
     assert isinstance(breaks, str) and "more than raise or warn" in breaks
-    assert isinstance(caught, str) and "inside a try" in caught
+    assert isinstance(caught, str) and "the try on line 9 would see" in caught
+
+
+_NAN_LOOP = ("    for x in batches:\n        loss = model(x).sum()\n"
+             "        if torch.isnan(loss):  # read\n            raise RuntimeError('NaN')\n")
+
+
+@pytest.mark.parametrize(("body", "why"), [
+    # the loop's function, called where a handler sees its error (a caller's try, its own)
+    ("def train():\n" + _NAN_LOOP + "def main():\n    try:\n        train()\n"
+     "    except RuntimeError:\n        pass\nmain()\n", "the try on line 15"),
+    ("def train():\n" + _NAN_LOOP + "try:\n    train()\nfinally:\n    print('end')\n",
+     "the try on line 14"),
+    ("def train():\n" + _NAN_LOOP + "with open('log.txt', 'w'):\n    train()\n",
+     "the with on line 14"),
+    # callers that cannot be followed
+    ("import threading\ndef train():\n" + _NAN_LOOP
+     + "threading.Thread(target=train).start()\n", "passed as a value"),
+    ("def train():\n" + _NAN_LOOP, "never called"),
+    ("class Trainer:\n    def fit(self):\n" + textwrap.indent(_NAN_LOOP, "    ")
+     + "Trainer().fit()\n", "not one of the module's own"),
+    ("import functools\n@functools.lru_cache\ndef train():\n" + _NAN_LOOP + "train()\n",
+     "decorated"),
+])
+def test_a_nan_check_whose_error_a_handler_could_see_is_not_certain(body: str, why: str) -> None:
+    said = _judge(body)
+    assert isinstance(said, str) and why in said, said
+
+
+@pytest.mark.parametrize("body", [
+    "def train():\n" + _NAN_LOOP + "def main():\n    train()\nif __name__ == '__main__':\n"
+    "    main()\n",
+    "def train():\n" + _NAN_LOOP + "with torch.no_grad():\n    pass\ntrain()\n",
+    "with torch.autocast('cpu'):\n" + _NAN_LOOP,
+])
+def test_a_nan_check_whose_error_ends_the_script_uncaught_is_certain(body: str) -> None:
+    change = _judge(body)
+    assert isinstance(change, Change) and change.nonfinite == "raise", change
 
 
 # -- the patch, applied and run in process ----------------------------------------------------
@@ -340,6 +451,7 @@ def test_the_patched_nan_check_raises_nonfinite_error_once_the_step_completes(
 def test_one_loop_a_file_one_value_a_name_a_step_and_raise_only_on_checked_values(
         tmp_path: Path) -> None:
     source = _script("""\
+        total = 0.0
         for x in batches:
             loss = model(x).sum()
             acc = model(x).mean()
@@ -347,7 +459,8 @@ def test_one_loop_a_file_one_value_a_name_a_step_and_raise_only_on_checked_value
                 raise RuntimeError
             print(loss.item(), acc.item())  # read
             loss = loss * 2
-            print(loss.item())  # read
+            total += loss.item()  # read
+        print(total)
         for x in batches:
             print(model(x).sum().item(), model(x).max().item())
             val = model(x).sum()
@@ -383,9 +496,11 @@ def test_a_value_changed_in_place_or_a_view_between_two_reads_keeps_the_later_on
     path = tmp_path / "train.py"
     path.write_text(source)
     entries, _ = patches(_rows(path, source), str(tmp_path))
-    # the index, a number, is the same at both reads whatever happens between them
-    assert [entry["certain"] for entry in entries] == [True, kept]
+    # the index, a number, is the same at both reads whatever happens between them; a later print
+    # that stays keeps the first in the loop too (their lines would change order)
+    assert [entry["certain"] for entry in entries] == [kept, kept]
     assert kept or "loss may change between its read on line" in entries[1]["why"]
+    assert kept or "line 13 also writes to sys.stdout, and stays" in entries[0]["why"]
 
 
 def test_two_read_lines_of_one_statement_are_one_rewrite(tmp_path: Path) -> None:
@@ -500,10 +615,14 @@ def test_run_suggest_writes_one_patch_whose_patched_scripts_log_the_same_losses(
     for done in logged:
         assert done.returncode == 0, done.stderr.decode()
     reports = [read_report(tmp_path / f"{name}.json") for name in names]
-    assert [entry["certain"] for entry in reports[0]["patches"]] == [True] * 5
+    # the print and the logger's line stay: the logger writes to stdout too, and its record would
+    # name the callback's line
+    assert {entry["site"]: entry["certain"] for entry in reports[0]["patches"]} == {
+        "log_every_step.py:32": True, "log_every_step.py:37": False,
+        "log_every_step.py:38": False, "log_every_step.py:39": True, "log_every_step.py:40": True}
     assert [(entry["site"], entry["certain"]) for entry in reports[1]["patches"]] == [
         ("item_every_step.py:21", True)]
-    assert "--suggest " in logged[0].stderr.decode() and "5 certain rewrites" in \
+    assert "--suggest " in logged[0].stderr.decode() and "3 certain rewrites" in \
         logged[0].stderr.decode()
     for tool, name in zip((["patch", "-p1", "-i"], ["git", "apply"]), names, strict=True):
         subprocess.run([*tool, str(tmp_path / f"{name}.patch")], cwd=patched, check=True,
@@ -521,3 +640,33 @@ def test_run_suggest_writes_one_patch_whose_patched_scripts_log_the_same_losses(
     lines = logged[0].stdout.decode().splitlines()
     assert nan.stdout.decode().splitlines() == [*lines[:10], "epoch 0 step 5 loss nan",
                                                 "step 5: nan"]
+
+
+def test_a_diff_made_from_its_edits_is_the_diff_difflib_writes() -> None:
+    """hunks.unified writes a diff from the edits alone (no matching of the whole file's lines):
+    on edits whose new lines are new, it is difflib's text, context and hunks included, and a
+    file without a last newline too."""
+    import difflib
+    import random
+
+    from asyncthrottle.run.hunks import merged, unified
+
+    pick = random.Random(56)
+    for trial in range(400):
+        lines = [f"line {k}\n" for k in range(pick.randint(1, 30))]
+        if trial % 3 == 0:
+            lines[-1] = lines[-1].rstrip("\n")
+        edits: list[tuple[int, int, list[str], int]] = []
+        at = 0
+        while at <= len(lines) and len(edits) < 4:
+            start = pick.randint(at, min(len(lines), at + 8))
+            end = pick.randint(start, min(len(lines), start + 3))
+            new = [f"new {trial}.{len(edits)}.{k}\n" for k in range(pick.randint(0, 3))]
+            edits.append((start, len(edits), new, end))
+            at = end + 1
+        context = pick.choice([0, 1, 3])
+        made = merged(lines, edits, "\n")
+        expected = "".join(line if line.endswith("\n") else
+                           f"{line}\n\\ No newline at end of file\n"
+                           for line in difflib.unified_diff(lines, made, "a/f", "b/f", n=context))
+        assert unified(lines, edits, "\n", ("a/f", "b/f"), context) == expected, (lines, edits)

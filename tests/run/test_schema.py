@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from _runs import valid
 
+from asyncthrottle.run.environment import environment
 from asyncthrottle.run.guard import judge
 from asyncthrottle.run.report import collect, schema
 from asyncthrottle.run.steps import SEEN
@@ -63,6 +64,7 @@ def _full() -> dict[str, Any]:
     # what the session adds: run --max-syncs-per-step's fields, run's options as typed
     data.update(judge(data, 0.5))
     data["options"] = ["--json", "r.json", "--max-syncs-per-step", "0.5"]
+    data["environment"] = environment("cpu", (1, 2), on_host=True)
     return data
 
 
@@ -96,12 +98,13 @@ def test_every_field_a_report_holds_is_described_and_those_always_there_are_requ
     full, minimal = valid(_full()), valid(_minimal())
     assert set(full) - set(_SCHEMA["properties"]) == set(), "describe them in report.schema.json"
     assert {"losses_by_optimizer", "nonfinite_by_optimizer", "syncs", "stats", "per_step",
-            "guard", "over_limit", "options", "raised"} <= set(full) and full["over_limit"]
+            "guard", "over_limit", "options", "raised", "environment", "synchronous"} <= set(full)
+    assert full["over_limit"]
     assert set(_SCHEMA["required"]) == set(minimal)
     assert full["syncs"] and minimal["syncs"] is None and minimal["stats"] == {}
     defs = _SCHEMA["$defs"]
     # the time blocked came within schema 1: a report from before it has no such fields
-    later = {"blocked_s", "blocked_per_step_s"}
+    later = {"blocked_s", "blocked_per_step_s", "function", "text"}
     # a Tensor.__format__ row of an f-string has its fields, a torchrun job's row its ranks'
     # counts (test_job.py)
     only = {"fields", "ranks"}

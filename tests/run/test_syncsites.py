@@ -99,7 +99,7 @@ READS: list[tuple[Callable[[], Any], str]] = [
 ]
 
 
-# indexing by a uint8 mask warns (deprecated); the indexing wrapper's frame is where it is shown
+# indexing by a uint8 mask warns (deprecated), at the lambda's line as without the audit
 @pytest.mark.filterwarnings("ignore:indexing with dtype torch.uint8")
 @pytest.mark.parametrize(("read", "call"), READS, ids=[f"{call}@{i}" for i, (_, call) in enumerate(READS)])
 def test_each_read_is_counted_once_at_its_line_with_its_call(

@@ -1,7 +1,9 @@
-"""Logs its loss every step in the usual ways, each a host read that ``run --suggest`` can move into
-a deferred value's callback with certainty: an f-string print with the epoch and the step, a logger
-line with a global step counter, a list of the losses and a running total printed after each epoch,
-and a NaN check that raises. ``sys.argv[1]``: the global step whose loss is made NaN (default: none).
+"""Logs its loss every step in the usual ways, each a host read: an f-string print with the epoch
+and the step, a logger line with a global step counter (to stdout too), a list of the losses and a
+running total printed after each epoch, and a NaN check that raises. ``run --suggest`` moves the
+list, the total and the check with certainty; the print and the logger's line stay advice (a
+record moved would name another line, and the print would come after the logger's line).
+``sys.argv[1]``: the global step whose loss is made NaN (default: none).
 """
 
 import logging
