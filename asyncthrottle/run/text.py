@@ -43,9 +43,9 @@ def text(data: dict[str, Any], *, rank: tuple[int, int] | None = None,
     if "ranks" in data:
         lines += job_lines(data)
     lines += _sync_lines(data["syncs"])
-    lines += collective_lines(data.get("collectives"))
     note = synchronous_note(data)
     lines += [f"  {note}"] if note else []
+    lines += collective_lines(data.get("collectives"))
     lines += _suggestions(data)
     lines += _trace(data)
     lines.append(f"  the report's words: {GLOSSARY} (\"Diagnose a script\" in the docs)")
