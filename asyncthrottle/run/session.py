@@ -148,7 +148,9 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
                               flush=flush)
         if collectives is not None:
             data["collectives"] = collectives.rows(_count(steps))
-        return exit_code(ending.exit(), _report(data, steps, options, root=root, flush=flush))
+        data = _report(data, steps, options, root=root, flush=flush)
+        # after the report: exit() raises KeyboardInterrupt where the script ended by Ctrl-C
+        return exit_code(ending.exit(), data)
 
     try:
         _install(steps, sites, patches, options, thr_options, collectives)
