@@ -3,7 +3,6 @@ model's graphs, and the script's own warnings; and what it hears inside a framew
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import subprocess
@@ -14,15 +13,11 @@ import pytest
 
 pytest.importorskip("torch")
 
-import _runs
-from _runs import SCRIPTS, env
+from _runs import SCRIPTS, env, pair, python, under_run
 
-# What this module tests is the runner's fidelity to python itself (``__main__``, tracebacks,
-# signals, atexit, the order of imports): each run starts a fresh interpreter, never a fork of the
-# suite's server that has imported torch (tests/forked.py).
-pair = functools.partial(_runs.pair, fresh=True)
-python = functools.partial(_runs.python, fresh=True)
-under_run = functools.partial(_runs.under_run, fresh=True)
+# The first two tests are about the order of imports in a fresh interpreter (subprocess.run, not
+# a fork of the suite's server that has imported torch); the others compare a script's own
+# output, graphs, warnings and memory under python and under run: both forks (tests/forked.py).
 
 
 def test_an_environment_the_script_sets_at_its_top_is_the_one_torch_reads() -> None:
