@@ -5,7 +5,9 @@
 forward is 8x the others' (a count of matmuls); ``--slow-loader R``: rank R's dataset takes 20 ms
 a batch (a slow disk); ``--log-reduce``: every step all-reduces the detached loss, only to print
 it; ``--raise R``: rank R raises at the start of step 12 (the others then fail in the backward's
-all-reduce). Every rank destroys its process group at the end."""
+all-reduce); ``--io-ms N``: every rank waits N ms a step in its forward (a read from remote
+storage: the same on every rank, whatever else the machine's cores run). Every rank destroys
+its process group at the end."""
 
 import argparse
 import json
@@ -24,6 +26,7 @@ parser.add_argument("--slow-forward", type=int, default=-1)
 parser.add_argument("--slow-loader", type=int, default=-1)
 parser.add_argument("--log-reduce", action="store_true")
 parser.add_argument("--raise", dest="raises", type=int, default=-1)
+parser.add_argument("--io-ms", type=float, default=0.0)
 args = parser.parse_args()
 
 dist.init_process_group("gloo")
@@ -50,6 +53,7 @@ for step, (x, y) in enumerate(DataLoader(Batches(), batch_size=8)):
     if rank == args.raises and step == STEPS // 2:
         raise RuntimeError(f"rank {rank}: the batch of step {step} is corrupt")
     out = model(x)
+    time.sleep(args.io_ms / 1000)
     h = torch.randn(96, 96)
     for _ in range(10 * (8 if rank == args.slow_forward else 1)):
         h = torch.tanh(h @ work)
