@@ -30,6 +30,8 @@ from asyncthrottle.audit.patches import Patches
 from asyncthrottle.audit.syncsites import SyncSites
 from asyncthrottle.framework import ThrottleHooks
 from asyncthrottle.run import torchhooks
+from asyncthrottle.run.record import Record
+from asyncthrottle.run.recording import RecordingSteps
 from asyncthrottle.run.steps import SAMPLE_EVERY, Steps
 
 _BATCHES = 2000
@@ -68,14 +70,15 @@ def added(loop: Callable[[int], None], optimizer: torch.optim.Optimizer,
 
 @contextmanager
 def run_hooks(optimizer: torch.optim.Optimizer, *, audit: bool = True,
-              make: Callable[[Any], Any] | None = None) -> Iterator[Steps]:
+              make: Callable[[Any], Any] | None = None, record: bool = False) -> Iterator[Steps]:
     """Run's hooks in place while the block runs, installed as ``run`` installs them (observe
-    only), with its sync audit unless ``audit`` is False; ``make(device)`` builds the runner's
-    throttle hooks (default: run's own). ``optimizer``, made before the hooks, is told to them as
-    a script's made under run is."""
+    only), with its sync audit unless ``audit`` is False and its record (``--events``) with
+    ``record``; ``make(device)`` builds the runner's throttle hooks (default: run's own).
+    ``optimizer``, made before the hooks, is told to them as a script's made under run is."""
     sites = SyncSites([str(Path(__file__).resolve().parent)]) if audit else None
-    runner = Steps(make or (lambda device: ThrottleHooks(
-        None, device=device, sample_every=SAMPLE_EVERY, trace=0, nonfinite=None)), sites)
+    make = make or (lambda device: ThrottleHooks(
+        None, device=device, sample_every=SAMPLE_EVERY, trace=0, nonfinite=None))
+    runner = RecordingSteps(make, sites, record=Record()) if record else Steps(make, sites)
     runner.optimizers.made(optimizer)
     patches = Patches()
     torchhooks.install(runner, patches)

@@ -77,6 +77,7 @@ def layers(optimizer: Any, *, floor: bool = False) -> dict[str, Layer]:
     made["rules"] = functools.partial(run_calls.run_hooks, optimizer, audit=False, make=Idle)
     made["run, no audit"] = functools.partial(run_calls.run_hooks, optimizer, audit=False)
     made["run"] = functools.partial(run_calls.run_hooks, optimizer)
+    made["run --events"] = functools.partial(run_calls.run_hooks, optimizer, record=True)
     return made
 
 

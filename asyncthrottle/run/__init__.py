@@ -13,15 +13,19 @@ from collections.abc import Sequence
 from .._typed import command, examples
 from .guard import GUARD_EXIT
 from .job import RANKS_TIMEOUT_S
+from .record import LIMIT
 
 __all__ = ["main"]
 
 # the usage after the command as typed (asyncthrottle._typed.command)
-_USAGE = "run [--json PATH] [--html PATH] [--trace PATH] [--suggest PATH] [--depth N] " \
-         "[--max-syncs-per-step N] [--ranks-timeout S] [--] (SCRIPT | -m MODULE) [ARGS...]"
+_USAGE = "run [--json PATH] [--html PATH] [--trace PATH] [--suggest PATH] [--events PATH] " \
+         "[--depth N] [--max-syncs-per-step N] [--ranks-timeout S] [--] (SCRIPT | -m MODULE) " \
+         "[ARGS...]"
+_REPLAY_USAGE = "run [--json PATH] [--html PATH] [--trace PATH] [--suggest PATH] " \
+                "[--max-syncs-per-step N] --replay PATH"
 # run's options that take a value (the script's own arguments come after SCRIPT)
-_VALUED = ("--json", "--html", "--trace", "--suggest", "--depth", "--max-syncs-per-step",
-           "--ranks-timeout")
+_VALUED = ("--json", "--html", "--trace", "--suggest", "--events", "--replay", "--depth",
+           "--max-syncs-per-step", "--ranks-timeout")
 _EXITS = (f"exit code: the script's own; 2: a usage error, or a script that cannot be opened; "
           f"{GUARD_EXIT}: --max-syncs-per-step failed (a line over the limit, or no training step "
           f"found) where the script itself exited 0")
@@ -29,7 +33,7 @@ _EXITS = (f"exit code: the script's own; 2: a usage error, or a script that cann
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=command("run"), usage=command(_USAGE),
+        prog=command("run"), usage=f"{command(_USAGE)}\n       {command(_REPLAY_USAGE)}",
         description=textwrap.fill(
             "Run a PyTorch training script unchanged, as python would, and report on stderr at "
             "its exit: its steps, loss, verdict, sections, input wait, the lines that read device "
@@ -39,7 +43,9 @@ def _parser() -> argparse.ArgumentParser:
             ("run --suggest fix.patch train.py", "the certain fixes as a patch"),
             ("run --json before.json train.py", "the report as JSON, for compare"),
             ("run --max-syncs-per-step 0 train.py", "CI: fail on a read in the steps"),
-            ("run -m mypackage.train", "a module, as python -m runs it"))
+            ("run -m mypackage.train", "a module, as python -m runs it"),
+            ("run --events run.jsonl train.py", "the run's record, to share"),
+            ("run --replay run.jsonl", "its report again, without the script"))
         + "\nwhat the report's words mean: the glossary of docs/run.md (\"Diagnose a script\")"
         + "\n\n" + textwrap.fill(_EXITS, 79),
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -54,6 +60,13 @@ def _parser() -> argparse.ArgumentParser:
                         help="write the suggested rewrites that are certain (a value read only to "
                              "be logged, a NaN check) as one patch: apply it in the script's "
                              "folder with patch -p1 < PATH or git apply PATH")
+    parser.add_argument("--events", metavar="PATH",
+                        help="also write the run's record: what the hooks heard, as JSON lines "
+                             f"(its first {LIMIT:,} events); --replay PATH makes the report "
+                             "again from it, without the script (attach it to an issue)")
+    parser.add_argument("--replay", metavar="PATH",
+                        help="make the report again from a record written by --events, without "
+                             "the script (on the CPU: the recorded host times, no device times)")
     parser.add_argument("--depth", metavar="N", type=_depth, default=None,
                         help="throttle the steps at depth N (an int >= 1); default: only observe, "
                              "never block")
@@ -155,6 +168,19 @@ def _output(parser: argparse.ArgumentParser, option: str, value: str | None) -> 
     parser.error(f"{option} {value!r} {problem}")
 
 
+def _replayed_alone(parser: argparse.ArgumentParser, options: argparse.Namespace,
+                    script: str | None, rest: list[str]) -> None:
+    """``--replay`` runs no script: one named, ``-m``, ``--depth`` or ``--events`` beside it is a
+    usage error."""
+    if script is not None or options.module is not None or rest:
+        parser.error(f"--replay {options.replay!r} runs no script: leave out "
+                     f"{script or '-m ' + str(options.module or rest[0])!r}")
+    for name, value in (("--depth", options.depth), ("--events", options.events)):
+        if value is not None:
+            parser.error(f"--replay {options.replay!r} runs no script, so {name} has nothing to "
+                         f"do: leave out {name} {value}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the script and print the report; returns the script's exit status (2: a usage error,
     or a script that cannot be opened, as python says; :data:`~.guard.GUARD_EXIT` where
@@ -169,18 +195,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     own, script, rest = _split(args)
     options = parser.parse_args(own)
-    if script is None and options.module is None:
+    if options.replay is not None:
+        _replayed_alone(parser, options, script, rest)
+    elif script is None and options.module is None:
         parser.error("name the script to run: SCRIPT [ARGS...] or -m MODULE [ARGS...]")
     json_path = _output(parser, "--json", options.json)
     trace_path = _output(parser, "--trace", options.trace)
     html_path = _output(parser, "--html", options.html)
     suggest_path = _output(parser, "--suggest", options.suggest)
-    from .session import Options, session
+    events_path = _output(parser, "--events", options.events)
+    from .session import Options, replay, session
 
     chosen = Options(depth=options.depth, json=json_path, html=html_path, trace=trace_path,
                      suggest=suggest_path, typed=_typed(own, options.module),
-                     max_syncs_per_step=options.max_syncs_per_step,
+                     max_syncs_per_step=options.max_syncs_per_step, events=events_path,
                      ranks_timeout=options.ranks_timeout)
+    if options.replay is not None:
+        return replay(chosen, options.replay)
     target = options.module or script
     assert target is not None
     return session(chosen, target, rest, module=options.module is not None)

@@ -23,13 +23,16 @@ from .imports import after_import
 from .job import RANKS_TIMEOUT_S, Job, job
 from .jobreport import report_job
 from .outputs import suggest, write
+from .record import Record
+from .recording import RecordingSteps
+from .replay import read, replay_steps
 from .report import collect
 from .script import Ending, locate, run, say, set_path0
 from .sigterm import Terminated
 from .steps import SAMPLE_EVERY, Steps
 from .text import text
 
-__all__ = ["Options", "session"]
+__all__ = ["Options", "replay", "session", "write_report"]
 
 logger = logging.getLogger("asyncthrottle")
 
@@ -42,15 +45,17 @@ RANKS_EVERY = 10
 class Options:
     """``run``'s options: ``depth`` (None: observe only), ``json``, ``html`` and ``trace`` paths,
     ``max_syncs_per_step`` (the guard's limit; None: no guard), ``typed``: all of them as typed
-    (``["--json", "r.json"]``), ``suggest``: the patch's path (None: none written),
-    ``ranks_timeout``: under torchrun, the seconds rank 0 waits for the other ranks' reports."""
+    (``["--json", "r.json"]``), ``suggest``: the patch's path (None: none written), ``events``:
+    the record's path (None: no record kept), ``ranks_timeout``: under torchrun, the seconds
+    rank 0 waits for the other ranks' reports."""
 
     def __init__(self, depth: int | None = None, json: str | None = None,
                  trace: str | None = None, max_syncs_per_step: float | None = None,
                  html: str | None = None, typed: list[str] | None = None,
-                 suggest: str | None = None, ranks_timeout: float = RANKS_TIMEOUT_S) -> None:
+                 suggest: str | None = None, events: str | None = None,
+                 ranks_timeout: float = RANKS_TIMEOUT_S) -> None:
         self.depth, self.json, self.html, self.trace = depth, json, html, trace
-        self.suggest, self.ranks_timeout = suggest, ranks_timeout
+        self.suggest, self.events, self.ranks_timeout = suggest, events, ranks_timeout
         # the options as typed: the report's ``options``
         self.typed = list(typed or [])
         self.max_syncs_per_step = max_syncs_per_step
@@ -116,7 +121,9 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
         # the device of the first step's tensors: a CPU script on a GPU machine never starts CUDA
         return ThrottleHooks(options.depth, device=device, **thr_options)
 
-    steps = Steps(make, sites, collective=_rank() is not None)
+    record = Record() if options.events is not None else None
+    steps = Steps(make, sites, collective=_rank() is not None) if record is None else \
+        RecordingSteps(make, sites, record=record, collective=_rank() is not None)
     patches = Patches()
     argv = [target, *args] if not module else ["-m", target, *args]
     collectives = Collectives([root], lambda: sites.in_step) if _rank() is not None else None
@@ -142,13 +149,14 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
 
     def report(ending: Ending, *, flush: bool = True) -> int:
         shown = ending.file if module and ending.file else file
+        _write_record(record, options, steps, shown, argv, root=root, code=ending.code)
         data = _data(steps, sites, options, shown, ending, argv)
         if ranks is not None:
             return report_job(ranks, data, steps, collectives, options, root, ending, terminated,
                               flush=flush)
         if collectives is not None:
             data["collectives"] = collectives.rows(_count(steps))
-        data = _report(data, steps, options, root=root, flush=flush)
+        data = _written(data, steps, options, root=root, flush=flush)
         # after the report: exit() raises KeyboardInterrupt where the script ended by Ctrl-C
         return exit_code(ending.exit(), data)
 
@@ -159,6 +167,39 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
     finally:
         finish()
     return report(ending)
+
+
+def _write_record(record: Record | None, options: Options, steps: Steps, shown: str,
+                  argv: list[str], *, root: str, code: int) -> None:
+    """Write ``--events``' record of the run that ended with ``code`` (none without it)."""
+    if record is None:
+        return
+    head = {"script": shown, "argv": argv, "roots": [root], "root": root,
+            "options": options.typed}
+    end = {"exit_code": code, "seen": steps.seen}
+    write("--events", _per_rank(options.events, _rank()),
+          lambda: "\n".join(record.lines(head, end)) + "\n")
+
+
+def replay(options: Options, path: str) -> int:
+    """The report of the run recorded at ``path`` (``run --events``), made again without the
+    script (``--json``, ``--html``, ``--trace``, ``--suggest``, ``--max-syncs-per-step`` as for a
+    run); returns the recorded run's exit status, or :data:`~.guard.GUARD_EXIT` where the guard
+    fails and it was 0; 2 where ``path`` is no record (said on stderr)."""
+    try:
+        replayed = replay_steps(read(path), trace=options.trace is not None)
+    except (OSError, ValueError) as exc:
+        say(f"python -m asyncthrottle run: --replay {path!r}: {exc}\n")
+        return 2
+    head, end = replayed.head, replayed.end
+    if end.get("dropped"):
+        say(f"python -m asyncthrottle run: the record kept the run's first {head.get('limit')} "
+            f"events and dropped {end['dropped']}: this report is of its beginning\n")
+    options.typed = list(head.get("options") or [])
+    code = int(end.get("exit_code") or 0)
+    data = write_report(replayed.steps, replayed.sites, options, str(head.get("script")),
+                        Ending(code), list(head.get("argv") or []), root=str(head.get("root")))
+    return exit_code(code, data)
 
 
 def _install(steps: Steps, sites: Any, patches: Patches, options: Options,
@@ -193,8 +234,17 @@ def _data(steps: Steps, sites: Any, options: Options, file: str, ending: Ending,
     return data
 
 
-def _report(data: dict[str, Any], steps: Steps, options: Options, *, root: str,
-            flush: bool = True) -> dict[str, Any]:
+def write_report(steps: Steps, sites: Any, options: Options, file: str, ending: Ending,
+                 argv: list[str], *, root: str, flush: bool = True) -> dict[str, Any]:
+    """Write the report of ``steps`` (stderr, ``--json``, ``--html``, ``--suggest``'s patch);
+    returns its data. ``flush``: the script's stdout first (not where it called ``os._exit``,
+    which flushes nothing)."""
+    return _written(_data(steps, sites, options, file, ending, argv), steps, options, root=root,
+                    flush=flush)
+
+
+def _written(data: dict[str, Any], steps: Steps, options: Options, *, root: str,
+             flush: bool = True) -> dict[str, Any]:
     """Write the report (stderr, ``--json``, ``--html``, ``--suggest``'s patch); returns its
     data. ``flush``: the script's stdout first (not where it called ``os._exit``, which flushes
     nothing). Under torchrun with no job's store, each rank writes its own files

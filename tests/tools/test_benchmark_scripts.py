@@ -303,7 +303,7 @@ def test_run_step_split_times_each_layer_of_the_runner_and_checks_its_steps() ->
     assert done.returncode == 0, done.stderr  # its own check: each runner found every step it timed
     ways = [line.split("  ")[1].strip() for line in done.stdout.splitlines()[1:]]
     assert ways == ["plain", "forward hook", "backward wrapper", "optimizer hooks", "floor", "rules",
-                    "run, no audit", "run"]
+                    "run, no audit", "run", "run --events"]
 
 
 def test_run_instructions_runs_each_layer_s_steps_and_checks_them() -> None:
