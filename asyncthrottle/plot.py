@@ -61,7 +61,8 @@ def _clip(ax: Any, steps: Sequence[int], values: Sequence[float], top: float | N
 
 def summarize(doc: dict[str, Any]) -> dict[str, Any]:
     """Per-step host ms by span name, device ms per sampled step, and the in-flight counter (ms,
-    count).
+    count). A trace of several processes (``run --trace`` of a torchrun job: one a rank) gives
+    its first process's (rank 0's).
 
     Args:
         doc: a trace written by :meth:`asyncthrottle.Throttle.export_trace`.
@@ -75,8 +76,11 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
     host: dict[str, dict[int, float]] = {"wait": {}, "fetch": {}, "body": {}}
     device: dict[int, float] = {}
     in_flight: list[tuple[float, int]] = []
+    first = min((e.get("pid", 0) for e in events if e.get("ph") in ("X", "C")), default=0)
     for e in events:
         name, ph = e.get("name"), e.get("ph")
+        if e.get("pid", 0) != first:
+            continue
         if ph == "X" and name in host:
             step = int(e["args"]["step"])
             host[name][step] = host[name].get(step, 0.0) + e["dur"] / 1000.0

@@ -12,18 +12,20 @@ from collections.abc import Sequence
 
 from .._typed import command, examples
 from .guard import GUARD_EXIT
+from .job import RANKS_TIMEOUT_S
 from .record import LIMIT
 
 __all__ = ["main"]
 
 # the usage after the command as typed (asyncthrottle._typed.command)
 _USAGE = "run [--json PATH] [--html PATH] [--trace PATH] [--suggest PATH] [--events PATH] " \
-         "[--depth N] [--max-syncs-per-step N] [--] (SCRIPT | -m MODULE) [ARGS...]"
+         "[--depth N] [--max-syncs-per-step N] [--ranks-timeout S] [--] (SCRIPT | -m MODULE) " \
+         "[ARGS...]"
 _REPLAY_USAGE = "run [--json PATH] [--html PATH] [--trace PATH] [--suggest PATH] " \
                 "[--max-syncs-per-step N] --replay PATH"
 # run's options that take a value (the script's own arguments come after SCRIPT)
 _VALUED = ("--json", "--html", "--trace", "--suggest", "--events", "--replay", "--depth",
-           "--max-syncs-per-step")
+           "--max-syncs-per-step", "--ranks-timeout")
 _EXITS = (f"exit code: the script's own; 2: a usage error, or a script that cannot be opened; "
           f"{GUARD_EXIT}: --max-syncs-per-step failed (a line over the limit, or no training step "
           f"found) where the script itself exited 0")
@@ -74,6 +76,10 @@ def _parser() -> argparse.ArgumentParser:
                              "values more than N times a step on average (a number >= 0, e.g. "
                              "0 or 0.5), or when no step is found; a script that fails keeps "
                              "its own exit code")
+    parser.add_argument("--ranks-timeout", metavar="S", type=_seconds, default=RANKS_TIMEOUT_S,
+                        help="under torchrun: the seconds rank 0 waits, once its script ended, "
+                             "for the other ranks' reports before it reports the job without "
+                             f"them (default {RANKS_TIMEOUT_S:g})")
     parser.add_argument("-m", metavar="MODULE", dest="module",
                         help="run a library module as a script, as python -m does")
     return parser
@@ -88,6 +94,17 @@ def _depth(value: str) -> int:
         raise argparse.ArgumentTypeError(f"--depth must be an int >= 1, got {value!r} (leave it "
                                          "out to only observe)")
     return depth
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds < math.inf:
+        raise argparse.ArgumentTypeError(
+            f"--ranks-timeout must be a finite number of seconds > 0, got {value!r}, e.g. 60")
+    return seconds
 
 
 def _limit(value: str) -> float:
@@ -191,7 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     chosen = Options(depth=options.depth, json=json_path, html=html_path, trace=trace_path,
                      suggest=suggest_path, typed=_typed(own, options.module),
-                     max_syncs_per_step=options.max_syncs_per_step, events=events_path)
+                     max_syncs_per_step=options.max_syncs_per_step, events=events_path,
+                     ranks_timeout=options.ranks_timeout)
     if options.replay is not None:
         return replay(chosen, options.replay)
     target = options.module or script

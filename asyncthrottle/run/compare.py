@@ -66,10 +66,21 @@ def compare(before: dict[str, Any], after: dict[str, Any], *, fail_on_new_syncs:
         "verdict_changed": before["verdict"] != after["verdict"],
         "losses": _losses(before["losses"], after["losses"]),
         "syncs": syncs,
+        **_job(before, after),
         "rules": rules,
         "warnings": warnings,
         "exit_code": FAILED if any(not rule["passed"] for rule in rules) else 0,
     }
+
+
+def _job(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Where either is a torchrun job's report: ``world_size`` and ``straggler`` (before, after;
+    None: a single process's), ``collectives`` compared as the sync sites."""
+    if "ranks" not in before and "ranks" not in after:
+        return {}
+    return {"world_size": [before.get("world_size"), after.get("world_size")],
+            "straggler": [before.get("straggler"), after.get("straggler")],
+            "collectives": _syncs(before, after, "collectives")}
 
 
 def _side(report: dict[str, Any], path: str) -> dict[str, Any]:
@@ -95,13 +106,14 @@ def _unlike(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
 
 # -- sync sites ------------------------------------------------------------------------------
 
-def _syncs(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any] | None:
+def _syncs(before: dict[str, Any], after: dict[str, Any],
+           key: str = "syncs") -> dict[str, Any] | None:
     """The sites removed, added, changed (count or per step) and ``moved?``, how many are the
     same and which of those moved (:func:`~.sitematch.match`); None where either report counted
-    none (``syncs: null``)."""
-    if before["syncs"] is None or after["syncs"] is None:
+    none (``syncs: null``). ``key``: the rows compared (``"collectives"``: a job's)."""
+    if before.get(key) is None or after.get(key) is None:
         return None
-    return match(before["syncs"], after["syncs"])
+    return match(before[key], after[key])
 
 
 # -- the rules -------------------------------------------------------------------------------
@@ -213,6 +225,8 @@ def text(found: dict[str, Any], before: dict[str, Any], after: dict[str, Any]) -
               + ("" if found["verdict_changed"] else " (unchanged)"),
               _loss_line(found["losses"], before["losses"], after["losses"])]
     lines += _sync_lines(found["syncs"], before, after)
+    if "straggler" in found:
+        lines += _job_lines(found, before, after)
     for rule in found["rules"]:
         state = "passed" if rule["passed"] else "FAILED"
         lines.append(f"  {rule['rule']}: {state}: {rule['why'][0]}")
@@ -254,12 +268,28 @@ def _loss_line(found: dict[str, Any], old: list[float | None], new: list[float |
     return ": ".join(said[:2]) + "".join(f"; {part}" for part in said[2:])
 
 
+def _job_lines(found: dict[str, Any], before: dict[str, Any],
+               after: dict[str, Any]) -> list[str]:
+    """The ranks, the straggler and the collectives of two job reports."""
+    old, new = found["world_size"]
+    said = [_straggler(found) for found in found["straggler"]]
+    return [f"  ranks: {old or 1} -> {new or 1}", f"  straggler: {said[0]} -> {said[1]}",
+            *_sync_lines(found["collectives"], before, after, "collectives")]
+
+
+def _straggler(found: dict[str, Any] | None) -> str:
+    if found is None:
+        return "none"
+    return f"rank {found['rank']} ({found['phase']}, {found['cost_fraction']:.0%})"
+
+
 def _sync_lines(syncs: dict[str, Any] | None, before: dict[str, Any],
-                after: dict[str, Any]) -> list[str]:
+                after: dict[str, Any], key: str = "syncs") -> list[str]:
+    what = "sync sites" if key == "syncs" else key
     if syncs is None:
         which = " and ".join(name for name, report in (("BEFORE", before), ("AFTER", after))
-                             if report["syncs"] is None)
-        return [f"  sync sites: not compared ({which} counted none: syncs is null)"]
+                             if report.get(key) is None)
+        return [f"  {what}: not compared ({which} counted none: {key} is null)"]
     changes = syncs["changes"]
     kinds = [kind for kind in ("removed", "added", "changed", "moved?")
              if any(c["change"] == kind for c in changes)]
@@ -267,12 +297,12 @@ def _sync_lines(syncs: dict[str, Any] | None, before: dict[str, Any],
     same = f"{syncs['unchanged']} the same" + (f", {len(syncs['moved'])} of them at another line"
                                                if syncs["moved"] else "")
     if not changes:
-        return [f"  sync sites: no change ({same})"]
+        return [f"  {what}: no change ({same})"]
     cells = [(c["change"], _where(c), _named(c), _count(c["before"]), _count(c["after"]),
               "" if c["in_step"] else "  outside steps") for c in changes]
     heads = ("change", "site", "call", "before", "after")
     widths = [max(len(row[k]) for row in [heads, *cells]) for k in range(5)]
-    lines = [f"  sync sites ({', '.join(counted)}; {same}):"]
+    lines = [f"  {what} ({', '.join(counted)}; {same}):"]
     for row in [heads, *cells]:
         line = "  ".join(f"{cell:<{w}}" for cell, w in zip(row[:5], widths, strict=True))
         lines.append(f"    {line}{row[5] if len(row) > 5 else ''}".rstrip())

@@ -18,6 +18,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from .htmljob import collectives
+from .htmljob import ranks as job_ranks
 from .htmlsites import Source, cached, read_lines, syncs
 from .htmlsuggestions import suggestions
 from .svg import Line, Marks, chart
@@ -120,8 +122,9 @@ def render(data: dict[str, Any], *, source: Source | None = None) -> str:
     script = str(data.get("script") or "")
     title = f"asyncthrottle run: {os.path.basename(script) or 'report'}"
     body = [*_head(data, title), *suggestions(data), *_per_step(data), *_losses(data),
-            *syncs(data, read), *_sections(data), *_ranks(data), *_command(data),
-            *_environment(data), _footer(data)]
+            *syncs(data, read), *_sections(data),
+            *(job_ranks(data) if "ranks" in data else _ranks(data)), *collectives(data),
+            *_command(data), *_environment(data), _footer(data)]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{escape(title)}</title><style>{_STYLE}</style></head>"

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from html import escape
 from typing import Any
 
+from .jobtext import ranks_of
 from .text import blocked_per_step, duration, no_syncs, synchronous_note
 
 __all__ = ["Source", "cached", "lines_of", "read_lines", "syncs"]
@@ -81,7 +82,7 @@ def _site(row: dict[str, Any], read: Source, blocked: bool) -> str:
     via = row.get("via")
     call = escape(str(row.get("call"))) + (f'<span class="via">in {escape(str(via))}</span>'
                                            if via else "")
-    where = "in steps" if row.get("in_step") else "outside steps"
+    where = ("in steps" if row.get("in_step") else "outside steps") + escape(ranks_of(row))
     cells = [f'<td class="mono">{escape(str(row.get("site")))}</td>',
              f'<td class="mono">{call}</td>',
              f'<td class="num">{row.get("count", 0):,}</td>',

@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -14,18 +13,22 @@ from typing import Any
 from ..audit.patches import Patches
 from ..audit.syncsites import SyncSites
 from ..framework import ThrottleHooks
+from .collectives import Collectives
 from .dynamo import keep_out
 from .environment import environment
 from .guard import exit_code, judge
 from .hardexit import report_before_exit
 from .html import render as page
 from .imports import after_import
-from .patchfile import patches as rewrites
+from .job import RANKS_TIMEOUT_S, Job, job
+from .jobreport import report_job
+from .outputs import suggest, write
 from .record import Record
 from .recording import RecordingSteps
 from .replay import read, replay_steps
 from .report import collect
 from .script import Ending, locate, run, say, set_path0
+from .sigterm import Terminated
 from .steps import SAMPLE_EVERY, Steps
 from .text import text
 
@@ -43,14 +46,16 @@ class Options:
     """``run``'s options: ``depth`` (None: observe only), ``json``, ``html`` and ``trace`` paths,
     ``max_syncs_per_step`` (the guard's limit; None: no guard), ``typed``: all of them as typed
     (``["--json", "r.json"]``), ``suggest``: the patch's path (None: none written), ``events``:
-    the record's path (None: no record kept)."""
+    the record's path (None: no record kept), ``ranks_timeout``: under torchrun, the seconds
+    rank 0 waits for the other ranks' reports."""
 
     def __init__(self, depth: int | None = None, json: str | None = None,
                  trace: str | None = None, max_syncs_per_step: float | None = None,
                  html: str | None = None, typed: list[str] | None = None,
-                 suggest: str | None = None, events: str | None = None) -> None:
+                 suggest: str | None = None, events: str | None = None,
+                 ranks_timeout: float = RANKS_TIMEOUT_S) -> None:
         self.depth, self.json, self.html, self.trace = depth, json, html, trace
-        self.suggest, self.events = suggest, events
+        self.suggest, self.events, self.ranks_timeout = suggest, events, ranks_timeout
         # the options as typed: the report's ``options``
         self.typed = list(typed or [])
         self.max_syncs_per_step = max_syncs_per_step
@@ -61,12 +66,27 @@ def _rank() -> tuple[int, int] | None:
     return (int(os.environ.get("RANK", "0") or 0), world) if world > 1 else None
 
 
-def _throttle_options(options: Options) -> dict[str, Any]:
+def _throttle_options(options: Options, ranks: Job | None) -> dict[str, Any]:
     # nonfinite=None: the report finds NaN/Inf in the delivered losses; nothing warns or raises
-    # into the script
+    # into the script; the ranks' scores only where no job's report names the straggler
     return {"trace": TRACE_STEPS if options.trace else 0, "nonfinite": None,
             "sample_every": SAMPLE_EVERY,
-            "ranks_every": RANKS_EVERY if _rank() is not None else None}
+            "ranks_every": RANKS_EVERY if _rank() is not None and ranks is None else None}
+
+
+def _job() -> Job | None:
+    """This rank's job (None: not under torchrun); a store that cannot be reached is said, and
+    this rank reports alone."""
+    try:
+        found = job(os.environ)
+        if found is not None:
+            found.start()
+    except Exception as exc:
+        say(f"python -m asyncthrottle run (rank {os.environ.get('RANK')}): the job's store at "
+            f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} cannot be reached "
+            f"({exc}); this rank reports alone\n")
+        return None
+    return found
 
 
 def _sites(file: str) -> SyncSites:
@@ -94,7 +114,8 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
     sites = _sites(file)
     # the sites' folder (and the patch's), before the script's os.chdir
     root = str(Path(file).resolve().parent)
-    thr_options = _throttle_options(options)
+    ranks = _job()
+    thr_options = _throttle_options(options, ranks)
 
     def make(device: Any) -> ThrottleHooks:
         # the device of the first step's tensors: a CPU script on a GPU machine never starts CUDA
@@ -105,8 +126,14 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
         RecordingSteps(make, sites, record=record, collective=_rank() is not None)
     patches = Patches()
     argv = [target, *args] if not module else ["-m", target, *args]
+    collectives = Collectives([root], lambda: sites.in_step) if _rank() is not None else None
+    terminated = Terminated()
+    if ranks is not None:
+        terminated.install()
 
     def finish() -> None:
+        # from here on, torchrun's SIGTERM waits for the report
+        terminated.reporting = True
         try:
             steps.finish()
         finally:
@@ -118,22 +145,28 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
         # os._exit(code): no atexit, no finally, no stdout flushed (as under python)
         finish()
         ran = getattr(sys.modules.get("__main__"), "__file__", None)
-        ending = Ending(code, file=ran if isinstance(ran, str) else None)
+        return report(Ending(code, file=ran if isinstance(ran, str) else None), flush=False)
+
+    def report(ending: Ending, *, flush: bool = True) -> int:
         shown = ending.file if module and ending.file else file
-        _write_record(record, options, steps, shown, argv, root=root, code=code)
-        data = write_report(steps, sites, options, shown, ending, argv, root=root, flush=False)
-        return exit_code(code, data)
+        _write_record(record, options, steps, shown, argv, root=root, code=ending.code)
+        data = _data(steps, sites, options, shown, ending, argv)
+        if ranks is not None:
+            return report_job(ranks, data, steps, collectives, options, root, ending, terminated,
+                              flush=flush)
+        if collectives is not None:
+            data["collectives"] = collectives.rows(_count(steps))
+        data = _written(data, steps, options, root=root, flush=flush)
+        # after the report: exit() raises KeyboardInterrupt where the script ended by Ctrl-C
+        return exit_code(ending.exit(), data)
 
     try:
-        _install(steps, sites, patches, options, thr_options)
+        _install(steps, sites, patches, options, thr_options, collectives)
         report_before_exit(patches, hard_exit)
         ending = run(target, args, module)
     finally:
         finish()
-    shown = ending.file if module and ending.file else file
-    _write_record(record, options, steps, shown, argv, root=root, code=ending.code)
-    data = write_report(steps, sites, options, shown, ending, argv, root=root)
-    return exit_code(ending.exit(), data)
+    return report(ending)
 
 
 def _write_record(record: Record | None, options: Options, steps: Steps, shown: str,
@@ -144,8 +177,8 @@ def _write_record(record: Record | None, options: Options, steps: Steps, shown: 
     head = {"script": shown, "argv": argv, "roots": [root], "root": root,
             "options": options.typed}
     end = {"exit_code": code, "seen": steps.seen}
-    _write("--events", options.events, _rank(),
-           lambda: "\n".join(record.lines(head, end)) + "\n")
+    write("--events", _per_rank(options.events, _rank()),
+          lambda: "\n".join(record.lines(head, end)) + "\n")
 
 
 def replay(options: Options, path: str) -> int:
@@ -170,7 +203,7 @@ def replay(options: Options, path: str) -> int:
 
 
 def _install(steps: Steps, sites: Any, patches: Patches, options: Options,
-             thr_options: dict[str, Any]) -> None:
+             thr_options: dict[str, Any], collectives: Collectives | None) -> None:
     """The torch hooks, the frameworks' watch and the sync audit, installed once the script
     imports torch (never before its first line: an ``OMP_NUM_THREADS`` or ``CUDA_VISIBLE_DEVICES``
     it sets at its top still counts)."""
@@ -182,30 +215,48 @@ def _install(steps: Steps, sites: Any, patches: Patches, options: Options,
         watch(steps, patches, lambda cls: cls(options.depth, **thr_options))
         if sites is not None:
             sites.start(patches)
+        if collectives is not None and torch.distributed.is_available():
+            collectives.install(torch.distributed, patches)
         keep_out(patches)
 
     after_import({"torch": torch_imported}, patches)
 
 
-def write_report(steps: Steps, sites: Any, options: Options, file: str, ending: Ending,
-                 argv: list[str], *, root: str, flush: bool = True) -> dict[str, Any]:
-    """Write the report (stderr, ``--json``, ``--html``, ``--suggest``'s patch); returns its
-    data. ``flush``: the script's stdout first (not where it called ``os._exit``, which flushes
-    nothing)."""
+def _data(steps: Steps, sites: Any, options: Options, file: str, ending: Ending,
+          argv: list[str]) -> dict[str, Any]:
+    """The report's data, judged by ``--max-syncs-per-step``."""
     rows = sites.rows(max(1, _count(steps))) if sites is not None else None
     data = collect(steps, rows, script=file, code=ending.code, argv=argv, raised=ending.raised)
     data.update(judge(data, options.max_syncs_per_step))
     data["options"] = options.typed
-    rank = _rank()
-    data["environment"] = environment(_device(steps, data), rank,
+    data["environment"] = environment(_device(steps, data), _rank(),
                                       on_host=data.get("synchronous") is True)
+    return data
+
+
+def write_report(steps: Steps, sites: Any, options: Options, file: str, ending: Ending,
+                 argv: list[str], *, root: str, flush: bool = True) -> dict[str, Any]:
+    """Write the report of ``steps`` (stderr, ``--json``, ``--html``, ``--suggest``'s patch);
+    returns its data. ``flush``: the script's stdout first (not where it called ``os._exit``,
+    which flushes nothing)."""
+    return _written(_data(steps, sites, options, file, ending, argv), steps, options, root=root,
+                    flush=flush)
+
+
+def _written(data: dict[str, Any], steps: Steps, options: Options, *, root: str,
+             flush: bool = True) -> dict[str, Any]:
+    """Write the report (stderr, ``--json``, ``--html``, ``--suggest``'s patch); returns its
+    data. ``flush``: the script's stdout first (not where it called ``os._exit``, which flushes
+    nothing). Under torchrun with no job's store, each rank writes its own files
+    (``name.rank<r>.json``)."""
+    rank = _rank()
     main = max(steps.sources, key=lambda s: s.hooks.throttle.stats.steps, default=None)
     slowest = _slowest(main, rank)
     data["trace"] = _trace(main, options.trace, rank)
-    patch = _suggest(data, root)
-    _write("--suggest", options.suggest, rank, lambda: patch)
-    _write("--json", options.json, rank, lambda: json.dumps(data, indent=1) + "\n")
-    _write("--html", options.html, rank, lambda: page(data))
+    patch = suggest(data, root)
+    write("--suggest", _per_rank(options.suggest, rank), lambda: patch)
+    write("--json", _per_rank(options.json, rank), lambda: json.dumps(data, indent=1) + "\n")
+    write("--html", _per_rank(options.html, rank), lambda: page(data))
     # the script's last lines first (a closed or replaced stdout: nothing to flush)
     try:
         if flush:
@@ -214,32 +265,6 @@ def write_report(steps: Steps, sites: Any, options: Options, file: str, ending: 
         pass
     say(text(data, rank=rank, slowest=slowest) + "\n")
     return data
-
-
-def _write(option: str, path: str | None, rank: tuple[int, int] | None,
-           made: Callable[[], str]) -> None:
-    """Write ``made()`` to ``option``'s file (this rank's); a file that cannot be written is said,
-    and the report goes on."""
-    if path is None:
-        return
-    where = _per_rank(path, rank)
-    try:
-        Path(where).write_text(made(), encoding="utf-8")
-    except OSError as exc:
-        say(f"python -m asyncthrottle run: {option} {where!r} could not be written ({exc})\n")
-
-
-def _suggest(data: dict[str, Any], root: str) -> str:
-    """The report's ``patches`` (:func:`~.patchfile.patches`, each sync site's in ``root``);
-    returns the patch of the certain rewrites (``""``: none). A failure is said, and the report
-    goes on without them."""
-    try:
-        data["patches"], patch = rewrites(data["syncs"], root)
-    except Exception as exc:  # the report matters more than its patches
-        say(f"python -m asyncthrottle run: the suggested rewrites failed ({exc!r}); please "
-            "report it\n")
-        data["patches"], patch = [], ""
-    return patch
 
 
 def _slowest(main: Any, rank: tuple[int, int] | None) -> str | None:
@@ -258,7 +283,7 @@ def _trace(main: Any, path: str | None, rank: tuple[int, int] | None) -> dict[st
     whether it was written (None without ``--trace``)."""
     if path is None:
         return None
-    where = os.path.abspath(_per_rank(path, rank))
+    where = os.path.abspath(_per_rank(path, rank) or path)
     written = main is not None and main.hooks.throttle.stats.steps > 0
     if written:
         try:
@@ -281,9 +306,10 @@ def _count(steps: Steps) -> int:
     return max((s.hooks.throttle.stats.steps for s in steps.sources), default=0)
 
 
-def _per_rank(path: str, rank: tuple[int, int] | None) -> str:
-    """Rank r > 0 of a torchrun writes ``name.rank<r>.json`` beside rank 0's ``name.json``."""
-    if rank is None or rank[0] == 0:
+def _per_rank(path: str | None, rank: tuple[int, int] | None) -> str | None:
+    """Rank r > 0 of a torchrun with no job's store writes ``name.rank<r>.json`` beside rank 0's
+    ``name.json``."""
+    if path is None or rank is None or rank[0] == 0:
         return path
     where = Path(path)
     return str(where.with_name(f"{where.stem}.rank{rank[0]}{where.suffix}"))

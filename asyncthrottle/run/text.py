@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .guard import GUARD_EXIT, NO_STEPS, OVER_LIMIT, PASSED
+from .jobtext import collective_lines, job_lines, ranks_of
 
 __all__ = ["GLOSSARY", "text"]
 
@@ -23,8 +24,10 @@ _DIFF_SHOWN = 20
 
 def text(data: dict[str, Any], *, rank: tuple[int, int] | None = None,
          slowest: Any = None) -> str:
-    """The report as printed on stderr."""
+    """The report as printed on stderr (a torchrun job's: rank 0's lines, then the ranks')."""
     who = f" (rank {rank[0]} of {rank[1]})" if rank is not None else ""
+    if "ranks" in data:
+        who = f" (the job of {data['world_size']} ranks; rank 0's figures first)"
     stats = data["stats"]
     lines = [f"asyncthrottle run{who}: {data['script']}: {data['steps']} steps in "
              f"{stats.get('wall_s', 0.0):.2f} s ({figure(data['steps_per_s'])} steps/s), exit "
@@ -37,9 +40,12 @@ def text(data: dict[str, Any], *, rank: tuple[int, int] | None = None,
         lines += _verdict(data, stats) + _losses(data) + _sections(data)
     if slowest is not None:
         lines.append(f"  slowest rank: {slowest}")
+    if "ranks" in data:
+        lines += job_lines(data)
     lines += _sync_lines(data["syncs"], data.get("seen") or {})
     note = synchronous_note(data)
     lines += [f"  {note}"] if note else []
+    lines += collective_lines(data.get("collectives"))
     lines += _suggestions(data)
     lines += _trace(data)
     lines.append(f"  the report's words: {GLOSSARY} (\"Diagnose a script\" in the docs)")
@@ -223,7 +229,7 @@ def _sync_lines(syncs: list[dict[str, Any]] | None,
     lines = [f"  sync sites ({'site':<{width}}  {'call':<{calls}}  count  per step"
              + (f"  {head:>{wide}}" if wide else "") + "):"]
     for row, call, time in zip(shown, named, blocked, strict=True):
-        where = "" if row["in_step"] else "  outside steps"
+        where = ("" if row["in_step"] else "  outside steps") + ranks_of(row)
         lines.append(f"    {row['site']:<{width}}  {call:<{calls}}  {row['count']:>5}  "
                      f"{row['per_step']:>8.2f}" + (f"  {time or '-':>{wide}}" if wide else "")
                      + where)
@@ -267,9 +273,10 @@ def _guard(data: dict[str, Any]) -> list[str]:
     if outcome == OVER_LIMIT:
         over = data["over_limit"]
         lines = [f"{head} FAILED: {_times(len(over), 'sync site')} over the limit ({ends})"]
+        on = " on a rank" if "ranks" in data else ""
         return lines + [f"    {row['site']} reads {row['call']}"
                         + (f" (in {row['via']})" if row.get("via") else "")
-                        + f" {row['per_step']:.2f} times a step in steps, over the limit of "
+                        + f" {row['per_step']:.2f} times a step in steps{on}, over the limit of "
                           f"{limit:g}" for row in over]
     why = ("no training step found, so its syncs per step cannot be judged" if outcome == NO_STEPS
            else "the reads were not counted, so they cannot be judged")

@@ -1,12 +1,9 @@
-"""The frameworks' trainers and torchrun under ``python -m asyncthrottle run``: Lightning's
-``Trainer.fit`` and the HF ``Trainer.train`` get this library's callback once, and each rank of a
-torchrun gets its report."""
+"""The frameworks' trainers under ``python -m asyncthrottle run``: Lightning's ``Trainer.fit`` and
+the HF ``Trainer.train`` get this library's callback once (torchrun's jobs: test_job_torchrun.py)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +11,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from _runs import SCRIPTS, env, found_syncs, read_report, said_syncs, start, under_run
+from _runs import SCRIPTS, found_syncs, read_report, said_syncs, start, under_run
 
 # script, the framework it trains with, its optimizer steps
 TRAINERS = [("hf_train.py", "transformers", 4), ("lightning_fit.py", "lightning", 6)]
@@ -97,33 +94,6 @@ def test_a_trainer_runs_as_under_python_with_the_library_s_callback_once(
         assert len(said) == len(SETTINGS[framework]), said
         assert all(setting in line for line, setting in zip(said, SETTINGS[framework], strict=True))
         assert f"asyncthrottle run: {script}: {steps} steps" in process.stderr.decode()
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_under_torchrun_each_rank_reports_and_rank_0_names_the_slow_rank(tmp_path: Path) -> None:
-    """Rank 1's own work is 8x rank 0's (a count of matmuls): its forward, not the all-reduce
-    that makes rank 0 wait, names it."""
-    report = tmp_path / "ddp.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         "-m", "asyncthrottle", "run", "--json", str(report), "ddp_straggler.py",
-         str(tmp_path / "losses")],
-        cwd=SCRIPTS, env=env(), capture_output=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stderr.decode()
-    err = done.stderr.decode()
-    for rank, path in ((0, report), (1, tmp_path / "ddp.rank1.json")):
-        found = read_report(path)
-        kept = json.loads((tmp_path / f"losses.{rank}").read_text())
-        assert found["steps"] == len(kept) == 30
-        assert found["losses"] == pytest.approx(kept, rel=1e-6)
-        assert found_syncs(found) == said_syncs("ddp_straggler.py")
-        assert f"asyncthrottle run (rank {rank} of 2): ddp_straggler.py: 30 steps" in err
-        assert f"rank {rank}: 30 steps" in done.stdout.decode()
-    # one report per rank; rank 0's names rank 1
-    assert err.count("asyncthrottle run (rank ") == 2 and err.count("slowest rank:") == 1
-    assert "  slowest rank: 1 (" in err
-    assert read_report(report)["stats"]["slowest_rank"] == 1
 
 
 @pytest.mark.slow

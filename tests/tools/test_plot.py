@@ -34,6 +34,15 @@ def test_summarize_reads_per_step_host_and_device_times(tmp_path: Path) -> None:
     assert [n for _, n in data["in_flight"]][:3] == [0, 1, 1]
 
 
+def test_summarize_of_a_jobs_trace_reads_its_first_process(tmp_path: Path) -> None:
+    """``run --trace`` under torchrun: one process a rank (pid = rank), each from its own first
+    step; the plot is rank 0's, not the ranks' sums."""
+    one = json.loads(_trace(tmp_path).read_text())["traceEvents"]
+    two = [{**e, "pid": 1, "dur": e.get("dur", 0) * 3} for e in one]
+    data = summarize({"traceEvents": [*two, *[{**e, "pid": 0} for e in one]]})
+    assert data["host"]["body"] == {step: pytest.approx(1.0) for step in range(12)}
+
+
 def test_summarize_refuses_other_json() -> None:
     with pytest.raises(ValueError, match="traceEvents"):
         summarize({"foo": 1})
