@@ -12,6 +12,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from ..backends import names_the_host
 from .callerwarnings import CallerWarnings
 from .sources import Sources
 
@@ -257,7 +258,7 @@ def _builder(homes: Homes, original: Callable[..., Any],
         if not compiling():
             device = kwargs.get("device")
             homes.mark(out, device is not None and not (
-                str(device) == "cpu" and homes.writes_cpu(sys._getframe(1))))
+                names_the_host(device) and homes.writes_cpu(sys._getframe(1))))
         return out
 
     build.__module__, build.__qualname__ = "torch", original.__name__

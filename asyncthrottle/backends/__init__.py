@@ -13,7 +13,7 @@ from ..core.events import EventFactory
 from .memory import MemoryProbe
 from .pool import EventPool
 
-__all__ = ["Backend", "resolve_backend"]
+__all__ = ["Backend", "names_the_host", "resolve_backend"]
 
 
 class Backend:
@@ -163,3 +163,8 @@ def resolve_backend(
     return Backend(kind, device, new_event, timed, trusted=True, streams=streams,
                    computes_on_host=computes_on_host)
 
+
+def names_the_host(device: Any) -> bool:
+    """Whether a ``device=`` argument names the CPU (``"cpu"``, ``torch.device("cpu")``): the
+    audit's question of a tensor built with it, answered here with every other kind's."""
+    return str(device) == "cpu"

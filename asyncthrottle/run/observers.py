@@ -15,7 +15,8 @@ nor a ``with`` that sees it; where a call cannot be followed, nothing is proven.
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, TypeGuard
+import weakref
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from .scriptast import own
 
@@ -51,24 +52,49 @@ def writers(script: Script, loop: ast.For, moved: ast.stmt, to: str) -> list[ast
     """The other prints of ``loop``'s own body to ``to`` (a moved line may go only where those
     move too: their order holds in the callback); or why none may, when something else the loop
     runs writes there (a line of its body, its header, a function of the script it calls)."""
+    lines, rest = _writing(script, loop, to)
     found: list[ast.stmt] = []
+    for top, hit in lines:
+        if top is moved or hit is None:
+            continue
+        if hit is top:
+            found.append(top)
+        else:
+            return also_writes(f"line {getattr(hit, 'lineno', top.lineno)}", to)
+    return rest if rest is not None else found
+
+
+# each script's loops, by loop and stream: what _writing found (a loop's prints are judged one by
+# one, and each asks of the whole loop: walked once, not once a print)
+_FOUND: weakref.WeakKeyDictionary[Script, dict[tuple[int, str], Any]] = \
+    weakref.WeakKeyDictionary()
+
+
+def _writing(script: Script, loop: ast.For, to: str
+             ) -> tuple[list[tuple[ast.stmt, ast.AST | None]], str | None]:
+    """Each line of ``loop``'s body with what in it writes to ``to`` (the line itself where it
+    is a print there; None: nothing, or a print to another stream), and why the loop's header or
+    a function it calls writes there (None: they do not)."""
+    known = _FOUND.setdefault(script, {})
+    key = (id(loop), to)
+    if key in known:
+        return known[key]  # type: ignore[no-any-return]
+    lines: list[tuple[ast.stmt, ast.AST | None]] = []
     for top in loop.body:
         call = top.value if isinstance(top, ast.Expr) else None
-        if top is moved or (_printed(call) and stream(script, call) not in (to, None)):
+        if _printed(call) and stream(script, call) is not None:
+            lines.append((top, top if stream(script, call) == to else None))
             continue
-        if _printed(call) and stream(script, call) == to:
-            found.append(top)
-            continue
-        hit = next((node for node in ast.walk(top) if _writes(script, node, to)), None)
-        if hit is not None:
-            return also_writes(f"line {getattr(hit, 'lineno', top.lineno)}", to)
-    seen = [*ast.walk(loop.target), *ast.walk(loop.iter)]
-    if any(_writes(script, node, to) for node in seen):
-        return also_writes("the loop's header", to)
-    if any(_writes(script, node, to) for function in _called(script, loop.body)
-           for node in ast.walk(function)):
-        return also_writes("a function the loop calls", to)
-    return found
+        lines.append((top, next((node for node in ast.walk(top) if _writes(script, node, to)),
+                                None)))
+    rest = None
+    if any(_writes(script, node, to) for node in [*ast.walk(loop.target), *ast.walk(loop.iter)]):
+        rest = also_writes("the loop's header", to)
+    elif any(_writes(script, node, to) for function in _called(script, loop.body)
+             for node in ast.walk(function)):
+        rest = also_writes("a function the loop calls", to)
+    known[key] = (lines, rest)
+    return lines, rest
 
 
 def _printed(call: ast.AST | None) -> TypeGuard[ast.Call]:

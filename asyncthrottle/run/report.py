@@ -57,7 +57,7 @@ def collect(steps: Steps, rows: Sequence[dict[str, Any]] | None, *, script: str,
         "error": repr(steps.error) if steps.error is not None else None,
         "stats": _plain(stats.as_dict()) if stats is not None else {},
         # "jax": the script imported JAX, whose steps and reads run does not hear
-        "seen": {**steps.seen, **({"jax": 1} if "jax" in sys.modules else {})},
+        "seen": {**steps.seen, **({"jax": 1} if sys.modules.get("jax") is not None else {})},
         "trace": None,
     }
     if raised is not None:
