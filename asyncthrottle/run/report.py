@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any
@@ -56,8 +55,8 @@ def collect(steps: Steps, rows: Sequence[dict[str, Any]] | None, *, script: str,
         "framework": source.framework if source is not None else None,
         "error": repr(steps.error) if steps.error is not None else None,
         "stats": _plain(stats.as_dict()) if stats is not None else {},
-        # "jax": the script imported JAX, whose steps and reads run does not hear
-        "seen": {**steps.seen, **({"jax": 1} if sys.modules.get("jax") is not None else {})},
+        # with "jax" where the script imported JAX (the session says so)
+        "seen": dict(steps.seen),
         "trace": None,
     }
     if raised is not None:

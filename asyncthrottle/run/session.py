@@ -147,8 +147,14 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
         ran = getattr(sys.modules.get("__main__"), "__file__", None)
         return report(Ending(code, file=ran if isinstance(ran, str) else None), flush=False)
 
+    # JAX imported by the script (not by whatever ran before it in this process): its steps and
+    # reads run does not hear, which the report says
+    jax_before = sys.modules.get("jax") is not None
+
     def report(ending: Ending, *, flush: bool = True) -> int:
         shown = ending.file if module and ending.file else file
+        if not jax_before and sys.modules.get("jax") is not None:
+            steps.seen["jax"] = 1
         _write_record(record, options, steps, shown, argv, root=root, code=ending.code)
         data = _data(steps, sites, options, shown, ending, argv)
         if ranks is not None:

@@ -131,8 +131,9 @@ def test_real_reads_block_zero_seconds_or_more_with_the_real_clock() -> None:
 
 
 def test_a_read_that_raises_is_timed_and_removes_the_profile_function(sites: SyncSites) -> None:
-    branch = lambda: bool(torch.ones(2))  # noqa: E731
-    item = lambda: torch.ones(2).item()  # noqa: E731
+    # (with grad: tensors that would live on the device, whose reads the audit counts)
+    branch = lambda: bool(torch.ones(2, requires_grad=True))  # noqa: E731
+    item = lambda: torch.ones(2, requires_grad=True).item()  # noqa: E731
     for read in (branch, item):
         with pytest.raises(RuntimeError):
             read()
