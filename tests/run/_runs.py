@@ -111,7 +111,8 @@ class SharedRuns:
     """Runs under ``python -m asyncthrottle run`` that several tests read, each made once a test
     session (:func:`once.once`, across pytest-xdist's workers too): keyed by the script, its
     arguments and whether run writes the page (``--html``). Each run's outputs lie in a folder of
-    its own: ``report.json`` and, with ``html``, ``report.html``; an argument's ``{folder}`` is
+    its own: ``report.json``, the record ``events.jsonl`` (``--events``) and, with ``html``,
+    ``report.html``; an argument's ``{folder}`` is
     that folder (where the script writes what it writes). A test that reads a shared run only
     reads it (the process, the report, the files)."""
 
@@ -127,7 +128,8 @@ class SharedRuns:
         def make(folder: Path) -> tuple[subprocess.CompletedProcess[bytes], dict[str, Any], Path]:
             report = folder / "report.json"
             page = ("--html", str(folder / "report.html")) if html else ()
-            done = python("-m", "asyncthrottle", "run", "--json", str(report), *page, script,
+            done = python("-m", "asyncthrottle", "run", "--json", str(report), "--events",
+                          str(folder / "events.jsonl"), *page, script,
                           *(arg.format(folder=folder) for arg in args))
             return done, read_report(report) if report.exists() else {}, folder
 

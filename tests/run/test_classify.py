@@ -5,10 +5,10 @@ script counts itself, the shapes the live step finder misreads included."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
+from _runs import SharedRuns
 
 from asyncthrottle.run.classify import classify
 from asyncthrottle.run.record import load
@@ -135,17 +135,14 @@ def _kept(script: str, value: Any) -> list[float]:
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("script", RECORDED)
 def test_the_classifier_finds_a_script_s_own_steps_and_losses_in_its_record(
-        script: str, tmp_path: Path) -> None:
-    """The script's record from a real run (a subprocess: its hooks in a fresh torch, the script
-    as ``__main__``): the steps and step losses the script counts itself."""
+        script: str, shared_runs: SharedRuns) -> None:
+    """The script's record from a real run (``run --events``, the run test_steps.py and
+    test_shapes.py read too): the steps and step losses the script counts itself."""
     pytest.importorskip("torch")
-    from _runs import python
-
-    record = tmp_path / "events.jsonl"
-    done = python("-m", "asyncthrottle", "run", "--events", str(record), script,
-                  str(tmp_path / "kept.json"))
+    done, _, folder = shared_runs.run(script, "{folder}/run.txt")
     assert done.returncode == 0, done.stderr.decode()
-    kept = _kept(script, json.loads((tmp_path / "kept.json").read_text()))
+    kept = _kept(script, json.loads((folder / "run.txt").read_text()))
+    record = folder / "events.jsonl"
     _, recorded, _ = load(record.read_text())
     found = classify(recorded)
     assert len(found) == len(kept)

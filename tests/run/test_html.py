@@ -404,12 +404,15 @@ def test_a_real_run_s_page_marks_its_nan_steps_and_shows_its_read(shared_runs: S
     # the run test_blocked's time blocked reads
     done, data, folder = shared_runs.run("nan_steps.py", html=True)
     report, written = folder / "report.json", folder / "report.html"
+    record = folder / "events.jsonl"
     assert done.returncode == 0, done.stderr.decode()
-    assert data["options"] == ["--json", str(report), "--html", str(written)]
+    assert data["options"] == ["--json", str(report), "--events", str(record), "--html",
+                               str(written)]
     assert data["nonfinite"] == [37, 38] and len(data["per_step"]["step_s"]) == 80
     # the page run wrote is the page of its report, with the command that made it
     assert written.read_text(encoding="utf-8") == render(data)
-    assert f"run --json {report} --html {written} nan_steps.py</pre>" in render(data)
+    assert f"run --json {report} --events {record} --html {written} nan_steps.py</pre>" in \
+        render(data)
     lines = (SCRIPTS / "nan_steps.py").read_text().splitlines()
     item, cast = lines.index("    logged.append(loss.item())") + 1, lines.index("val = float(val)") + 1
     assert [(row["site"], row["call"], row["in_step"]) for row in data["syncs"]] == [
