@@ -113,6 +113,9 @@ def test_ddp_two_processes_gloo(tmp_path: Path) -> None:
         ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
          str(EXAMPLES / "ddp_mnist.py"), *FAST, "--max-steps", "12", "--epochs", "1"],
         text=True, timeout=600, cwd=tmp_path, env=_env(),
+        # torchrun's agent hosts the job's store and starts the ranks: a fresh interpreter, as
+        # users start it, not a fork of the suite's server
+        fresh=True,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
@@ -133,6 +136,9 @@ def test_ddp_straggle_names_the_slow_rank_in_plain_ddp(tmp_path: Path) -> None:
         ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
          str(EXAMPLES / "ddp_mnist.py"), *FAST, "--max-steps", "60", "--epochs", "1", "--straggle", "1:4"],
         text=True, timeout=600, cwd=tmp_path, env=_env(),
+        # torchrun's agent hosts the job's store and starts the ranks: a fresh interpreter, as
+        # users start it, not a fork of the suite's server
+        fresh=True,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "rank 0: slowest rank 1 " in proc.stdout and "rank 1: slowest rank 1 " in proc.stdout, proc.stdout
