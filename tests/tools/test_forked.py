@@ -59,9 +59,10 @@ def test_what_a_fork_cannot_give_starts_fresh(tmp_path: Path, monkeypatch: pytes
 
 
 def test_a_timeout_kills_the_fork_and_its_children() -> None:
-    code = ("import subprocess, sys, time\n"
-            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
-            "time.sleep(60)\n")
+    # a child and a grandchild that wait for a signal (the kill) forever
+    code = ("import signal, subprocess, sys\n"
+            "subprocess.Popen([sys.executable, '-c', 'import signal; signal.pause()'])\n"
+            "signal.pause()\n")
     process = forked.start(["-c", code])
     with pytest.raises(subprocess.TimeoutExpired):
         process.communicate(timeout=0.5)
