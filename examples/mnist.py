@@ -51,6 +51,10 @@ import asyncthrottle as at
 TRACE_STEPS = 10_000
 
 
+# the synthetic training set's least size (an epoch of 512 steps of 32)
+SYNTHETIC_TRAIN = 16384
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -74,8 +78,8 @@ def train(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     torch.manual_seed(args.seed)
     device = resolve_device(args.device)
     max_steps = step_cap(args, device, log)
-    # synthetic data: enough samples for --max-steps steps of a batch each (16384 at least)
-    enough = max(16384, (max_steps or 0) * args.batch_size)
+    # synthetic data: enough for --max-steps steps of a batch each (SYNTHETIC_TRAIN at least)
+    enough = max(SYNTHETIC_TRAIN, (max_steps or 0) * args.batch_size)
     data = load_data(args.data, args.data_dir, args.seed, log=log, train_size=enough)
     loader_options = make_loader_options(args, device)
     workers = loader_options["num_workers"]

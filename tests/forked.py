@@ -1,8 +1,9 @@
 """``python ARGS`` as a process forked from a server that has already imported torch.
 
 Most of the suite's end-to-end tests start a Python process that imports torch (1.8-2.1 s of the
-2-core machine's CPU each, more than most of those scripts then take to train). A server, started
-once a test process (each pytest-xdist worker), imports torch once; each run is a fork of it
+2-core machine's CPU each, more than most of those scripts then take to train; Dynamo, which a
+script's first optimizer imports, a second more). A server, started once a test process (each
+pytest-xdist worker), imports torch (and Dynamo: :data:`TORCH`) once; each run is a fork of it
 (``os.fork``: milliseconds), which then runs the command as ``python`` would: ``SCRIPT ARGS``,
 ``-m MODULE ARGS`` or ``-c CODE ARGS``, in ``__main__``, with the request's argv, environment,
 working folder, ``sys.path`` and standard streams, ending by Python's own shutdown (non-daemon
@@ -37,7 +38,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Forked", "run", "start"]
+__all__ = ["TORCH", "Forked", "run", "start"]
+
+# what the server imports by default: torch, and Dynamo, which every script that makes an
+# optimizer imports (torch.optim's constructor does, through torch/_compile.py): about a second of
+# CPU a run, more than most of the suite's scripts then take to train
+TORCH = ("torch", "torch._dynamo")
 
 # what Python, OpenMP or torch read once, when the interpreter starts or torch is imported
 _READ_AT_START = ("PYTHON", "OMP_", "MKL_", "KMP_", "GOMP_", "CUDA_", "PYTORCH_", "TORCH", "LD_",
@@ -104,7 +110,7 @@ class Forked:
 
 def start(args: Sequence[str], *, cwd: str | os.PathLike[str] | None = None,
           env: Mapping[str, str] | None = None, fresh: bool = False,
-          preload: Sequence[str] = ("torch",)) -> Forked | subprocess.Popen[bytes]:
+          preload: Sequence[str] = TORCH) -> Forked | subprocess.Popen[bytes]:
     """``python ARGS`` started with its stdout and stderr piped: forked from a server that has
     imported ``preload`` where a fork runs it as a fresh interpreter would (see the module's
     docstring), else a fresh one. Preload only what the command imports itself (a framework's
@@ -121,7 +127,7 @@ def start(args: Sequence[str], *, cwd: str | os.PathLike[str] | None = None,
 
 def run(args: Sequence[str], *, cwd: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None, timeout: float | None = None, text: bool = False,
-        check: bool = False, fresh: bool = False, preload: Sequence[str] = ("torch",)
+        check: bool = False, fresh: bool = False, preload: Sequence[str] = TORCH
         ) -> subprocess.CompletedProcess[Any]:
     """:func:`subprocess.run` of ``[sys.executable, *args]`` with its output captured, forked
     from a server where it can be (:func:`start`)."""

@@ -64,6 +64,8 @@ def run(rank: int, outdir: str, port: str, mode: str, done: object) -> None:
 
 if __name__ == "__main__":
     outdir, port, mode = sys.argv[1], sys.argv[2], sys.argv[3]
-    ctx = mp.get_context("spawn")
+    # forked ranks: torch is imported already (this process is itself forked from the suite's
+    # server that imported it), and no process group nor thread of torch's exists yet to copy
+    ctx = mp.get_context("fork")
     done = ctx.Event()
-    mp.spawn(run, args=(outdir, port, mode, done), nprocs=2, join=True)
+    mp.start_processes(run, args=(outdir, port, mode, done), nprocs=2, join=True, start_method="fork")

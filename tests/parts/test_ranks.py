@@ -28,6 +28,17 @@ torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 mp = pytest.importorskip("torch.multiprocessing")
 
+
+def _ranks(worker: Any, args: tuple[Any, ...], world: int) -> None:
+    """``mp.spawn`` of ``world`` ranks, each forked from a forkserver that has imported torch and
+    this module once (a pytest worker's, kept for its other tests), not a fresh interpreter that
+    imports both (about 2.5 s of the 2-core machine's CPU a rank). Not forked from the pytest
+    worker itself: its own threads (xdist's) must not be copied mid-call."""
+    import multiprocessing
+
+    multiprocessing.set_forkserver_preload(["torch", "torch.distributed", __name__])
+    mp.start_processes(worker, args=args, nprocs=world, join=True, start_method="forkserver")
+
 EVERY = 40  # ranks_every
 STEP_S = 0.010  # a fast rank's device step (fake seconds)
 SLOW = 1.5
@@ -76,7 +87,7 @@ def _worker(rank: int, world: int, port: int, slow: int, out: str) -> None:
 @pytest.mark.parametrize("world", [2, 4])
 def test_every_rank_names_the_slow_one_within_two_intervals(world: int, tmp_path: Path) -> None:
     slow = world - 1
-    mp.spawn(_worker, args=(world, _free_port(), slow, str(tmp_path)), nprocs=world, join=True)
+    _ranks(_worker, (world, _free_port(), slow, str(tmp_path)), world)
     for rank in range(world):
         seen = json.loads(Path(tmp_path, f"{rank}.json").read_text())
         assert seen["named"][str(slow)] < 2 * EVERY, (rank, seen["named"])  # named within 2 intervals
@@ -151,20 +162,22 @@ def test_a_rank_that_stops_calling_the_throttle_hangs_no_other(mode: str, tmp_pa
     """Rank 1's data ends early (or it never runs a throttle): rank 0 never waits at a pass's end,
     logs once within ranks_timeout, though gloo's is 30 minutes, goes on, keeps the last scores."""
     import os
-    import signal
     import subprocess
-    import sys
+
+    import forked
 
     worker = Path(__file__).with_name("_ranks_stop_worker.py")
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2]) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, str(worker), str(tmp_path), str(_free_port()), mode], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, text=True)
+    # a fork of the suite's server that has imported torch, which forks its two ranks
+    proc = forked.start([str(worker), str(tmp_path), str(_free_port()), mode], env=env)
     try:
-        out, _ = proc.communicate(timeout=STOP_LIMIT_S)
+        raw, err = proc.communicate(timeout=STOP_LIMIT_S)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the spawned ranks too
-        out, _ = proc.communicate()
-        pytest.fail(f"hung: killed after {STOP_LIMIT_S} s; finished: {sorted(os.listdir(tmp_path))}\n{out[-3000:]}")
+        proc.kill()  # its process group: the ranks too
+        raw, err = proc.communicate()
+        pytest.fail(f"hung: killed after {STOP_LIMIT_S} s; finished: {sorted(os.listdir(tmp_path))}\n"
+                    f"{(raw + err).decode()[-3000:]}")
+    out = (raw + err).decode()
     assert proc.returncode == 0, out[-3000:]
     rank0 = json.loads(Path(tmp_path, "rank0.json").read_text())
     assert rank0["first"]["steps"] == 20
@@ -211,7 +224,7 @@ def _ddp_worker(rank: int, world: int, port: int, out: str) -> None:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("world", [2, 4])
 def test_sections_name_the_straggler_that_step_times_cannot(world: int, tmp_path: Path) -> None:
-    mp.spawn(_ddp_worker, args=(world, _free_port(), str(tmp_path)), nprocs=world, join=True)
+    _ranks(_ddp_worker, (world, _free_port(), str(tmp_path)), world)
     slow = world - 1
     for rank in range(world):
         seen = json.loads(Path(tmp_path, f"{rank}.json").read_text())

@@ -31,7 +31,7 @@ def env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
 
 
-_TORCH = ("torch",)
+_TORCH = forked.TORCH
 
 
 def python(*args: str, cwd: Path = SCRIPTS, timeout: float = 300, fresh: bool = False,
