@@ -25,9 +25,9 @@ if str(ROOT / "benchmarks") not in sys.path:
 
 def test_add_one_host_cost_runs_every_loop_through_the_ring_and_counts_calls() -> None:
     pytest.importorskip("torch")
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "add_one_host_cost.py"), "--rounds", "1", "--steps", "50"],
-        capture_output=True, text=True, timeout=300, check=False,
+    done = forked.run(
+        [str(ROOT / "benchmarks" / "add_one_host_cost.py"), "--rounds", "1", "--steps", "50"],
+        text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr  # its own checks: every value arrived, every defer took a ring slot
     lines = [line for line in done.stdout.splitlines() if line.startswith("  ") and " py " in line]
@@ -39,11 +39,10 @@ def test_add_one_host_cost_runs_every_loop_through_the_ring_and_counts_calls() -
 @pytest.mark.parametrize("metrics", [False, True], ids=["the-loss", "a-dict-of-metrics"])
 def test_values_host_cost_runs_and_counts_the_calls_of_each_loop(metrics: bool) -> None:
     pytest.importorskip("jax")
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "values_host_cost.py"), "--rounds", "1", "--steps", "200",
+    done = forked.run(
+        [str(ROOT / "benchmarks" / "values_host_cost.py"), "--rounds", "1", "--steps", "200",
          *(["--metrics"] if metrics else [])],
-        capture_output=True, text=True, timeout=300, check=False,
-    )
+        text=True, timeout=300, preload=("jax",))
     assert done.returncode == 0, done.stderr  # its own check: every number of every step arrived
     rows = {line.split("  ")[1].strip(): line.split() for line in done.stdout.splitlines() if line.startswith("  ")}
     assert set(rows) == {"maxtext", "defer", "defer, nonfinite=None", "defer, sample_every=None"}
@@ -72,10 +71,9 @@ def test_step_counts_holds_the_hot_path_to_its_python_calls() -> None:
 
 def test_jax_metrics_runs_every_loop_and_every_metric_arrives() -> None:
     pytest.importorskip("jax")
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "jax_metrics.py"), "--steps", "30", "--rounds", "1"],
-        capture_output=True, text=True, timeout=300, check=False,
-    )
+    done = forked.run(
+        [str(ROOT / "benchmarks" / "jax_metrics.py"), "--steps", "30", "--rounds", "1"],
+        text=True, timeout=300, preload=("jax",))
     assert done.returncode == 0, done.stderr  # its own check: 3 metrics a step arrived in every loop
     rows = [line.split()[0] for line in done.stdout.splitlines() if line.startswith("  ")]
     assert rows == ["maxtext", "by-hand", "defer(dict)", "defer"]  # ("defer each" splits at its space)
@@ -267,10 +265,10 @@ def test_run_cost_s_mnist_command_is_one_the_example_takes(tmp_path: Path) -> No
 def test_run_cost_times_the_loops_of_a_step_and_of_an_evaluation_plain_and_under_run() -> None:
     """#44's cost figures: the loop's own time, plain and under run, and run saw every step."""
     pytest.importorskip("torch")
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "run_cost.py"), "--what", "step,eval", "--rounds", "1",
+    done = forked.run(
+        [str(ROOT / "benchmarks" / "run_cost.py"), "--what", "step,eval", "--rounds", "1",
          "--repeats", "1", "--loop-steps", "5", "--batches", "3", "--json"],
-        capture_output=True, text=True, timeout=900, check=False,
+        text=True, timeout=900,
     )
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
@@ -283,8 +281,7 @@ def test_run_cost_times_the_loops_of_a_step_and_of_an_evaluation_plain_and_under
 @pytest.mark.timeout(600)
 def test_run_calls_counts_run_s_calls_a_step_and_the_floor_s_exactly() -> None:
     pytest.importorskip("torch")
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run_calls.py"), "--steps", "24"],
-                          capture_output=True, text=True, timeout=600, check=False)
+    done = forked.run([str(ROOT / "benchmarks" / "run_calls.py"), "--steps", "24"], text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert [line.split(":")[0] for line in lines] == ["step/tensors", "step/loader"]
@@ -295,10 +292,10 @@ def test_run_calls_counts_run_s_calls_a_step_and_the_floor_s_exactly() -> None:
 @pytest.mark.timeout(600)
 def test_run_step_split_times_each_layer_of_the_runner_and_checks_its_steps() -> None:
     pytest.importorskip("torch")
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "run_step_split.py"), "--rounds", "1", "--repeats", "1",
+    done = forked.run(
+        [str(ROOT / "benchmarks" / "run_step_split.py"), "--rounds", "1", "--repeats", "1",
          "--steps", "10", "--floor"],
-        capture_output=True, text=True, timeout=600, check=False,
+        text=True, timeout=600,
     )
     assert done.returncode == 0, done.stderr  # its own check: each runner found every step it timed
     ways = [line.split("  ")[1].strip() for line in done.stdout.splitlines()[1:]]
