@@ -22,6 +22,7 @@ from .htmljob import collectives
 from .htmljob import ranks as job_ranks
 from .htmlsites import Source, cached, read_lines, syncs
 from .htmlsuggestions import suggestions
+from .loaders import said as loader_said
 from .svg import Line, Marks, chart
 from .text import GLOSSARY, duration, figure, loss_summary, nothing_found
 
@@ -234,8 +235,7 @@ def _context(data: dict[str, Any]) -> str:
     said = []
     loader = data.get("loader")
     if isinstance(loader, dict):
-        args = ", ".join(f"{k}={v}" for k, v in loader.items())
-        said.append(f"DataLoader(<code>{escape(args)}</code>)")
+        said.append(f"<code>{escape(loader_said(loader))}</code>")
     if data.get("framework"):
         said.append(f"steps found by {escape(str(data['framework']))}'s callback")
     return f'<p class="muted">{"; ".join(said)}</p>' if said else ""

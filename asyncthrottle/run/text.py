@@ -10,6 +10,7 @@ from typing import Any
 
 from .guard import GUARD_EXIT, NO_STEPS, OVER_LIMIT, PASSED
 from .jobtext import collective_lines, job_lines, ranks_of
+from .loaders import said as loader_said
 
 __all__ = ["GLOSSARY", "text"]
 
@@ -38,6 +39,8 @@ def text(data: dict[str, Any], *, rank: tuple[int, int] | None = None,
         lines.append(f"  the runner stopped finding steps after its own error: {data['error']}")
     if data["steps"]:
         lines += _verdict(data, stats) + _losses(data) + _sections(data)
+        if data.get("loader") is not None:  # as the script wrote it, what torch runs beside it
+            lines.append(f"  loader: {loader_said(data['loader'])}")
     if slowest is not None:
         lines.append(f"  slowest rank: {slowest}")
     if "ranks" in data:

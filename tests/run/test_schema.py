@@ -35,7 +35,9 @@ def _source(stats: Stats, losses: list[float | None], **each: list[float | None]
 
 def _steps(*sources: Any) -> Any:
     return SimpleNamespace(sources=list(sources), tail_reads=[], input_wait=0.05, error=None,
-                           loader={"num_workers": 2, "pin_memory": True, "batch_size": 8},
+                           loader={"num_workers": 2, "pin_memory": True, "pin_memory_in_effect": False,
+                                   "pin_memory_off": "no accelerator", "batch_size": 8,
+                                   "batched_by": "fastai.data.core.TfmdDL"},
                            seen=dict.fromkeys(SEEN, 1))
 
 
@@ -163,6 +165,9 @@ def _broken() -> list[tuple[str, Any]]:
         ("a stats value a list", setting(["stats", "steps"], [3])),
         ("a histogram bucket a float", setting(["stats", "in_flight_hist_1"], 0.5)),
         ("the loader's pin_memory an int", setting(["loader", "pin_memory"], 1)),
+        ("the loader's pin_memory in effect null", setting(["loader", "pin_memory_in_effect"], None)),
+        ("why pinning is off a flag", setting(["loader", "pin_memory_off"], True)),
+        ("the loader's batcher a number", setting(["loader", "batched_by"], 16)),
         ("trace without written", dropping("trace", "written")),
         ("a GAN series without its nonfinite", dropping("nonfinite_by_optimizer")),
         ("an optimizer's loss a string", setting(["losses_by_optimizer", "optimizer 0 (Adam)", 0],
