@@ -328,6 +328,12 @@ def test_ranks_and_the_command_line() -> None:
     ranks = page[page.index('id="ranks"'):page.index('id="command"')]
     assert "1 (slowest)" in ranks and "0.62" in ranks
     assert "python -m asyncthrottle run train.py --lr 0.1" in page[page.index('id="command"'):]
+    # the command as the user typed it: the installed one
+    page = render({**_report(20), "command": "asyncthrottle",
+                   "trace": {"path": "t.json", "written": True}})
+    command = page[page.index('id="command"'):]
+    assert '<pre class="mono">asyncthrottle run train.py --lr 0.1</pre>' in command
+    assert "<code>asyncthrottle plot t.json</code>" in command and "python -m" not in command
 
 
 def test_render_names_what_it_needs_when_given_something_else() -> None:

@@ -66,6 +66,7 @@ def _full() -> dict[str, Any]:
     # what the session adds: run --max-syncs-per-step's fields, run's options as typed
     data.update(judge(data, 0.5))
     data["options"] = ["--json", "r.json", "--max-syncs-per-step", "0.5"]
+    data["command"] = "asyncthrottle"
     data["environment"] = environment("cpu", (1, 2), on_host=True)
     return data
 
@@ -100,7 +101,8 @@ def test_every_field_a_report_holds_is_described_and_those_always_there_are_requ
     full, minimal = valid(_full()), valid(_minimal())
     assert set(full) - set(_SCHEMA["properties"]) == set(), "describe them in report.schema.json"
     assert {"losses_by_optimizer", "nonfinite_by_optimizer", "syncs", "stats", "per_step",
-            "guard", "over_limit", "options", "raised", "environment", "synchronous"} <= set(full)
+            "guard", "over_limit", "options", "command", "raised", "environment",
+            "synchronous"} <= set(full)
     assert full["over_limit"]
     assert set(_SCHEMA["required"]) == set(minimal)
     assert full["syncs"] and minimal["syncs"] is None and minimal["stats"] == {}
@@ -178,6 +180,7 @@ def _broken() -> list[tuple[str, Any]]:
         ("an over_limit row without its site", dropping("over_limit", 0, "site")),
         ("a negative limit", setting(["max_syncs_per_step"], -1)),
         ("options a string", setting(["options"], "--json r.json")),
+        ("the command a list", setting(["command"], ["asyncthrottle"])),
     ]
 
 
