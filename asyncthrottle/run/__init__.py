@@ -209,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     chosen = Options(depth=options.depth, json=json_path, html=html_path, trace=trace_path,
                      suggest=suggest_path, typed=_typed(own, options.module),
                      max_syncs_per_step=options.max_syncs_per_step, events=events_path,
-                     ranks_timeout=options.ranks_timeout)
+                     ranks_timeout=options.ranks_timeout, command=command())
     if options.replay is not None:
         return replay(chosen, options.replay)
     target = options.module or script

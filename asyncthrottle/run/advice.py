@@ -6,6 +6,7 @@ import ast
 import re
 from typing import Any
 
+from .loaders import said as loader_said
 from .receivers import hands_values, receivers, str_format, used
 from .text import duration
 
@@ -265,9 +266,13 @@ def _times_a_step(per_step: float) -> str:
 
 
 def _loader(loader: dict[str, Any], synchronous: bool) -> str:
-    workers, pinned = loader.get("num_workers", 0), loader.get("pin_memory", False)
-    now = f"DataLoader(num_workers={workers}" + ("" if synchronous else f", pin_memory={pinned}")
+    """The DataLoader as the script wrote it (its pin_memory only where the device runs ahead:
+    there is no copy to pin for on the host), and what to try: more workers, and pinned memory
+    where the script did not ask for it (where it did and torch does not pin, the loader says
+    why)."""
+    workers = loader.get("num_workers", 0)
     tries = [f"num_workers={max(4, 2 * workers)}"]
-    if not synchronous and not pinned:
+    if not synchronous and not loader.get("pin_memory") and not loader.get("pin_memory_in_effect"):
         tries.append("pin_memory=True")
-    return f"{now}): try {', '.join(tries)} (the loop waits for its batches)"
+    return (f"{loader_said(loader, pinning=not synchronous)}: try {', '.join(tries)} "
+            "(the loop waits for its batches)")

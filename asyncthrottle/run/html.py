@@ -22,8 +22,9 @@ from .htmljob import collectives
 from .htmljob import ranks as job_ranks
 from .htmlsites import Source, cached, read_lines, syncs
 from .htmlsuggestions import suggestions
+from .loaders import said as loader_said
 from .svg import Line, Marks, chart
-from .text import GLOSSARY, duration, figure, loss_summary, nothing_found
+from .text import GLOSSARY, duration, figure, loss_summary, nothing_found, typed
 
 __all__ = ["render", "write"]
 
@@ -234,8 +235,7 @@ def _context(data: dict[str, Any]) -> str:
     said = []
     loader = data.get("loader")
     if isinstance(loader, dict):
-        args = ", ".join(f"{k}={v}" for k, v in loader.items())
-        said.append(f"DataLoader(<code>{escape(args)}</code>)")
+        said.append(f"<code>{escape(loader_said(loader))}</code>")
     if data.get("framework"):
         said.append(f"steps found by {escape(str(data['framework']))}'s callback")
     return f'<p class="muted">{"; ".join(said)}</p>' if said else ""
@@ -348,18 +348,18 @@ def _ranks(data: dict[str, Any]) -> list[str]:
 def _command(data: dict[str, Any]) -> list[str]:
     """The command that made the report, where its trace went."""
     argv = [str(a) for a in data.get("argv") or []]
-    typed = data.get("options")
-    line = shlex.join([*(str(a) for a in typed or []), *argv])
+    options = data.get("options")
+    line = shlex.join([*(str(a) for a in options or []), *argv])
     out = ['<h2 id="command">Command</h2>',
-           f"<pre class=\"mono\">python -m asyncthrottle run {escape(line)}</pre>"]
-    if typed is None:
+           f"<pre class=\"mono\">{escape(typed(data))} run {escape(line)}</pre>"]
+    if options is None:
         # a report older than its "options"
         out.append('<p class="muted">(run\'s own options, such as <code>--json</code> or '
                    "<code>--depth</code>, are not in this report)</p>")
     trace = data.get("trace")
     if isinstance(trace, dict) and trace.get("written"):
         path = str(trace.get("path"))
-        out.append(f"<p>the trace: <code>{escape(path)}</code> (<code>python -m asyncthrottle "
+        out.append(f"<p>the trace: <code>{escape(path)}</code> (<code>{escape(typed(data))} "
                    f"plot {escape(shlex.quote(path))}</code>)</p>")
     return out
 

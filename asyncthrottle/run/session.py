@@ -47,18 +47,22 @@ class Options:
     ``max_syncs_per_step`` (the guard's limit; None: no guard), ``typed``: all of them as typed
     (``["--json", "r.json"]``), ``suggest``: the patch's path (None: none written), ``events``:
     the record's path (None: no record kept), ``ranks_timeout``: under torchrun, the seconds
-    rank 0 waits for the other ranks' reports."""
+    rank 0 waits for the other ranks' reports; ``command``: how run was started, as typed
+    (``asyncthrottle`` or ``python -m asyncthrottle``: :func:`~asyncthrottle._typed.command`,
+    read before the script gets ``sys.argv``), which the report's command lines say."""
 
     def __init__(self, depth: int | None = None, json: str | None = None,
                  trace: str | None = None, max_syncs_per_step: float | None = None,
                  html: str | None = None, typed: list[str] | None = None,
                  suggest: str | None = None, events: str | None = None,
-                 ranks_timeout: float = RANKS_TIMEOUT_S) -> None:
+                 ranks_timeout: float = RANKS_TIMEOUT_S,
+                 command: str = "python -m asyncthrottle") -> None:
         self.depth, self.json, self.html, self.trace = depth, json, html, trace
         self.suggest, self.events, self.ranks_timeout = suggest, events, ranks_timeout
         # the options as typed: the report's ``options``
         self.typed = list(typed or [])
         self.max_syncs_per_step = max_syncs_per_step
+        self.command = command
 
 
 def _rank() -> tuple[int, int] | None:
@@ -234,7 +238,7 @@ def _data(steps: Steps, sites: Any, options: Options, file: str, ending: Ending,
     rows = sites.rows(max(1, _count(steps))) if sites is not None else None
     data = collect(steps, rows, script=file, code=ending.code, argv=argv, raised=ending.raised)
     data.update(judge(data, options.max_syncs_per_step))
-    data["options"] = options.typed
+    data["options"], data["command"] = options.typed, options.command
     data["environment"] = environment(_device(steps, data), _rank(),
                                       on_host=data.get("synchronous") is True)
     return data

@@ -10,6 +10,7 @@ from typing import Any
 
 from .guard import GUARD_EXIT, NO_STEPS, OVER_LIMIT, PASSED
 from .jobtext import collective_lines, job_lines, ranks_of
+from .loaders import said as loader_said
 
 __all__ = ["GLOSSARY", "text"]
 
@@ -38,6 +39,8 @@ def text(data: dict[str, Any], *, rank: tuple[int, int] | None = None,
         lines.append(f"  the runner stopped finding steps after its own error: {data['error']}")
     if data["steps"]:
         lines += _verdict(data, stats) + _losses(data) + _sections(data)
+        if data.get("loader") is not None:  # as the script wrote it, what torch runs beside it
+            lines.append(f"  loader: {loader_said(data['loader'])}")
     if slowest is not None:
         lines.append(f"  slowest rank: {slowest}")
     if "ranks" in data:
@@ -125,17 +128,24 @@ def _times(count: int, noun: str, plural: str = "s") -> str:
     return f"{count} {noun}{'' if count == 1 else plural}"
 
 
+def typed(data: dict[str, Any]) -> str:
+    """How run was started, as typed (the report's ``command``), for the report's own command
+    lines: ``asyncthrottle`` or ``python -m asyncthrottle`` (also for a report older than its
+    ``command``)."""
+    return str(data.get("command") or "python -m asyncthrottle")
+
+
 def _trace(data: dict[str, Any]) -> list[str]:
     trace = data.get("trace")
     if trace is not None and trace.get("written"):
         path = shlex.quote(trace["path"])
-        return [f"  the trace is in {trace['path']}: python -m asyncthrottle plot {path}"]
+        return [f"  the trace is in {trace['path']}: {typed(data)} plot {path}"]
     if trace is not None:
         return ["  no trace written" + (" (no steps)" if not data["steps"] else "")]
     if not data["steps"]:
         return []
-    return ["  a trace: python -m asyncthrottle run --trace trace.json "
-            + shlex.join(data["argv"]) + "; then python -m asyncthrottle plot trace.json"]
+    return [f"  a trace: {typed(data)} run --trace trace.json "
+            + shlex.join(data["argv"]) + f"; then {typed(data)} plot trace.json"]
 
 
 def figure(value: float) -> str:
@@ -357,7 +367,7 @@ def patch_said(data: dict[str, Any]) -> tuple[str, str, str] | None:
     path = _suggest_path(data)
     if path is None:
         return (f"the {_times(certain, 'certain rewrite')} as one patch: ",
-                f"python -m asyncthrottle run --suggest fix.patch {shlex.join(data['argv'])}",
+                f"{typed(data)} run --suggest fix.patch {shlex.join(data['argv'])}",
                 "") if certain else None
     if not certain:
         return (f"--suggest {path}: no rewrite is certain, the file is empty (the suggestions "

@@ -12,6 +12,7 @@ from threading import get_ident
 from typing import Any
 
 from ..audit.patches import Patches
+from .loaders import describe
 from .steps import Steps
 
 __all__ = ["install"]
@@ -21,7 +22,8 @@ def install(steps: Steps, patches: Patches, clock: Callable[[], float] = time.pe
     """Hook torch for ``steps``: torch's global hooks where it has them (optimizer steps, module
     forwards), wrappers elsewhere (``torch.autograd.backward``, which ``Tensor.backward`` calls,
     ``torch.autograd.grad``, ``GradScaler.scale``/``step``, ``Module.train``,
-    ``Optimizer.__init__``, the DataLoader iterators' ``_next_data``, a process's ``start``).
+    ``Optimizer.__init__``, the DataLoader iterators' ``_next_data`` and
+    ``DataLoader._get_iterator``, a process's ``start``).
     Only the loop's thread, outside a framework's ``fit``/``train``, is heard; nothing of it
     runs while ``torch.compile`` traces; ``patches.undo()`` removes them all."""
     import torch
@@ -278,7 +280,10 @@ def _scaler(steps: Steps, patches: Patches) -> None:
 
 def _loader(steps: Steps, patches: Patches, clock: Callable[[], float]) -> None:
     """The iterators' ``_next_data`` (not ``__next__``, whose own warnings name its caller, nor
-    ``__init__``, whose pin-memory warning does: both stay the script's lines)."""
+    ``__init__``, whose pin-memory warning does: both stay the script's lines), and
+    ``DataLoader._get_iterator``, where an iterator meets the DataLoader it was made from (which
+    it keeps no reference to): what the script wrote is the DataLoader's, what is in effect the
+    iterator's (:func:`~asyncthrottle.run.loaders.describe`)."""
     from torch.utils.data import dataloader
 
     # each iterator's DataLoader arguments, and the last one's (its weak reference and them)
@@ -288,9 +293,24 @@ def _loader(steps: Steps, patches: Patches, clock: Callable[[], float]) -> None:
     def described(iterator: Any) -> dict[str, Any]:
         found = made.get(iterator)
         if found is None:
-            found = made[iterator] = _arguments(iterator)
+            # an iterator made without DataLoader._get_iterator (fastai makes its own)
+            found = made[iterator] = describe(iterator)
         last[:] = weakref.ref(iterator), found
         return found
+
+    def make_iterator(original: Callable[..., Any]) -> Callable[..., Any]:
+        # (called once an epoch, or once with persistent workers; the iterator's own warnings,
+        # at stacklevel 2, still name torch's line: the original's frame calls it)
+        @functools.wraps(original)
+        def _get_iterator(self: Any) -> Any:
+            iterator = original(self)
+            if get_ident() == steps.thread and steps.error is None:
+                try:
+                    made[iterator] = describe(iterator, self)
+                except Exception as exc:
+                    steps.stop_on(exc)
+            return iterator
+        return _get_iterator
 
     def make_next(original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)
@@ -326,6 +346,8 @@ def _loader(steps: Steps, patches: Patches, clock: Callable[[], float]) -> None:
 
     for name in ("_SingleProcessDataLoaderIter", "_MultiProcessingDataLoaderIter"):
         patches.replace(getattr(dataloader, name), "_next_data", make_next, eager=True)
+    if callable(getattr(dataloader.DataLoader, "_get_iterator", None)):
+        patches.replace(dataloader.DataLoader, "_get_iterator", make_iterator, eager=True)
 
 
 def _framework_fetch(steps: Steps, original: Callable[..., Any], iterator: Any,
@@ -338,14 +360,6 @@ def _framework_fetch(steps: Steps, original: Callable[..., Any], iterator: Any,
         steps.load(False)
     _tell(steps, steps.framework_fetch, clock() - start, described(iterator))
     return batch
-
-
-def _arguments(iterator: Any) -> dict[str, Any]:
-    """The DataLoader arguments an iterator runs with (torch keeps them on the iterator)."""
-    sampler = getattr(iterator, "_index_sampler", None)
-    return {"num_workers": getattr(iterator, "_num_workers", 0),
-            "pin_memory": getattr(iterator, "_pin_memory", False),
-            "batch_size": getattr(sampler, "batch_size", None)}
 
 
 def _processes(steps: Steps, patches: Patches) -> None:

@@ -87,8 +87,23 @@ def valid(report: dict[str, Any]) -> dict[str, Any]:
         jsonschema.validate(report, _SCHEMA, cls=jsonschema.Draft202012Validator)
     assert problems(report, _SCHEMA) == []
     undescribed = sorted(set(report) - set(_SCHEMA["properties"]))
+    loader = report.get("loader")
+    if isinstance(loader, dict):  # the loader's own fields too
+        undescribed += [f"loader.{key}" for key in sorted(
+            set(loader) - set(_SCHEMA["$defs"]["loader"]["properties"]))]
     assert not undescribed, f"describe {undescribed} in asyncthrottle/run/report.schema.json"
     return report
+
+
+def report_loader(batch_size: int | None, *, num_workers: int = 0, pin_memory: bool = False,
+           in_effect: bool = False, batched_by: str | None = None) -> dict[str, Any]:
+    """The report's ``loader`` of ``DataLoader(data, batch_size=..., num_workers=...,
+    pin_memory=...)`` where torch pins or not (``in_effect``): without an accelerator
+    ``pin_memory=True`` is off."""
+    return {"num_workers": num_workers, "pin_memory": pin_memory,
+            "pin_memory_in_effect": in_effect,
+            "pin_memory_off": "no accelerator" if pin_memory and not in_effect else None,
+            "batch_size": batch_size, "batched_by": batched_by}
 
 
 def read_report(path: Path) -> dict[str, Any]:

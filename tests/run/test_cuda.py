@@ -49,12 +49,17 @@ def test_a_script_that_hides_the_gpus_at_its_top_sees_none_under_run() -> None:
 def test_on_cuda_the_runner_adds_no_sync_and_delivers_every_loss(tmp_path: Path) -> None:
     """No read in the loop: the runner's losses are deferred copies, so the audit finds nothing in
     steps (CUDA's own sync detection included) and every step's loss arrives."""
-    _, _, report = _both("cuda_reads.py", tmp_path, "none")
+    _, done, report = _both("cuda_reads.py", tmp_path, "none")
     assert report["steps"] == 30
     assert [row for row in report["syncs"] if row["in_step"]] == [], report["syncs"]
     kept = json.loads((tmp_path / "run.json").read_text())
     assert report["losses"] == pytest.approx(kept, rel=1e-5)
     assert report["stats"]["device_ms_mean"] is not None, report["stats"]
+    # pin_memory=True as written, and on CUDA in effect: nothing said off
+    assert report["loader"] == {"num_workers": 0, "pin_memory": True, "pin_memory_in_effect": True,
+                                "pin_memory_off": None, "batch_size": 16, "batched_by": None}
+    assert "  loader: DataLoader(num_workers=0, pin_memory=True, batch_size=16)" in \
+        done.stderr.decode().splitlines()
 
 
 def test_on_cuda_a_read_every_step_is_named_counted_and_timed(tmp_path: Path) -> None:

@@ -55,7 +55,8 @@ def _report(steps: int, *, seed: int = 1, folder: Path | None = None) -> dict[st
         "advice": "the host spends its time taking batches from the source",
         "sections": {"forward": 2.5, "backward": 3.1, "optimizer": None} if steps else {},
         "input_wait_s": 0.2, "input_wait_fraction": 0.4 if steps else 0.0,
-        "loader": {"num_workers": 0, "pin_memory": False, "batch_size": 32},
+        "loader": {"num_workers": 0, "pin_memory": True, "pin_memory_in_effect": False,
+                   "pin_memory_off": "no accelerator", "batch_size": 32, "batched_by": None},
         "framework": None, "error": None,
         "stats": {"steps": steps, "wall_s": wall, "wait_fraction": 0.0, "fetch_s": 0.4 * wall,
                   "body_s": 0.6 * wall, "rank_score_0": 1.0, "rank_score_1": 0.62,
@@ -112,6 +113,9 @@ def test_the_verdict_and_its_figures_come_first(tmp_path: Path) -> None:
                    "<dd>40%", "<dt>host waited</dt><dd>0%", "<dt>fetching</dt><dd>40%"):
         assert figure in head, figure
     assert "taking batches from the source" in head
+    # the loader as the script wrote it, what torch runs beside it
+    assert "<code>DataLoader(num_workers=0, pin_memory=True (off: no accelerator), batch_size=32)" \
+           "</code>" in page
 
 
 def test_site_call_suggestion_and_source_are_escaped(tmp_path: Path) -> None:
@@ -127,6 +131,7 @@ def test_site_call_suggestion_and_source_are_escaped(tmp_path: Path) -> None:
     data["patches"] = [{"site": "train.py:5", "call": "x", "certain": True, "why": None,
                         "diff": "@@ -1 +1 @@\n-<script>\n+<b>x</b>\n"}]
     data["options"] = ["--suggest", "<script>.patch"]
+    data["loader"].update(batched_by="<script>pkg.Loader", pin_memory_off="<i>why</i>")
     page = render(data)
     assert "<script" not in page and "<b>" not in page and "<i>" not in page
     assert "&lt;script&gt;os" in page and '<span class="del">-&lt;script&gt;</span>' in page
@@ -135,6 +140,7 @@ def test_site_call_suggestion_and_source_are_escaped(tmp_path: Path) -> None:
     assert "&lt;script&gt;alert(3)&lt;/script&gt; &amp; more" in page  # the suggestion
     assert "Tensor.&lt;b&gt;item&lt;/b&gt;" in page and "in &lt;script&gt;pkg.py:3" in page
     assert "&lt;i&gt;opt&lt;/i&gt;" in page
+    assert "(off: &lt;i&gt;why&lt;/i&gt;)" in page and "by &lt;script&gt;pkg&#x27;s Loader" in page
 
 
 def test_the_sync_table_shows_each_site_s_source_lines(tmp_path: Path) -> None:
@@ -322,6 +328,12 @@ def test_ranks_and_the_command_line() -> None:
     ranks = page[page.index('id="ranks"'):page.index('id="command"')]
     assert "1 (slowest)" in ranks and "0.62" in ranks
     assert "python -m asyncthrottle run train.py --lr 0.1" in page[page.index('id="command"'):]
+    # the command as the user typed it: the installed one
+    page = render({**_report(20), "command": "asyncthrottle",
+                   "trace": {"path": "t.json", "written": True}})
+    command = page[page.index('id="command"'):]
+    assert '<pre class="mono">asyncthrottle run train.py --lr 0.1</pre>' in command
+    assert "<code>asyncthrottle plot t.json</code>" in command and "python -m" not in command
 
 
 def test_render_names_what_it_needs_when_given_something_else() -> None:

@@ -151,8 +151,8 @@ def test_a_file_that_is_no_record_is_said_so_with_its_line(text: str, said: str)
         load(text)
 
 
-def test_replay_from_the_command_line_writes_the_report_and_says_a_bad_file(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def _recorded(tmp_path: Path) -> Path:
+    """The record of three steps (losses 0, 1, 2) of train.py, in ``tmp_path``."""
     steps, clock, _ = _recording(tmp_path)
     opt = Optimizer()
     steps.optimizers.made(opt)
@@ -162,14 +162,36 @@ def test_replay_from_the_command_line_writes_the_report_and_says_a_bad_file(
     steps.finish()
     record = tmp_path / "events.jsonl"
     record.write_text(_text(steps, tmp_path))
+    return record
+
+
+def test_replay_from_the_command_line_writes_the_report_and_says_a_bad_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    record = _recorded(tmp_path)
     report = tmp_path / "report.json"
     assert main(["--json", str(report), "--replay", str(record)]) == 0
     data = json.loads(report.read_text())
     assert data["steps"] == 3 and data["losses"] == [0.0, 1.0, 2.0]
     assert "train.py: 3 steps" in capsys.readouterr().err
+    assert data["command"] == "python -m asyncthrottle"
     (tmp_path / "cut.jsonl").write_text(record.read_text().splitlines()[0] + "\n")
     assert main(["--replay", str(tmp_path / "cut.jsonl")]) == 2
     assert "a record has a head line" in capsys.readouterr().err
+
+
+def test_the_report_s_command_lines_name_the_command_as_it_was_typed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The installed ``asyncthrottle`` (its script's path in ``sys.argv[0]``): the text's trace
+    hint and the page's Command say ``asyncthrottle``, as the usage does, not ``python -m``."""
+    record, page = _recorded(tmp_path), tmp_path / "report.html"
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/asyncthrottle", "run", "--replay", str(record)])
+    assert main(["--html", str(page), "--replay", str(record)]) == 0
+    said = capsys.readouterr().err
+    assert "  a trace: asyncthrottle run --trace trace.json train.py; then asyncthrottle plot " \
+           "trace.json" in said.splitlines()
+    # (a replay's page shows the recorded run's options: none here)
+    assert '<pre class="mono">asyncthrottle run train.py</pre>' in page.read_text()
+    assert "python -m" not in said and "python -m" not in page.read_text()
 
 
 @pytest.mark.parametrize(("argv", "said"), [

@@ -156,17 +156,47 @@ def test_an_f_string_s_suggestion_names_the_fields_that_formatted_tensors(tmp_pa
     assert "f'{epoch}' and f'{i}' and f'{loss}' and f'{acc}'" in said[0], said
 
 
-@pytest.mark.parametrize(("synchronous", "expected"), [
-    (False, "DataLoader(num_workers=0, pin_memory=False): try num_workers=4, pin_memory=True"),
-    (True, "DataLoader(num_workers=0): try num_workers=4"),
+_LOADER = {"num_workers": 0, "pin_memory": False, "pin_memory_in_effect": False,
+           "pin_memory_off": None, "batch_size": 8, "batched_by": None}
+_PINNED_OFF = {**_LOADER, "pin_memory": True, "pin_memory_off": "no accelerator"}
+
+
+@pytest.mark.parametrize(("loader", "synchronous", "expected"), [
+    (_LOADER, False, "DataLoader(num_workers=0, pin_memory=False, batch_size=8): try num_workers=4, "
+                     "pin_memory=True"),
+    (_LOADER, True, "DataLoader(num_workers=0, batch_size=8): try num_workers=4"),
+    # the script wrote pin_memory=True, which torch turned off: said why, never suggested again
+    (_PINNED_OFF, False, "DataLoader(num_workers=0, pin_memory=True (off: no accelerator), "
+                         "batch_size=8): try num_workers=4"),
+    ({**_LOADER, "pin_memory": True, "pin_memory_in_effect": True, "num_workers": 4}, False,
+     "DataLoader(num_workers=4, pin_memory=True, batch_size=8): try num_workers=8"),
+    # fastai batches over a torch DataLoader made with batch_size=None
+    ({**_LOADER, "batch_size": 64, "batched_by": "fastai.data.core.TfmdDL"}, True,
+     "DataLoader(num_workers=0, batch_size=64 (batched by fastai's TfmdDL)): try num_workers=4"),
+    # a report older than pin_memory_in_effect: its pin_memory was what was in effect
+    ({"num_workers": 0, "pin_memory": False, "batch_size": 8}, False,
+     "DataLoader(num_workers=0, pin_memory=False, batch_size=8): try num_workers=4, pin_memory=True"),
 ])
-def test_an_input_bound_loop_is_told_its_dataloader_s_own_arguments(
-        synchronous: bool, expected: str) -> None:
-    loader = {"num_workers": 0, "pin_memory": False, "batch_size": 8}
+def test_an_input_bound_loop_is_told_its_dataloader_as_written_and_what_to_try(
+        loader: dict[str, Any], synchronous: bool, expected: str) -> None:
     said = suggestions(_data([], loader=loader, input_wait_fraction=0.6), synchronous=synchronous)
     assert said[0] == expected + " (the loop waits for its batches)"
     assert suggestions(_data([], loader=loader, input_wait_fraction=0.1),
                        synchronous=synchronous) == []
+
+
+def test_the_text_says_the_loader_as_written_with_what_torch_runs_beside_it() -> None:
+    data = {"script": "train.py", "argv": ["train.py"], "exit_code": 0, "steps": 4,
+            "steps_per_s": 10.0, "stats": {"wall_s": 0.4}, "seen": {}, "error": None,
+            "verdict": "synchronous", "advice": "", "losses": [1.0] * 4, "nonfinite": [],
+            "last_nonfinite": None, "sections": {}, "input_wait_s": 0.0,
+            "input_wait_fraction": 0.0, "syncs": [], "suggestions": [], "trace": None,
+            "loader": {**_PINNED_OFF, "batch_size": 4}}
+    lines = text(data).splitlines()
+    assert "  loader: DataLoader(num_workers=0, pin_memory=True (off: no accelerator), " \
+           "batch_size=4)" in lines
+    assert not [line for line in text({**data, "loader": None}).splitlines()
+                if line.startswith("  loader:")]
 
 
 HF, LIGHTNING = "transformers/trainer.py:1919", "lightning/fabric/utilities/apply_func.py:134"

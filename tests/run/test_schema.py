@@ -35,7 +35,9 @@ def _source(stats: Stats, losses: list[float | None], **each: list[float | None]
 
 def _steps(*sources: Any) -> Any:
     return SimpleNamespace(sources=list(sources), tail_reads=[], input_wait=0.05, error=None,
-                           loader={"num_workers": 2, "pin_memory": True, "batch_size": 8},
+                           loader={"num_workers": 2, "pin_memory": True, "pin_memory_in_effect": False,
+                                   "pin_memory_off": "no accelerator", "batch_size": 8,
+                                   "batched_by": "fastai.data.core.TfmdDL"},
                            seen=dict.fromkeys(SEEN, 1))
 
 
@@ -64,6 +66,7 @@ def _full() -> dict[str, Any]:
     # what the session adds: run --max-syncs-per-step's fields, run's options as typed
     data.update(judge(data, 0.5))
     data["options"] = ["--json", "r.json", "--max-syncs-per-step", "0.5"]
+    data["command"] = "asyncthrottle"
     data["environment"] = environment("cpu", (1, 2), on_host=True)
     return data
 
@@ -98,7 +101,8 @@ def test_every_field_a_report_holds_is_described_and_those_always_there_are_requ
     full, minimal = valid(_full()), valid(_minimal())
     assert set(full) - set(_SCHEMA["properties"]) == set(), "describe them in report.schema.json"
     assert {"losses_by_optimizer", "nonfinite_by_optimizer", "syncs", "stats", "per_step",
-            "guard", "over_limit", "options", "raised", "environment", "synchronous"} <= set(full)
+            "guard", "over_limit", "options", "command", "raised", "environment",
+            "synchronous"} <= set(full)
     assert full["over_limit"]
     assert set(_SCHEMA["required"]) == set(minimal)
     assert full["syncs"] and minimal["syncs"] is None and minimal["stats"] == {}
@@ -163,6 +167,9 @@ def _broken() -> list[tuple[str, Any]]:
         ("a stats value a list", setting(["stats", "steps"], [3])),
         ("a histogram bucket a float", setting(["stats", "in_flight_hist_1"], 0.5)),
         ("the loader's pin_memory an int", setting(["loader", "pin_memory"], 1)),
+        ("the loader's pin_memory in effect null", setting(["loader", "pin_memory_in_effect"], None)),
+        ("why pinning is off a flag", setting(["loader", "pin_memory_off"], True)),
+        ("the loader's batcher a number", setting(["loader", "batched_by"], 16)),
         ("trace without written", dropping("trace", "written")),
         ("a GAN series without its nonfinite", dropping("nonfinite_by_optimizer")),
         ("an optimizer's loss a string", setting(["losses_by_optimizer", "optimizer 0 (Adam)", 0],
@@ -173,6 +180,7 @@ def _broken() -> list[tuple[str, Any]]:
         ("an over_limit row without its site", dropping("over_limit", 0, "site")),
         ("a negative limit", setting(["max_syncs_per_step"], -1)),
         ("options a string", setting(["options"], "--json r.json")),
+        ("the command a list", setting(["command"], ["asyncthrottle"])),
     ]
 
 

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from _runs import SharedRuns, found_syncs, said_syncs, start
+from _runs import SharedRuns, found_syncs, report_loader, said_syncs, start
 
 
 def _misread(why: str) -> Any:
@@ -21,7 +21,7 @@ def _misread(why: str) -> Any:
 
 
 # script, its steps, the DataLoader that feeds its loop (None: none)
-_LOADER = {"num_workers": 0, "pin_memory": False, "batch_size": 4}
+_LOADER = report_loader(4)
 SHAPES = [
     pytest.param("sam_loader.py", 16, _LOADER, marks=_misread(
         "17 steps: the in-place perturbation under no_grad looks like an unheard update")),

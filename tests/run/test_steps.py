@@ -11,12 +11,12 @@ import pytest
 
 pytest.importorskip("torch")
 
-from _runs import SharedRuns, found_syncs, said_syncs, start, under_run
+from _runs import SharedRuns, found_syncs, report_loader, said_syncs, start, under_run
 
 # script, its steps, the steps whose loss is NaN/Inf, and the DataLoader that feeds its loop
 STYLES = [
-    ("loader_loop.py", 8, [], {"num_workers": 0, "pin_memory": False, "batch_size": 6}),
-    ("accumulation.py", 4, [], {"num_workers": 0, "pin_memory": False, "batch_size": 4}),
+    ("loader_loop.py", 8, [], report_loader(6)),
+    ("accumulation.py", 4, [], report_loader(4)),
     ("get_batch.py", 6, [], None),
     ("manual_sgd.py", 5, [], None),
     ("lbfgs.py", 3, [], None),
@@ -24,13 +24,13 @@ STYLES = [
     # the producer thread's next() is not the loop's wait, and its loader is not the loop's
     ("thread_loader.py", 4, [], None),
     # a batch whose optimizer step raised (caught, skipped) is no step; detection goes on
-    ("caught_step_error.py", 9, [], {"num_workers": 0, "pin_memory": False, "batch_size": 4}),
+    ("caught_step_error.py", 9, [], report_loader(4)),
     # preprocessing in the body and a read before the forward are the step's
-    ("body_work.py", 12, [], {"num_workers": 0, "pin_memory": False, "batch_size": 4}),
+    ("body_work.py", 12, [], report_loader(4)),
     # an evaluation with grad on (no eval(), no no_grad) between steps is no step
-    ("eval_with_grad.py", 6, [], {"num_workers": 0, "pin_memory": False, "batch_size": 8}),
+    ("eval_with_grad.py", 6, [], report_loader(8)),
     # a dataset's nn.Module transform is the loader's work; its reads and a logger's are no syncs
-    ("transforms_logger.py", 12, [], {"num_workers": 0, "pin_memory": False, "batch_size": 4}),
+    ("transforms_logger.py", 12, [], report_loader(4)),
     # a teacher's forward under no_grad, with no loader, begins the step it trains in
     ("distill_no_loader.py", 8, [], None),
     # reentrant checkpointing: a backward() inside the step's backward() is the step's own work
