@@ -3,7 +3,6 @@ its traceback without the runner's frames, Ctrl-C; and bad input gets a clear er
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
 import stat
@@ -20,10 +19,13 @@ from _runs import SCRIPTS, env, read_report
 from asyncthrottle.run import main
 
 # What this module tests is the runner's fidelity to python itself (``__main__``, tracebacks,
-# signals, atexit, sys.path): each run starts a fresh interpreter, never a fork of the suite's
-# server that has imported torch (tests/forked.py).
-pair = functools.partial(_runs.pair, fresh=True)
-python = functools.partial(_runs.python, fresh=True)
+# signals, atexit, sys.path). A fork of the suite's server (tests/forked.py) runs a command as
+# python does in argv, sys.path, the working folder, -m, threads, atexit and exit codes; the tests
+# of what it does not give start a fresh interpreter (``fresh=True``): the globals of a script's
+# and a zipapp's __main__ (the server's own __main__ shows through), a traceback's every frame
+# (a KeyboardInterrupt shows the server's) and signals sent to the process.
+pair = _runs.pair
+python = _runs.python
 
 _RUN = ("-m", "asyncthrottle", "run")
 
@@ -131,7 +133,8 @@ def test_a_script_that_does_not_compile_gets_python_s_message_and_did_not_start(
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_ctrl_c_prints_the_report_and_exits_as_python_does() -> None:
-    plain, done = pair(("interrupted.py",), ("-m", "asyncthrottle", "run", "interrupted.py"))
+    plain, done = pair(("interrupted.py",), ("-m", "asyncthrottle", "run", "interrupted.py"),
+                       fresh=True)
     assert plain.returncode == done.returncode == -signal.SIGINT
     err = done.stderr.decode()
     assert "KeyboardInterrupt" in err and "asyncthrottle run: interrupted.py: 2 steps" in err
@@ -176,17 +179,17 @@ def test_a_module_runs_as_python_m_runs_it(tmp_path: Path) -> None:
     assert "asyncthrottle run: " in done.stderr.decode() and ": 3 steps in" in done.stderr.decode()
 
 
-def _both(*args: str, cwd: Path = SCRIPTS
+def _both(*args: str, cwd: Path = SCRIPTS, fresh: bool = False
           ) -> tuple[subprocess.CompletedProcess[bytes], subprocess.CompletedProcess[bytes]]:
     """``python ARGS`` and ``python -m asyncthrottle run ARGS``."""
-    return pair(args, (*_RUN, *args), cwd=cwd)
+    return pair(args, (*_RUN, *args), cwd=cwd, fresh=fresh)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_main_is_python_s_and_stays_the_script_s() -> None:
     # run from the scripts' parent folder, the script's path relative
-    plain, done = _both("scripts/main_globals.py", "x", cwd=SCRIPTS.parent)
+    plain, done = _both("scripts/main_globals.py", "x", cwd=SCRIPTS.parent, fresh=True)
     assert plain.returncode == done.returncode == 0, done.stderr.decode()
     assert done.stdout == plain.stdout
     lines = done.stdout.decode().splitlines()
@@ -253,7 +256,7 @@ def test_a_folder_and_a_zipapp_run_their_main_as_python_runs_them(tmp_path: Path
     (tmp_path / "app" / "__main__.py").write_text(_SHOW)
     zipapp.create_archive(tmp_path / "app", tmp_path / "app.pyz")
     for target in ("app", "app.pyz"):
-        plain, done = _both(target, "a", cwd=tmp_path)
+        plain, done = _both(target, "a", cwd=tmp_path, fresh=True)
         assert plain.returncode == done.returncode == 0, done.stderr.decode()
         assert done.stdout == plain.stdout
         assert done.stdout.decode().startswith(f"__main__ {tmp_path / target / '__main__.py'} ")
@@ -334,7 +337,7 @@ def test_no_trace_is_written_without_steps_and_the_report_says_so(
 def test_ctrl_c_runs_atexit_and_ends_the_daemonic_children_then_dies_by_sigint(
         tmp_path: Path) -> None:
     plain, done = pair(("ctrl_c_atexit.py", str(tmp_path / "plain")),
-                       (*_RUN, "ctrl_c_atexit.py", str(tmp_path / "run")))
+                       (*_RUN, "ctrl_c_atexit.py", str(tmp_path / "run")), fresh=True)
     assert plain.returncode == done.returncode == -signal.SIGINT, done.stderr.decode()
     # the atexit checkpoint was written after the report
     assert (tmp_path / "plain").read_text() == (tmp_path / "run").read_text() == "saved\n"
@@ -387,7 +390,7 @@ def test_a_script_that_closes_its_streams_keeps_its_exit_code(how: str) -> None:
 @pytest.mark.timeout(600)
 def test_tracebacks_have_no_runner_frame_in_the_whole_chain() -> None:
     pytest.importorskip("torch")
-    plain, done = _both("raises_in_torch.py")
+    plain, done = _both("raises_in_torch.py", fresh=True)
     assert plain.returncode == done.returncode == 1
     shown = _before_report(done.stderr)
     assert "asyncthrottle" not in shown and shown == plain.stderr.decode()
