@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import forked
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,8 +94,21 @@ def test_the_wide_setting_runs_side_by_side_by_depth() -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # two child processes that import torch: minutes on a loaded machine
-def test_the_mnist_section_runs_the_example_and_shows_memory_and_the_verdict_per_run() -> None:
+def test_the_mnist_section_runs_the_example_and_shows_memory_and_the_verdict_per_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     gpu = _gpu()
+    shell = gpu.shell
+
+    def forks(argv: list[str], timeout_s: float) -> tuple[int, str]:
+        # each run a fork of the suite's server that has imported torch (shell() itself starts
+        # a fresh interpreter: tested above), from the source tree as shell() runs it
+        if argv[0] != gpu.PYTHON:
+            return shell(argv, timeout_s)
+        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        done = forked.run(argv[1:], cwd=ROOT, env=env, timeout=timeout_s, text=True)
+        return done.returncode, done.stdout + done.stderr
+
+    monkeypatch.setattr(gpu, "shell", forks)
     tiny = ("--device", "cpu", "--width", "2", "--batch-size", "8")
     body = gpu.mnist(540, runs=[("none", ("--depth", "none", *tiny)),
                                 ("2 + .item()", ("--depth", "2", "--item-every-step", *tiny))], max_steps=3)
