@@ -8,13 +8,13 @@ import linecache
 import re
 import sys
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from ..backends import names_the_host
 from .callerwarnings import CallerWarnings
-from .sources import Sources
+from .sources import Found, Sources
 
 if TYPE_CHECKING:
     from .frames import Frames
@@ -25,6 +25,8 @@ __all__ = ["BUILDERS", "Homes"]
 # torch's functions that make a tensor: on the host, unless given device=
 BUILDERS = ("tensor", "as_tensor", "asarray", "from_numpy", "empty", "zeros", "ones", "full",
             "rand", "randn", "randint", "randperm", "arange", "linspace", "logspace", "eye")
+# the builders whose tensor, made from a tensor, is where that one is (as_tensor(t) is t)
+_FOLLOW = frozenset(("tensor", "as_tensor", "asarray"))
 # how many items of a list, tuple or dict a source value is judged by
 _PEEK = 8
 # a line that builds on the CPU by name
@@ -126,6 +128,16 @@ class Homes:
 
         marks[pointer] = (weakref.ref(tensor, forget), device)
 
+    def copied(self, out: Any, source: Any) -> bool:
+        """When ``source`` is a tensor, ``out`` (made from it) is where it is: True (then
+        marked, unless its home is unknown); False: ``source`` is no tensor."""
+        if not isinstance(source, self._tensor):
+            return False
+        home = self._home(source)
+        if home is not None:
+            self.mark(out, home)
+        return True
+
     def moved(self, bound: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """A host tensor's ``to()`` (``bound``): what it returns is on the device when a device
         is named (``x.to(device)``; not ``x.to(torch.float16)``)."""
@@ -210,14 +222,29 @@ class Homes:
         found = self._sources.at(frame.f_code, frame.f_lineno)
         if found is None:
             return None
-        names, assigned, host = found
-        local, outer = frame.f_locals, frame.f_globals
-        for name in names:
-            value = local.get(name, outer.get(name))
+        return self._found(found, frame.f_locals, frame.f_globals, inside_torch)
+
+    def _found(self, found: Found, local: Mapping[str, Any], outer: Mapping[str, Any],
+               inside_torch: bool) -> bool | None:
+        """What ``found``'s names say, their values looked up in ``local`` then ``outer``."""
+        if found.device:
+            return True  # a move to the device (x.to(device)) among what the line computes from
+        host = found.host
+        for name in found.names:
+            if name in local:
+                value = local[name]
+            elif name in found.hidden:
+                return True  # an enclosing function's local, out of sight: as one handed in
+            else:
+                value = outer.get(name)
             home = self._value(value)
             if home is None and isinstance(value, self._tensor) and not inside_torch and (
-                    name not in assigned):
-                return True  # a tensor handed in, of no known home: as one made on the device
+                    name not in found.assigned):
+                enclosed = found.enclosed.get(name)
+                # a closure's free variable: as its enclosing function computed it; a tensor
+                # handed in, of no known home: as one made on the device
+                home = True if enclosed is None else self._found(
+                    enclosed, local, outer, inside_torch) is not False
             if home:
                 return True
             host = host or home is False
@@ -250,15 +277,22 @@ def _builder(homes: Homes, original: Callable[..., Any],
              compiling: Callable[[], bool]) -> Callable[..., Any]:
     """``original`` (``torch.zeros``), marking what it makes: on the device with ``device=``
     (unless its line writes the CPU: ``device="cpu"``, as torch's optimizers keep their step
-    counters), else on the host."""
+    counters); made from a tensor by one of :data:`_FOLLOW`, where that tensor is (unmarked
+    when unknown); else on the host, whoever called it (a library's ``tensor()`` helper)."""
+
+    # torch.tensor(t), as_tensor(t), asarray(t) of a tensor: where t is
+    follows = original.__name__ in _FOLLOW
 
     def build(*args: Any, **kwargs: Any) -> Any:
         homes.front()
         out = original(*args, **kwargs)
         if not compiling():
             device = kwargs.get("device")
-            homes.mark(out, device is not None and not (
-                names_the_host(device) and homes.writes_cpu(sys._getframe(1))))
+            if device is not None:
+                homes.mark(out, not (
+                    names_the_host(device) and homes.writes_cpu(sys._getframe(1))))
+            elif not follows or not homes.copied(out, args[0] if args else kwargs.get("data")):
+                homes.mark(out, False)
         return out
 
     build.__module__, build.__qualname__ = "torch", original.__name__
