@@ -22,8 +22,9 @@ callback reads them from the step's values (``values["loss"].item()``: a host co
 A NaN check (``if not torch.isfinite(loss):``, ``if torch.isnan(loss).any():``,
 ``if math.isnan(loss.item()):``, ...) whose branch only raises becomes
 ``Throttle(nonfinite="raise")`` where no handler of the script could see the error (no ``try`` or
-``with`` around the loop or around a call of its function); one whose branch only calls
-``warnings.warn(...)``, the default ``nonfinite="warn"``. The loss is deferred at its place.
+``with`` around the loop or around a call of its function); the loss is deferred at its place. One
+whose branch only calls ``warnings.warn(...)`` stays advice: the default ``nonfinite="warn"`` warns
+another warning, later, which the script's warning filters (``-W error``) would treat otherwise.
 """
 
 from __future__ import annotations
@@ -381,7 +382,11 @@ class Script:
             return Change(stmt, loop, [looked_at], [], reads={looked_at}, nonfinite="raise")
         call = action.value if isinstance(action, ast.Expr) else None
         if isinstance(call, ast.Call) and ast.unparse(call.func) == "warnings.warn":
-            return Change(stmt, loop, [looked_at], [], reads={looked_at}, nonfinite="warn")
+            # the default nonfinite="warn" warns too, but its own warning, once the step completes:
+            # the script's filters (-W error, catch_warnings) would act on another warning, later
+            return ('its NaN check warns: nonfinite="warn" (the default) warns too, with its own '
+                    "message, once the step completes, so the script's warning filters (-W "
+                    "error) would see another warning, later")
         return "its NaN check does more than raise or warn (a break, a print, a skip)"
 
     # -- names ---------------------------------------------------------------------------------

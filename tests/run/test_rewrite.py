@@ -262,7 +262,7 @@ def test_a_nan_check_that_raises_becomes_nonfinite_raise(test: str) -> None:
     assert isinstance(change, Change) and change.nonfinite == "raise" and change.keys == ["loss"]
 
 
-def test_a_nan_check_that_warns_is_nonfinite_warn_and_one_that_breaks_stays_advice() -> None:
+def test_a_nan_check_that_warns_or_breaks_stays_advice() -> None:
     warns = _judge("for x in batches:\n    loss = model(x).sum()\n"
                    "    if torch.isnan(loss):  # read\n        warnings.warn('NaN')\n")
     breaks = _judge("for x in batches:\n    loss = model(x).sum()\n"
@@ -270,7 +270,8 @@ def test_a_nan_check_that_warns_is_nonfinite_warn_and_one_that_breaks_stays_advi
     caught = _judge("try:\n    for x in batches:\n        loss = model(x).sum()\n"
                     "        if torch.isnan(loss):  # read\n            raise ValueError\n"
                     "except ValueError:\n    pass\n")
-    assert isinstance(warns, Change) and warns.nonfinite == "warn"
+    # (under -W error the script's warning raises at the NaN step; the library's, later)
+    assert isinstance(warns, str) and "-W error" in warns
     assert isinstance(breaks, str) and "more than raise or warn" in breaks
     assert isinstance(caught, str) and "the try on line 9 would see" in caught
 
