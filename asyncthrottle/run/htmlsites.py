@@ -102,7 +102,8 @@ def _blocked(row: dict[str, Any]) -> str:
     if seconds is None:
         return "\u2013"
     total = escape(duration(seconds * 1000))
-    if each is None:
+    if each is None or not row.get("in_step", True):
+        # (a read outside the steps blocked no step: its total alone)
         return f"{total} in all"
     return f'{escape(blocked_per_step(each))}<span class="via">{total} in all</span>'
 

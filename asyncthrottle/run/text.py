@@ -233,7 +233,7 @@ def _sync_lines(syncs: list[dict[str, Any]] | None,
     named = [row["call"] + (f" (in {row['via']})" if row.get("via") else "") for row in shown]
     width = max(len(row["site"]) for row in shown)
     calls = max(len(call) for call in named)
-    blocked = [blocked_per_step(row.get("blocked_per_step_s")) for row in shown]
+    blocked = [blocked_of(row) for row in shown]
     head = "blocked"
     wide = max(len(head), *map(len, blocked)) if any(blocked) else 0
     lines = [f"  sync sites ({'site':<{width}}  {'call':<{calls}}  count  per step"
@@ -261,6 +261,15 @@ def synchronous_note(data: dict[str, Any]) -> str | None:
 def blocked_per_step(seconds: float | None) -> str:
     """A row's time blocked a step (``0.12 ms/step``; empty: not timed)."""
     return "" if seconds is None else f"{duration(seconds * 1000)}/step"
+
+
+def blocked_of(row: dict[str, Any]) -> str:
+    """A row's time blocked: a step's, for reads in the steps; for reads outside them (which
+    blocked no step) the total (``0.12 ms in all``; empty: not timed)."""
+    if row.get("in_step", True):
+        return blocked_per_step(row.get("blocked_per_step_s"))
+    seconds = row.get("blocked_s")
+    return "" if seconds is None else f"{duration(seconds * 1000)} in all"
 
 
 def _more(count: int, what: str) -> list[str]:

@@ -305,6 +305,15 @@ def test_the_sync_table_names_the_package_line_that_made_a_read() -> None:
     ]
 
 
+def test_a_read_outside_steps_shows_its_time_blocked_in_all_not_a_step_s() -> None:
+    # (it blocked no step: 0.5 s over 10 steps would read as 50 ms a step)
+    rows = [_row("t.py:9", "Tensor.item", 10, True, blocked_s=0.02),
+            _row("t.py:30", "Tensor.item", 4, False, blocked_s=0.5)]
+    lines = _sync_lines(rows)
+    assert lines[1].endswith(" 2.00 ms/step") and "in all" not in lines[1]
+    assert lines[2].endswith(" 500 ms in all  outside steps") and "/step" not in lines[2]
+
+
 GLOSSARY_LINE = f'  the report\'s words: {GLOSSARY} ("Diagnose a script" in the docs)'
 
 # -- collect() and text() from fake sources ----------------------------------------------------
