@@ -15,7 +15,7 @@ and its events are dropped, so that a long run holds a window of a few steps."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from .classify import Before, Step, window
 from .record import ANSWERS, Record
@@ -50,23 +50,66 @@ def starts(events: Sequence[Event]) -> bytes:
 
 class Grouper:
     """The report steps of a record's live steps, found as it grows: :meth:`grow` after each
-    live step's end groups and drops the record's decided part once it holds :data:`WINDOW`
-    events, keeping ``starts`` (a byte a live step: 1 where it begins a report step), and
-    :meth:`starts_all` adds the rest's at the script's end."""
+    live step's end keeps ``starts`` (a byte a live step: 1 where it begins a report step) and
+    drops the record's decided part: at once in the usual loop (:meth:`_one`), else once the
+    record holds :data:`WINDOW` events; :meth:`starts_all` adds the rest's at the script's
+    end. A record whose live steps are not numbered 0, 1, ... is not grouped (each live step is
+    one report step), and its events are dropped."""
 
     def __init__(self, record: Record, size: int = WINDOW) -> None:
         self.record = record
         self.starts = bytearray()
         self._before = Before()
         self._size = self._next = size
+        # the live steps ended but not grouped yet: each one's _Live (absolute indices)
+        self._pending: list[_Live] = []
+        self._off = False
 
     def grow(self) -> None:
-        """Group and drop the decided part of the record once it holds the window's events."""
-        events = self.record.events
-        if len(events) < self._next:
+        """After a live step's end (the record's last event)."""
+        record = self.record
+        events = record.events
+        if self._off or not events or events[-1][0] != "ended":
+            # (not grouped, or the record is full: starts_all() groups what it holds)
+            if self._off:
+                record.forget(len(events))
             return
-        self._drop(events)
-        self._next = max(self._size, 2 * len(self.record.events))
+        if events[-1][2] != len(self.starts) + len(self._pending):
+            self._off = True
+            record.forget(len(events))
+            return
+        pending = self._pending
+        offset = record.offset
+        start = pending[-1].stop if pending else offset
+        pending.append(_scan(events, start - offset, _cut(events, len(events) - 1), offset))
+        if len(pending) == 2 and self._one():
+            return
+        if len(events) >= self._next:
+            self._drop(events)
+            self._next = max(self._size, 2 * len(record.events))
+
+    def _one(self) -> bool:
+        """The first of the two live steps not grouped yet (which began a step for good) holds
+        one update, and the second's first update begins the next step for good (a batch taken
+        between them, or the same optimizer again, or each ``backward()`` where no optimizer was
+        made): the first is one report step, and its events are dropped. False: not so."""
+        first, second = self._pending
+        before = self._before
+        made = before.made or first.made or second.made
+        held, begins = (first.step, second.first_step) if made else (
+            first.backward, second.first_backward)
+        if held is None or begins is None:
+            return False
+        (key, end), (begin, following) = held, begins
+        if following != key and first.fetched <= end and second.fetch >= begin:
+            return False
+        self.starts.append(1)
+        before.keys.update(first.keys)
+        before.made = made
+        before.alone.add(key)
+        self.record.forget(first.stop - self.record.offset)
+        del self._pending[0]
+        return True
 
     def starts_all(self) -> bytearray:
         """Every live step's byte (1: it begins a report step), the record's last part
@@ -95,6 +138,79 @@ class Grouper:
         self._before.take(events[:at], done)
         # (the ended events of the live steps grouped that are left are passed over: _ends)
         self.record.forget(at)
+        events = self.record.events
+        offset = self.record.offset
+        self._pending = []
+        for stop in _ends(events, len(self.starts)) or []:
+            start = self._pending[-1].stop if self._pending else offset
+            self._pending.append(_scan(events, start - offset, stop, offset))
+
+
+class _Live(NamedTuple):
+    """What the usual loop's grouping reads of a live step (absolute indices of the record's
+    events): where it ended; its one outermost optimizer step (key, end) and its one
+    ``backward()`` (None, index), each None where it held none or more (or one raised); its
+    first optimizer step (begin, key) and ``backward()`` (index, None); its first and last
+    batch taken; whether it made or stepped an optimizer, and the keys of those it made."""
+
+    stop: int
+    step: tuple[int | None, int] | None
+    backward: tuple[int | None, int] | None
+    first_step: tuple[int, int | None] | None
+    first_backward: tuple[int, int | None] | None
+    fetch: int
+    fetched: int
+    made: bool
+    keys: tuple[int, ...]
+
+
+def _scan(events: Sequence[Event], start: int, stop: int, offset: int) -> _Live:
+    """The :class:`_Live` of ``events[start:stop]`` (the record's window, whose first event's
+    absolute index is ``offset``)."""
+    step: tuple[int | None, int] | None = None
+    first_step: tuple[int, int | None] | None = None
+    first_backward: tuple[int, int | None] | None = None
+    running: list[int] = []
+    many = made = False
+    backwards = 0
+    fetch, fetched = 1 << 62, -1
+    keys: list[int] = []
+    last = -1
+    for index in range(start, stop):
+        event = events[index]
+        kind = event[0]
+        if kind == "step":
+            made = True
+            if not running:
+                many = many or step is not None
+                step = (event[2], -1)
+                if first_step is None:
+                    first_step = (index + offset, event[2])
+            running.append(event[3])
+        elif kind == "step_end":
+            if running and running[-1] == event[2]:
+                running.pop()
+                if not running and step is not None:
+                    step = (step[0], index + offset)
+            else:
+                many = True
+        elif kind == "backward":
+            backwards += 1
+            last = index + offset
+            if first_backward is None:
+                first_backward = (last, None)
+        elif kind == "fetch":
+            fetch = min(fetch, index + offset)
+            fetched = index + offset
+        elif kind == "made":
+            made = True
+            keys.append(event[2])
+        elif kind == "dropped":
+            many = True
+    if many or running or (step is not None and step[1] < 0):
+        step = None
+    return _Live(stop + offset, step, (None, last) if backwards == 1 else None,
+                 first_step, first_backward, fetch, fetched, made, tuple(keys))
 
 
 def _decided(steps: list[Step], firm: list[bool], ends: list[int]) -> tuple[int, int] | None:

@@ -102,6 +102,28 @@ def test_a_long_loop_s_record_keeps_a_window_of_a_few_steps() -> None:
     assert most < 200
 
 
+@pytest.mark.parametrize(("text", "steps"), [
+    ("m0" + " L F B O0 o L e F B O0 o L e F B O0 o L e" * 700, 2100),
+    ("m0" + " F B O0 o F e B O0 o F e B O0 o F e" * 700, 2100),
+    ("F B F B e" + " F B e" * 2000, 2001),
+])
+def test_the_usual_loop_s_record_holds_two_live_steps_at_a_time(text: str, steps: int) -> None:
+    """One update a live step, the next one's the same optimizer's (or a batch between): each
+    live step is one report step as the next one ends, without the classifier, whatever the
+    window (here never reached)."""
+    grown, most = _grown(live(text), size=10**9)
+    assert grown == bytes([1]) * steps
+    assert most < 20
+
+
+def test_live_steps_not_numbered_from_0_are_not_grouped_and_their_record_is_dropped() -> None:
+    """(a throttle that numbers its steps otherwise: each live step is a report step)"""
+    found = [("ended", 0.0, event[2] + 1, 1.0, 0.0) if event[0] == "ended" else event
+             for event in live("m0" + " L F B O0 o F e B O1 o L e" * 500)]
+    grown, most = _grown(found, size=64)
+    assert grown == b"" and most < 20
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("script", RECORDED)
