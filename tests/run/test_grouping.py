@@ -13,6 +13,7 @@ from _runs import SharedRuns
 from test_classify import RECORDED, events
 
 from asyncthrottle.framework import ThrottleHooks
+from asyncthrottle.run.classify import classify
 from asyncthrottle.run.grouping import Grouper, groups, starts
 from asyncthrottle.run.record import Record, load
 from asyncthrottle.run.recording import RecordingSteps
@@ -134,6 +135,9 @@ def test_a_real_record_grouped_as_it_grows_is_grouped_as_a_whole(
     assert done.returncode == 0, done.stderr.decode()
     _, recorded, _ = load((folder / "events.jsonl").read_text())
     assert _grown(recorded, size=16)[0] == starts(recorded)
+    # the live steps are a refinement of the classifier's (the grouping joins, never splits):
+    # as many report steps as the classifier finds
+    assert sum(starts(recorded)) == len(classify(recorded))
 
 
 class Optimizer:
