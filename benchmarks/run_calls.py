@@ -72,13 +72,14 @@ def added(loop: Callable[[int], None], optimizer: torch.optim.Optimizer,
 def run_hooks(optimizer: torch.optim.Optimizer, *, audit: bool = True,
               make: Callable[[Any], Any] | None = None, record: bool = False) -> Iterator[Steps]:
     """Run's hooks in place while the block runs, installed as ``run`` installs them (observe
-    only), with its sync audit unless ``audit`` is False and its record (``--events``) with
-    ``record``; ``make(device)`` builds the runner's throttle hooks (default: run's own).
-    ``optimizer``, made before the hooks, is told to them as a script's made under run is."""
+    only), with its sync audit unless ``audit`` is False; its record kept whole, as
+    ``--events`` keeps it, with ``record``, else grouped as it grows, as every run keeps it;
+    ``make(device)`` builds the runner's throttle hooks (default: run's own). ``optimizer``,
+    made before the hooks, is told to them as a script's made under run is."""
     sites = SyncSites([str(Path(__file__).resolve().parent)]) if audit else None
     make = make or (lambda device: ThrottleHooks(
         None, device=device, sample_every=SAMPLE_EVERY, trace=0, nonfinite=None))
-    runner = RecordingSteps(make, sites, record=Record()) if record else Steps(make, sites)
+    runner = RecordingSteps(make, sites, record=Record(), grow=not record)
     runner.optimizers.made(optimizer)
     patches = Patches()
     torchhooks.install(runner, patches)

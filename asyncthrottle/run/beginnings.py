@@ -1,10 +1,12 @@
 """When a step began, where it is heard only as it trains: a forward without grad after the last
 step (a teacher's, a target network's) or one with grad at another line (another task's), which
-the step then began at; or an evaluation's, whose time the pause that follows reaches back to.
+the step then began at; or an evaluation's, whose time the pause that follows reaches back to;
+or a rollout's, whose host reads of its outputs pause the loop there.
 A base of :class:`~asyncthrottle.run.steps.Steps`, which holds the state (declared here)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .filing import Filing
@@ -16,6 +18,11 @@ class Beginnings(Filing):
     """The reach-back calls of :class:`~asyncthrottle.run.steps.Steps`."""
 
     paused: bool
+    open: bool
+    armed: bool
+    arm: Callable[[], None]
+    # the loop acts between steps (see read())
+    acting: bool
     # when the forward that may begin the next step came, or None
     quiet_at: float | None
     # that forward had grad, at another line than the steps' (see _elsewhere)
@@ -25,6 +32,18 @@ class Beginnings(Filing):
     def _close(self) -> None:
         """End the open step (:meth:`Steps._close`)."""
         raise NotImplementedError
+
+    def read(self, call: str, where: Any) -> None:
+        """The script read a device value on the host (the sync audit's ``on_read``). After a
+        forward without grad that ended the last step, not a teacher's: the loop acts between
+        steps (a rollout reads its actions, an evaluation its scores). The time from that
+        forward is not the loop's, and the forward hook stays armed until a training forward
+        opens the next step there."""
+        if self.quiet_at is not None and not self.open:
+            self._pause()
+            self.acting = True
+            if not self.armed:
+                self.arm()
 
     def _elsewhere(self) -> None:
         """A forward with grad where no step began yet, after the last step ended: an evaluation

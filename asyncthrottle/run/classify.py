@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RULES", "Step", "Update", "classify", "updates"]
+__all__ = ["RULES", "Before", "Step", "Update", "classify", "updates", "window"]
 
 Event = tuple[Any, ...]
 
@@ -38,13 +38,12 @@ class Step:
     by_optimizer: dict[int, float] = field(default_factory=dict)
 
 
-def updates(events: Sequence[Event]) -> list[Update]:
+def updates(events: Sequence[Event], made: bool = False) -> list[Update]:
     """The script's updates: each outermost optimizer step (one inside another, a ``GradScaler``'s
     ``optimizer.step()``, is its own), paired to its end by the frame that ran it; without any
-    optimizer, each ``backward()``."""
+    optimizer (``made``: one was, before ``events``), each ``backward()``."""
     found: list[Update] = []
     running: list[tuple[int, int, int]] = []  # (frame, key, begin) of the steps running
-    made = False
     for index, event in enumerate(events):
         kind = event[0]
         if kind in ("made", "step"):
@@ -86,6 +85,8 @@ class _Context:
     made_at: dict[int, int]
     together: set[tuple[int | None, int | None]] = field(default_factory=set)
     alone: set[int | None] = field(default_factory=set)
+    # a rule looked past the last event for what it asked (its answer may change with more)
+    unsure: bool = False
 
     def done(self, step: Step) -> None:
         """``step`` is done: what it stepped is known."""
@@ -129,6 +130,7 @@ def _the_other_optimizer_comes_back(context: _Context, step: Step,
             return None
         if event[0] == "step" and event[2] in keys:
             return True
+    context.unsure = True
     return None
 
 
@@ -158,18 +160,56 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+@dataclass
+class Before:
+    """What a window of a record (:func:`window`) knows of the events before it: whether an
+    optimizer was made, the optimizers made (their keys), and of the steps, the optimizers that
+    stepped together in one and those that stepped one alone."""
+
+    made: bool = False
+    keys: set[int] = field(default_factory=set)
+    together: set[tuple[int | None, int | None]] = field(default_factory=set)
+    alone: set[int | None] = field(default_factory=set)
+
+    def take(self, events: Sequence[Event], steps: Sequence[Step]) -> None:
+        """``events``, and their ``steps`` (every one done), now come before the window."""
+        context = _Context(events, [], [], {}, self.together, self.alone)
+        for step in steps:
+            context.done(step)
+        for event in events:
+            if event[0] in ("made", "step"):
+                self.made = True
+            if event[0] == "made":
+                self.keys.add(event[2])
+
+
 def classify(events: Sequence[Event], rules: Sequence[Rule] = RULES) -> list[Step]:
     """The steps of ``events`` (a record's, :data:`~asyncthrottle.run.record.FIELDS`): each
     update joins the open step where the first rule with an opinion says so, else begins the
     next; a step whose updates all raised is none (its ``backward()`` values are dropped with
     it). Each step's loss and each optimizer's come from the ``backward()`` calls before its
     updates."""
-    found = updates(events)
-    made_at = {event[2]: index for index, event in enumerate(events) if event[0] == "made"}
-    context = _Context(events, found, [], made_at)
+    steps, _ = window(events, rules)
+    _losses(events, steps)
+    return [step for step in steps if any(u.end is not None for u in step.updates)]
+
+
+def window(events: Sequence[Event], rules: Sequence[Rule] = RULES,
+           before: Before | None = None) -> tuple[list[Step], list[bool]]:
+    """The steps of a window of a record (``before``: what the events before it said; a step
+    whose updates all raised included, losses not found), and for each, whether it began
+    for good: more events cannot join its first update to the step before (a rule looked past
+    the window's last event where it began no step)."""
+    before = before or Before()
+    found = updates(events, before.made)
+    made_at = dict.fromkeys(before.keys, -1)
+    made_at.update({event[2]: index for index, event in enumerate(events) if event[0] == "made"})
+    context = _Context(events, found, [], made_at, set(before.together), set(before.alone))
+    firm: list[bool] = []
     for update in found:
         step = context.steps[-1] if context.steps else None
         joins = False
+        context.unsure = False
         if step is not None:
             for rule in rules:
                 said = rule(context, step, update)
@@ -182,8 +222,8 @@ def classify(events: Sequence[Event], rules: Sequence[Rule] = RULES) -> list[Ste
             if step is not None:
                 context.done(step)
             context.steps.append(Step([update]))
-    _losses(events, context.steps)
-    return [step for step in context.steps if any(u.end is not None for u in step.updates)]
+            firm.append(not context.unsure)
+    return context.steps, firm
 
 
 def _keys(step: Step) -> set[int | None]:

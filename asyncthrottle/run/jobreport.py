@@ -39,8 +39,8 @@ def report_job(job: Job, data: dict[str, Any], steps: Steps, collectives: Collec
 
 def _report(job: Job, data: dict[str, Any], steps: Steps, collectives: Collectives | None,
             options: Any, root: str, ending: Ending, terminated: Terminated, flush: bool) -> int:
-    main = max(steps.sources, key=lambda s: s.hooks.throttle.stats.steps, default=None)
-    count = main.hooks.throttle.stats.steps if main is not None else 0
+    main = max(steps.sources, key=lambda s: s.steps, default=None)
+    count = main.steps if main is not None else 0
     data["host"] = job.host
     data["collectives"] = collectives.rows(count) if collectives is not None else []
     posted = {**data, "trace_events": _events(main) if options.trace else None}

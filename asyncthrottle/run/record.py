@@ -48,6 +48,10 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "error": ("error",),
     # the script has ended (its open step ends here)
     "finish": (),
+    # the runner's live step ``number`` ended (``seconds`` long, ``waited`` for its batch), at
+    # the event heard before this one that is no answer: the report groups live steps by the
+    # classifier's (:mod:`~asyncthrottle.run.grouping`)
+    "ended": ("number", "seconds", "waited"),
     # answers of the script's state to a question the runner asked while it heard the event
     # before: the optimizers' parameter versions, the optimizer steps an exception ended, and
     # when the runner's throttle was ready (made at the first step: its time is not the step's)
@@ -81,6 +85,8 @@ class Record:
         self.limit = limit
         self.events: list[Event] = []
         self.dropped = 0
+        # the events forgotten before events[0] (see forget(): an add()'s index stays its own)
+        self.offset = 0
         self._freed: list[int] = []
 
     def add(self, kind: str, *fields: Any) -> int:
@@ -95,7 +101,7 @@ class Record:
             self.dropped += 1
             return -1
         events.append((kind, self.clock(), *fields))
-        return len(events) - 1
+        return len(events) - 1 + self.offset
 
     def answer(self, kind: str, *fields: Any) -> None:
         """Append an answer (:data:`ANSWERS`) to the event being heard."""
@@ -106,10 +112,18 @@ class Record:
         self._freed.append(key)
 
     def put(self, index: int, field: int, value: Any) -> None:
-        """Set field ``field`` of the event at ``index`` (a value known once the event ran)."""
-        if index >= 0:
+        """Set field ``field`` of the event at ``index`` (a value known once the event ran; a
+        forgotten event's is dropped)."""
+        index -= self.offset
+        if 0 <= index < len(self.events):
             event = self.events[index]
             self.events[index] = (*event[:2 + field], value, *event[3 + field:])
+
+    def forget(self, count: int) -> None:
+        """Drop the first ``count`` events (a record that is not written, grouped as it grows:
+        :class:`~asyncthrottle.run.grouping.Grouper`)."""
+        del self.events[:count]
+        self.offset += count
 
     def _keep(self, event: Event) -> int:
         if len(self.events) >= self.limit:

@@ -11,6 +11,7 @@ from types import FrameType
 from typing import Any
 
 from ..framework import ThrottleHooks
+from .grouping import Grouper
 from .losses import Losses
 from .optimizers import Optimizers
 from .record import Record
@@ -22,12 +23,14 @@ __all__ = ["RecordingSteps"]
 
 class RecordingSteps(Steps):
     """:class:`~asyncthrottle.run.steps.Steps` that also appends each call it hears to
-    ``record`` (and the reads the sync audit counts, through its ``on_read``): the same steps,
-    and a record a replay makes them again from (:mod:`asyncthrottle.run.replay`)."""
+    ``record`` (and the reads the sync audit counts, through its ``on_read``): the same live
+    steps, a record a replay makes them again from (:mod:`asyncthrottle.run.replay`), and the
+    report's steps, grouped by the record's classifier at the script's end (``grow``: as the
+    record grows, which then keeps a window of it: for a record that is not written)."""
 
     def __init__(self, make: Callable[[Any], ThrottleHooks], sites: Any = None, *,
                  record: Record, collective: bool = False,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter, grow: bool = False) -> None:
         def ready(device: Any) -> ThrottleHooks:
             hooks = make(device)
             record.answer("ready")
@@ -35,14 +38,17 @@ class RecordingSteps(Steps):
 
         super().__init__(ready, sites, collective=collective, clock=clock)
         self.record = record
+        # the report's steps, found as the record grows (``grow``: a record not written, whose
+        # grouped part is dropped) or at the script's end
+        self.grouper = Grouper(record)
+        self._grow = grow
         self.optimizers = _Optimizers(record)
         self.losses = _Losses()
-        if sites is not None:
-            sites.on_read = self._read
 
-    def _read(self, call: str, where: Any) -> None:
+    def read(self, call: str, where: Any) -> None:
         path, line, via = where
         self.record.add("read", call, path, line, None if via is None else list(via))
+        super().read(call, where)
 
     def forward(self, grad: bool, module: Any, site: Any = None) -> None:
         # (the site as the hook found it, its code and line: made words as the record is written)
@@ -123,6 +129,14 @@ class RecordingSteps(Steps):
     def finish(self) -> None:
         self.record.add("finish")
         super().finish()
+        if self.runner is not None:
+            # the report's steps: the live ones grouped by the classifier's
+            self.runner.regroup(self.grouper.starts_all())
+
+    def ended(self, number: int, seconds: float, waited: float) -> None:
+        self.record.add("ended", number, seconds, waited)
+        if self._grow:
+            self.grouper.grow()
 
     # inside a call that stops training itself (its stop() is not the hooks')
     _inner = False

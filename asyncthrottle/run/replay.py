@@ -10,6 +10,7 @@ from typing import Any
 
 from ..audit.syncsites import SyncSites
 from ..framework import ThrottleHooks
+from .grouping import starts
 from .optimizers import Optimizers
 from .record import ANSWERS, load
 from .steps import SAMPLE_EVERY, Steps
@@ -56,6 +57,9 @@ def replay_steps(text: str, *, trace: bool = False) -> Replayed:
     if not feed.finished:
         # a record cut short (its limit): its steps end at its last event
         steps.finish()
+    if steps.runner is not None:
+        # the report's steps: the live ones grouped by the classifier's, as the run's were
+        steps.runner.regroup(starts(events))
     steps.seen.update(end.get("seen") or {})
     return Replayed(head, end, steps, sites)
 
@@ -108,7 +112,7 @@ class _Feed:
             "backward_end": self.backward_end, "step": self.step, "step_end": self.step_end,
             "eval": self.steps.leave, "stop": self.steps.stop, "load": self.steps.load,
             "framework": self.framework, "framework_end": _nothing, "read": self.read,
-            "error": self.error, "finish": self.finish}
+            "error": self.error, "finish": self.finish, "ended": _ignored}
         while self.at < len(self.events):
             kind, at, *fields = self.events[self.at]
             if kind not in ANSWERS:
@@ -120,6 +124,9 @@ class _Feed:
         """The answer of ``kind`` recorded right after the event being told (consumed), or
         None where none was (the script's state had not changed)."""
         following = self.at + 1
+        # (past the run's own live steps' ends: the replay's Steps ends its own)
+        while following < len(self.events) and self.events[following][0] == "ended":
+            following += 1
         if following < len(self.events) and self.events[following][0] == kind:
             self.at = following
             _, self.clock.now, *fields = self.events[following]
@@ -228,3 +235,8 @@ class _Optimizers(Optimizers):
 
 def _nothing() -> None:
     pass
+
+
+def _ignored(*fields: Any) -> None:
+    """The run's live step ended: the replay's Steps ends its own (the report groups them by the
+    recorded ones: see replay_steps)."""

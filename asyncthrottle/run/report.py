@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
+from ..stats import Stats
 from .advice import suggestions
 from .sourceindex import site as named
 from .steps import Source, Steps
@@ -32,7 +34,7 @@ def collect(steps: Steps, rows: Sequence[dict[str, Any]] | None, *, script: str,
     (``{"path": ..., "written": ...}``) once it has written a trace. ``raised``: the script's
     uncaught exception (:func:`~.raised.raised`), the report's ``raised`` (None: left out)."""
     source = _main(steps.sources)
-    stats = source.hooks.throttle.stats if source is not None else None
+    stats = _grouped(source)
     count = stats.steps if stats is not None else 0
     wall = stats.wall_s if stats is not None else 0.0
     verdict = stats.verdict if stats is not None else "unknown"
@@ -79,7 +81,22 @@ def _main(sources: Sequence[Source]) -> Source | None:
     """The throttle that saw the most steps (the runner's, or a framework's callback)."""
     if not sources:
         return None
-    return max(sources, key=lambda source: source.hooks.throttle.stats.steps)
+    return max(sources, key=lambda source: source.steps)
+
+
+def _grouped(source: Source | None) -> Stats | None:
+    """The throttle's stats, counting the report's steps (:meth:`Source.regroup`), not the
+    live ones."""
+    if source is None:
+        return None
+    stats = source.hooks.throttle.stats
+    count = source.steps
+    if count == stats.steps:
+        return stats
+    completed = max(0, stats.completed - (stats.steps - count))
+    return dataclasses.replace(stats, steps=count, completed=completed,
+                               in_flight=count - completed,
+                               steps_per_s=count / stats.wall_s if stats.wall_s > 0 else 0.0)
 
 
 def _series(series: Sequence[float | None], count: int) -> dict[str, Any]:

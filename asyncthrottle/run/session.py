@@ -125,9 +125,11 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
         # the device of the first step's tensors: a CPU script on a GPU machine never starts CUDA
         return ThrottleHooks(options.depth, device=device, **thr_options)
 
-    record = Record() if options.events is not None else None
-    steps = Steps(make, sites, collective=_rank() is not None) if record is None else \
-        RecordingSteps(make, sites, record=record, collective=_rank() is not None)
+    # the record is kept on every run (bounded): the report's steps are its classifier's;
+    # --events writes it
+    record = Record()
+    steps = RecordingSteps(make, sites, record=record, collective=_rank() is not None,
+                           grow=options.events is None)
     patches = Patches()
     argv = [target, *args] if not module else ["-m", target, *args]
     collectives = Collectives([root], lambda: sites.in_step) if _rank() is not None else None
@@ -179,10 +181,10 @@ def session(options: Options, target: str, args: list[str], module: bool) -> int
     return report(ending)
 
 
-def _write_record(record: Record | None, options: Options, steps: Steps, shown: str,
+def _write_record(record: Record, options: Options, steps: Steps, shown: str,
                   argv: list[str], *, root: str, code: int) -> None:
     """Write ``--events``' record of the run that ended with ``code`` (none without it)."""
-    if record is None:
+    if options.events is None:
         return
     head = {"script": shown, "argv": argv, "roots": [root], "root": root,
             "options": options.typed}
@@ -313,7 +315,7 @@ def _device(steps: Steps, data: dict[str, Any]) -> Any:
 
 
 def _count(steps: Steps) -> int:
-    return max((s.hooks.throttle.stats.steps for s in steps.sources), default=0)
+    return max((s.steps for s in steps.sources), default=0)
 
 
 def _per_rank(path: str | None, rank: tuple[int, int] | None) -> str | None:

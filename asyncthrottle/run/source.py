@@ -60,6 +60,8 @@ class Source:
         self._wait_s = array("f")
         # between a step's hand-out and the throttle's next pause (see watch())
         self.in_pass = False
+        # a byte a live step: 1 where it begins a report step (see regroup())
+        self._starts = b""
         if not direct:
             hooks.throttle.on_complete(self._delivered)
 
@@ -120,26 +122,61 @@ class Source:
         have no wait each), or None where no step was timed."""
         if not self._step_s:
             return None
-        count = self.steps
+        count = self.live
         # float32 kept: 7 digits are what it holds
-        return {name: [None if k >= len(kept) or math.isnan(kept[k]) else float(f"{kept[k]:.7g}")
-                       for k in range(count)]
+        return {name: [None if v is None else float(f"{v:.7g}") for v in self._merged(
+                    [None if k >= len(kept) or math.isnan(kept[k]) else kept[k]
+                     for k in range(count)], whole=True)]
                 for name, kept in (("step_s", self._step_s), ("input_wait_s", self._wait_s))}
+
+    def regroup(self, starts: bytes | bytearray) -> None:
+        """The report's steps: live step ``k`` begins one where ``starts[k]`` is 1, else is part
+        of the one before (:mod:`~asyncthrottle.run.grouping`); each live step past ``starts``
+        is one. :attr:`steps`, :meth:`series`, :meth:`per_step` and :meth:`by_optimizer` are
+        then the report steps'."""
+        self._starts = bytes(starts)
+
+    @property
+    def live(self) -> int:
+        """The live steps the throttle recorded."""
+        return self.hooks.throttle.stats.steps
 
     @property
     def steps(self) -> int:
-        return self.hooks.throttle.stats.steps
+        """The report's steps: the live ones, grouped (:meth:`regroup`)."""
+        return len(self._spans(self.live))
+
+    def _spans(self, live: int) -> list[range]:
+        """Each report step's live steps, of the first ``live``."""
+        starts = self._starts[:live]
+        spans: list[range] = []
+        start = 0
+        for k in range(1, len(starts) + 1):
+            if k == len(starts) or starts[k]:
+                spans.append(range(start, k))
+                start = k
+        return spans + [range(k, k + 1) for k in range(len(starts), live)]
+
+    def _merged(self, values: list[float | None], *, whole: bool) -> list[float | None]:
+        """``values`` by live step summed by report step: None where one is None (``whole``),
+        else where all are."""
+        out: list[float | None] = []
+        for span in self._spans(len(values)):
+            parts = [values[k] for k in span]
+            known = [v for v in parts if v is not None]
+            out.append(None if not known or (whole and len(known) < len(parts)) else sum(known))
+        return out
 
     def series(self) -> list[float | None]:
         """Each step's loss (None where none was delivered); NaN and Inf stay floats."""
-        return self._loss.values(self.steps)
+        return self._merged(self._loss.values(self.live), whole=True)
 
     def by_optimizer(self) -> dict[str, list[float | None]]:
         """With two or more optimizers, each one's loss series by its name (``"optimizer 0
         (Adam)"``): the ``backward()`` calls before its ``step()``; ``{}`` with one."""
         if len(self.names) < 2:
             return {}
-        count = self.steps
+        count = self.live
         each = {name: self._each.get(name, _Series()).values(count) for name in self.names}
         # before the second optimizer first stepped (a fine-tuning's new optimizer), the first
         # stepped alone: the step's loss was its own (kept before its series was)
@@ -147,7 +184,7 @@ class Source:
         for k, loss in enumerate(self._loss.values(min(self._shared_from, count))):
             if first[k] is None:
                 first[k] = loss
-        return each
+        return {name: self._merged(values, whole=False) for name, values in each.items()}
 
 
 class _Watch:

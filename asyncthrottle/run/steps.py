@@ -111,6 +111,11 @@ class Steps(Hearing, Beginnings):
         # the sync audit files reads in a step that may not come (see _hold): what started
         # holding them, "batch" (a batch taken) or "forward" (a forward elsewhere), or None
         self.holding: str | None = None
+        # the loop acts between steps (see read()): the forward hook stays armed until a
+        # training forward opens the next step
+        self.acting = False
+        if sites is not None:
+            sites.on_read = self.read
         self._reset()
 
     def _reset(self) -> None:
@@ -152,6 +157,9 @@ class Steps(Hearing, Beginnings):
             # where the steps begin
             return
         if not grad:
+            if self.acting:
+                # (a rollout's forwards: the next training forward opens the step)
+                return
             # an evaluation, or the next step's teacher (see _quiet); a teacher's forward inside a
             # step that has not trained yet stays (a batch with no training forward after it was
             # an evaluation's: see fetch_begin)
@@ -164,8 +172,11 @@ class Steps(Hearing, Beginnings):
         self.seen["forwards"] += 1
         self.last = site
         # a forward where this updated step's first one was: the next batch's (an optimizer made
-        # but not stepped yet leaves the first step incomplete)
-        again = self.updated and site == self.first
+        # but not stepped yet leaves the first step incomplete); with no loader, also where the
+        # step before began (a WGAN's critic after the generator's update: a live step too many
+        # is merged back by the report's grouping, one too few is not split)
+        again = self.updated and (site == self.first or (
+            site == self.opener and not self.batched))
         # (a step that has trained nothing yet is neither complete nor failed: no call to ask)
         if self.open and (self.updated or self.stepped or self.backwards) and (
                 again or self._complete() or self._failed()):
@@ -265,9 +276,9 @@ class Steps(Hearing, Beginnings):
             self.runner.hooks.end_phase()
         if not self.armed:
             self.arm()
-        # (the last step's cycle stepped again: complete, without a call)
-        if not self.tail_marked and self.sites is not None and (
-                self.stepped == self.optimizers.cycle or self._complete()):
+        # the tail is the reads after the step's last update (the step may be all the report's
+        # step has: a WGAN's generator update, a live step of its own)
+        if self.sites is not None:
             # (_mark_tail(), inlined: every step)
             self.sites.mark_tail()
             self.tail_marked = True
@@ -321,6 +332,9 @@ class Steps(Hearing, Beginnings):
     def leave(self) -> None:
         """An evaluation starts (``model.eval()``, a forward without grad): a done step ends, and
         the time until the next step is not the loop's."""
+        if self.acting:
+            self.acting = False
+            self.disarm()
         self._unhold()
         if self.open and self._done():
             self._close()
@@ -376,6 +390,7 @@ class Steps(Hearing, Beginnings):
             self.sources.append(self.runner)
         # a step that trains after a quiet forward began there (see _quiet)
         began, self.quiet_at = self.quiet_at, None
+        self.acting = False
         number = self.runner.hooks.begin(at=began)
         self._reset()
         self.number = number
@@ -416,6 +431,7 @@ class Steps(Hearing, Beginnings):
         # a suspended step ended where it was suspended; the time after is not the loop's
         at = self.suspended
         seconds = (self.clock() if at is None else at) - self.opened_at
+        self.ended(self.number, seconds, self.waited)
         if self.synchronous:
             # the step has run (the CPU): its values are on the host, no copy to wait for
             self.runner.keep(self.number, seconds, self.waited, loss, self.each)
@@ -428,6 +444,10 @@ class Steps(Hearing, Beginnings):
         hooks.end(loss, at=at)
         if at is not None:
             self._pause(at)
+
+    def ended(self, number: int, seconds: float, waited: float) -> None:
+        """The live step ``number`` ended, ``seconds`` long, ``waited`` for its batch (a
+        recording keeps it: :class:`~asyncthrottle.run.recording.RecordingSteps`)."""
 
     def _phase(self, name: str, *, collective: bool = False) -> None:
         assert self.runner is not None

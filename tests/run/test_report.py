@@ -337,7 +337,7 @@ def _source(stats: Any, series: list[float | None],
             each: dict[str, list[float | None]] | None = None) -> Any:
     throttle = SimpleNamespace(stats=stats, synchronous=True)
     return SimpleNamespace(hooks=SimpleNamespace(throttle=throttle), framework=None,
-                           series=lambda: series, by_optimizer=lambda: each or {},
+                           steps=stats.steps, series=lambda: series, by_optimizer=lambda: each or {},
                            per_step=lambda: None)
 
 

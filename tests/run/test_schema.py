@@ -29,7 +29,7 @@ def _source(stats: Stats, losses: list[float | None], **each: list[float | None]
     throttle = SimpleNamespace(stats=stats, synchronous=True)
     timed = {"step_s": [0.01] * stats.steps, "input_wait_s": [0.001] * stats.steps}
     return SimpleNamespace(hooks=SimpleNamespace(throttle=throttle), framework="lightning",
-                           series=lambda: losses, by_optimizer=lambda: each,
+                           steps=stats.steps, series=lambda: losses, by_optimizer=lambda: each,
                            per_step=lambda: timed)
 
 

@@ -1,7 +1,7 @@
 """Loop shapes of ordinary PyTorch (#55), each a script of our own run unchanged under ``run`` and
-under python: the same output, and the steps, losses and reads the script itself counts. The
-shapes the live step finder misreads today are strict xfails, each with what it says instead:
-they pass once the record's classifier finds the steps."""
+under python: the same output, and the steps, losses and reads the script itself counts (the
+report's steps are the live steps grouped by the record's classifier: SAM's, a WGAN's and three
+models' steps are the classifier's, not the live finder's)."""
 
 from __future__ import annotations
 
@@ -15,21 +15,13 @@ pytest.importorskip("torch")
 
 from _runs import SharedRuns, found_syncs, report_loader, said_syncs, start
 
-
-def _misread(why: str) -> Any:
-    return pytest.mark.xfail(strict=True, reason=f"the live step finder: {why} (#55)")
-
-
 # script, its steps, the DataLoader that feeds its loop (None: none)
 _LOADER = report_loader(4)
 SHAPES = [
-    pytest.param("sam_loader.py", 16, _LOADER, marks=_misread(
-        "17 steps: the in-place perturbation under no_grad looks like an unheard update")),
-    pytest.param("sam_no_loader.py", 12, None, marks=_misread("13 steps, later losses shifted")),
-    pytest.param("wgan_no_loader.py", 12, None, marks=_misread(
-        "13 steps: the generator's update is a step of its own, the last read taken in it")),
-    pytest.param("three_models.py", 10, _LOADER, marks=_misread(
-        "30 steps: each optimizer's update a step")),
+    ("sam_loader.py", 16, _LOADER),
+    ("sam_no_loader.py", 12, None),
+    ("wgan_no_loader.py", 12, None),
+    ("three_models.py", 10, _LOADER),
     ("ppo.py", 24, None),
     ("reinforce.py", 6, None),
     ("dqn_target.py", 15, None),
@@ -66,7 +58,6 @@ def test_a_loop_shape_runs_as_under_python_with_its_steps_losses_and_reads(
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@_misread("the first update after each rollout holds the rollout's 48 ms")
 def test_a_ppo_rollout_s_time_is_no_step_s(shared_runs: SharedRuns) -> None:
     """Each update is about a millisecond; the rollout before the first of each iteration's
     (16 environment steps of 3 ms) is no step's time."""
