@@ -345,6 +345,7 @@ def test_the_lightning_example_script_shows_the_deferred_loss_in_its_bar(tmp_pat
         [str(EXAMPLES / "lightning_mnist.py"), "--data", "synthetic", "--max-steps", "12",
          "--epochs", "1", "--device", "cpu"],
         text=True, timeout=120, cwd=tmp_path, env=env,
+        preload=(*forked.TORCH, "lightning.pytorch"),  # (the example imports Lightning first thing)
     )
     assert proc.returncode == 0, proc.stderr
     assert "asyncthrottle: 12 steps" in proc.stdout and "test accuracy" in proc.stdout
