@@ -1,9 +1,0 @@
-import torch
-model = torch.nn.Linear(2, 1)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for _ in range(3):
-    loss = model(torch.randn(4, 2)).pow(2).mean()
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    print(loss.item())
