@@ -26,7 +26,8 @@ class RecordingSteps(Steps):
     ``record`` (and the reads the sync audit counts, through its ``on_read``): the same live
     steps, a record a replay makes them again from (:mod:`asyncthrottle.run.replay`), and the
     report's steps, grouped by the record's classifier at the script's end (``grow``: as the
-    record grows, which then keeps a window of it: for a record that is not written)."""
+    record grows, which then keeps a window of it, its events untimed and its losses left out:
+    for a record that is not written)."""
 
     def __init__(self, make: Callable[[Any], ThrottleHooks], sites: Any = None, *,
                  record: Record, collective: bool = False,
@@ -42,6 +43,10 @@ class RecordingSteps(Steps):
         # grouped part is dropped) or at the script's end
         self.grouper = Grouper(record)
         self._grow = grow
+        if grow:
+            # a record grouped as it grows is never written, and grouping reads no event's time:
+            # its events are not timed (a clock read and a float an event less)
+            record.clock = _UNTIMED
         self.optimizers = _Optimizers(record)
         self.losses = _Losses()
 
@@ -185,6 +190,10 @@ class RecordingSteps(Steps):
     # (set in __init__: the hooks read them without an isinstance a call)
     losses: _Losses
     optimizers: _Optimizers
+
+
+# the time of a record's events that nothing reads
+_UNTIMED = itertools.repeat(0.0).__next__
 
 
 class _Losses(Losses):
