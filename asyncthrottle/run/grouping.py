@@ -15,6 +15,7 @@ and its events are dropped, so that a long run holds a window of a few steps."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from .classify import Before, Step, window
@@ -81,7 +82,10 @@ class Grouper:
         pending = self._pending
         offset = record.offset
         start = pending[-1].stop if pending else offset
-        pending.append(_scan(events, start - offset, _cut(events, len(events) - 1), offset))
+        # (_cut, inlined where the live step ended at the event before: the usual loop)
+        last = len(events) - 2
+        stop = last if last >= 0 and events[last][0] not in _PASSED else _cut(events, last + 1)
+        pending.append(_scan(events, start - offset, stop, offset))
         if len(pending) == 2 and self._one():
             return
         if len(events) >= self._next:
@@ -104,7 +108,8 @@ class Grouper:
         if following != key and first.fetched <= end and second.fetch >= begin:
             return False
         self.starts.append(1)
-        before.keys.update(first.keys)
+        if first.keys:
+            before.keys.update(first.keys)
         before.made = made
         before.alone.add(key)
         self.record.forget(first.stop - self.record.offset)
@@ -164,9 +169,62 @@ class _Live(NamedTuple):
     keys: tuple[int, ...]
 
 
+# a live step's kinds of events, and where its events of each kind are (see _plan), or None
+# where it is no usual one (the general _scan_all reads it)
+_Plan = tuple[int, int, int, int, int, int] | None
+_PLANS: dict[tuple[str, ...], _Plan] = {}
+# the kinds of events planned at most (a script's live steps repeat a few shapes)
+_PLANNED = 256
+_KIND = itemgetter(0)
+_NO_FETCH = 1 << 62
+_new = tuple.__new__
+
+
 def _scan(events: Sequence[Event], start: int, stop: int, offset: int) -> _Live:
     """The :class:`_Live` of ``events[start:stop]`` (the record's window, whose first event's
-    absolute index is ``offset``)."""
+    absolute index is ``offset``): a usual live step's by the plan of its kinds of events,
+    read once for each shape (no loop over its events in Python), else by :func:`_scan_all`."""
+    kinds = tuple(map(_KIND, events[start:stop]))
+    try:
+        plan = _PLANS[kinds]
+    except KeyError:
+        if len(_PLANS) >= _PLANNED:
+            _PLANS.clear()
+        plan = _PLANS[kinds] = _plan(kinds)
+    if plan is None:
+        return _scan_all(events, start, stop, offset)
+    step_at, end_at, backwards, first_backward, fetch, fetched = plan
+    base = start + offset
+    step = first_step = None
+    if step_at >= 0:
+        begin = events[start + step_at]
+        first_step = (base + step_at, begin[2])
+        if end_at > step_at and events[start + end_at][2] == begin[3]:
+            step = (begin[2], base + end_at)
+    return _new(_Live, (stop + offset, step, (None, base + backwards) if backwards >= 0 else None,
+                        first_step, (base + first_backward, None) if first_backward >= 0 else None,
+                        base + fetch if fetch >= 0 else _NO_FETCH,
+                        base + fetched if fetched >= 0 else -1, step_at >= 0, ()))
+
+
+def _plan(kinds: tuple[str, ...]) -> _Plan:
+    """Where a live step of ``kinds`` has its optimizer step and its end, its one
+    ``backward()`` (if one only) and its first, its first and last batch taken (-1: none), for
+    a usual live step: no optimizer made, no optimizer step's frames dropped, one optimizer step
+    at most and its end at most. None: not one."""
+    if "made" in kinds or "dropped" in kinds or kinds.count("step") > 1 or \
+            kinds.count("step_end") > 1:
+        return None
+    found = [kinds.index(kind) if kind in kinds else -1 for kind in ("step", "step_end")]
+    backwards = [k for k, kind in enumerate(kinds) if kind == "backward"]
+    fetches = [k for k, kind in enumerate(kinds) if kind == "fetch"]
+    return (found[0], found[1], backwards[0] if len(backwards) == 1 else -1,
+            backwards[0] if backwards else -1, fetches[0] if fetches else -1,
+            fetches[-1] if fetches else -1)
+
+
+def _scan_all(events: Sequence[Event], start: int, stop: int, offset: int) -> _Live:
+    """:func:`_scan`, an event at a time: any live step's."""
     step: tuple[int | None, int] | None = None
     first_step: tuple[int, int | None] | None = None
     first_backward: tuple[int, int | None] | None = None
@@ -290,11 +348,15 @@ def _lend(spans: list[tuple[int, int] | None], ends: list[int], events: Sequence
             spans[k] = spans[k - 1]
 
 
+# the events a live step's end passes over to the one it ended at (see _cut)
+_PASSED = ANSWERS | {"ended"}
+
+
 def _cut(events: Sequence[Event], index: int) -> int:
     """Where the live step whose ``ended`` event is at ``index`` ended: at the event the runner
     was hearing as it ended it (a batch taken, the next step's forward, ``backward()`` or
     update), the last before it that is no answer; the live step holds what came before."""
     at = index - 1
-    while at >= 0 and (events[at][0] in ANSWERS or events[at][0] == "ended"):
+    while at >= 0 and events[at][0] in _PASSED:
         at -= 1
     return max(at, 0)

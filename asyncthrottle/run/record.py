@@ -88,9 +88,14 @@ class Record:
         # the events forgotten before events[0] (see forget(): an add()'s index stays its own)
         self.offset = 0
         self._freed: list[int] = []
+        # a hook's event may be appended to ``events`` at once while they hold fewer than this
+        # (the limit; 0 while a freed optimizer waits to be filed): else add() keeps it
+        self.room = limit
 
     def add(self, kind: str, *fields: Any) -> int:
         """Append a hook's event; returns its index (-1: not kept)."""
+        # (first: a free() from here on sets it again)
+        self.room = self.limit
         if self._freed:
             freed, self._freed = self._freed, []
             for key in freed:
@@ -110,6 +115,7 @@ class Record:
     def free(self, key: int) -> None:
         """The optimizer ``key`` was freed (at any moment: filed before the next event)."""
         self._freed.append(key)
+        self.room = 0
 
     def put(self, index: int, field: int, value: Any) -> None:
         """Set field ``field`` of the event at ``index`` (a value known once the event ran; a

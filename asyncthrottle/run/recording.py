@@ -26,7 +26,8 @@ class RecordingSteps(Steps):
     ``record`` (and the reads the sync audit counts, through its ``on_read``): the same live
     steps, a record a replay makes them again from (:mod:`asyncthrottle.run.replay`), and the
     report's steps, grouped by the record's classifier at the script's end (``grow``: as the
-    record grows, which then keeps a window of it: for a record that is not written)."""
+    record grows, which then keeps a window of it, its events untimed and its losses left out:
+    for a record that is not written)."""
 
     def __init__(self, make: Callable[[Any], ThrottleHooks], sites: Any = None, *,
                  record: Record, collective: bool = False,
@@ -42,57 +43,99 @@ class RecordingSteps(Steps):
         # grouped part is dropped) or at the script's end
         self.grouper = Grouper(record)
         self._grow = grow
+        if grow:
+            # a record grouped as it grows is never written, and grouping reads no event's time:
+            # its events are not timed (a clock read and a float an event less)
+            record.clock = _UNTIMED
         self.optimizers = _Optimizers(record)
         self.losses = _Losses()
 
+    # The hooks heard every step append their event to the record's list themselves while it
+    # has room (Record.add otherwise: a freed optimizer to file first, or the limit reached),
+    # and call Steps' method by name: a call and a super() less an event, on every step.
+
     def read(self, call: str, where: Any) -> None:
         path, line, via = where
-        self.record.add("read", call, path, line, None if via is None else list(via))
-        super().read(call, where)
+        record = self.record
+        via = None if via is None else list(via)
+        if len(record.events) < record.room:
+            record.events.append(("read", record.clock(), call, path, line, via))
+        else:
+            record.add("read", call, path, line, via)
+        Steps.read(self, call, where)
 
     def forward(self, grad: bool, module: Any, site: Any = None) -> None:
         # (the site as the hook found it, its code and line: made words as the record is written)
-        self.record.add("forward", grad, site)
-        super().forward(grad, module, site)
+        record = self.record
+        if len(record.events) < record.room:
+            record.events.append(("forward", record.clock(), grad, site))
+        else:
+            record.add("forward", grad, site)
+        Steps.forward(self, grad, module, site)
 
     def backward(self, tensors: Any, weights: Any = None) -> None:
-        index = self.record.add("backward", None)
+        record = self.record
+        events = record.events
+        if len(events) < record.room:
+            index = len(events) + record.offset
+            events.append(("backward", record.clock(), None))
+        else:
+            index = record.add("backward", None)
         losses = self.losses
-        assert isinstance(losses, _Losses)
         losses.last = None
-        super().backward(tensors, weights)
-        self.record.put(index, 0, losses.last)
+        Steps.backward(self, tensors, weights)
+        if not self._grow:
+            # (the loss is the written record's: a record grouped as it grows reads no loss)
+            record.put(index, 0, losses.last)
 
     def after_backward(self) -> None:
-        self.record.add("backward_end")
-        super().after_backward()
+        self._bare("backward_end")
+        Steps.after_backward(self)
 
     def optimizer_begin(self, optimizer: Any, frame: FrameType) -> None:
         optimizers = self.optimizers
-        assert isinstance(optimizers, _Optimizers)
         key = optimizers.keys.get(id(optimizer))
         if key is None:
             key = optimizers.key(optimizer)
         token = optimizers.tokens[id(frame)] = next(optimizers.token)
-        self.record.add("step", key, token)
-        super().optimizer_begin(optimizer, frame)
+        record = self.record
+        if len(record.events) < record.room:
+            record.events.append(("step", record.clock(), key, token))
+        else:
+            record.add("step", key, token)
+        Steps.optimizer_begin(self, optimizer, frame)
 
     def optimizer_end(self, frame: FrameType) -> None:
-        optimizers = self.optimizers
-        assert isinstance(optimizers, _Optimizers)
-        self.record.add("step_end", optimizers.tokens.pop(id(frame), -1))
-        super().optimizer_end(frame)
+        token = self.optimizers.tokens.pop(id(frame), -1)
+        record = self.record
+        if len(record.events) < record.room:
+            record.events.append(("step_end", record.clock(), token))
+        else:
+            record.add("step_end", token)
+        Steps.optimizer_end(self, frame)
 
     def fetch_begin(self) -> None:
-        self.record.add("fetch")
-        super().fetch_begin()
+        self._bare("fetch")
+        Steps.fetch_begin(self)
+
+    def _bare(self, kind: str) -> None:
+        """Append an event of no fields."""
+        record = self.record
+        if len(record.events) < record.room:
+            record.events.append((kind, record.clock()))
+        else:
+            record.add(kind)
 
     def fetch_end(self, start: float, seconds: float, stopped: bool,
                   loader: dict[str, Any] | None) -> None:
-        self.record.add("fetched", start, seconds, stopped, loader)
+        record = self.record
+        if len(record.events) < record.room:
+            record.events.append(("fetched", record.clock(), start, seconds, stopped, loader))
+        else:
+            record.add("fetched", start, seconds, stopped, loader)
         self._inner = True
         try:
-            super().fetch_end(start, seconds, stopped, loader)
+            Steps.fetch_end(self, start, seconds, stopped, loader)
         finally:
             self._inner = False
 
@@ -134,12 +177,23 @@ class RecordingSteps(Steps):
             self.runner.regroup(self.grouper.starts_all())
 
     def ended(self, number: int, seconds: float, waited: float) -> None:
-        self.record.add("ended", number, seconds, waited)
+        record = self.record
+        if len(record.events) < record.room:
+            record.events.append(("ended", record.clock(), number, seconds, waited))
+        else:
+            record.add("ended", number, seconds, waited)
         if self._grow:
             self.grouper.grow()
 
     # inside a call that stops training itself (its stop() is not the hooks')
     _inner = False
+    # (set in __init__: the hooks read them without an isinstance a call)
+    losses: _Losses
+    optimizers: _Optimizers
+
+
+# the time of a record's events that nothing reads
+_UNTIMED = itertools.repeat(0.0).__next__
 
 
 class _Losses(Losses):

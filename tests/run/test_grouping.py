@@ -5,6 +5,7 @@ live boundary of a rollout (a no-grad forward whose outputs the loop reads on th
 
 from __future__ import annotations
 
+import itertools
 import sys
 from typing import Any
 
@@ -14,7 +15,7 @@ from test_classify import RECORDED, events
 
 from asyncthrottle.framework import ThrottleHooks
 from asyncthrottle.run.classify import classify
-from asyncthrottle.run.grouping import Grouper, groups, starts
+from asyncthrottle.run.grouping import Grouper, _scan, _scan_all, groups, starts
 from asyncthrottle.run.record import Record, load
 from asyncthrottle.run.recording import RecordingSteps
 from asyncthrottle.testing import FakeClock
@@ -115,6 +116,31 @@ def test_the_usual_loop_s_record_holds_two_live_steps_at_a_time(text: str, steps
     grown, most = _grown(live(text), size=10**9)
     assert grown == bytes([1]) * steps
     assert most < 20
+
+
+def _event(kind: str, number: int, token: int) -> tuple[Any, ...]:
+    return {"step": ("step", 0.0, number % 2, token), "step_end": ("step_end", 0.0, token),
+            "made": ("made", 0.0, 5), "dropped": ("dropped", 0.0, 1)}.get(kind, (kind, 0.0))
+
+
+def test_a_live_step_is_read_by_its_plan_as_an_event_at_a_time() -> None:
+    """A live step's summary by the plan of its kinds of events (the usual loop's, no loop in
+    Python) is the general scan's, for every live step of up to four events of these kinds,
+    its optimizer step's end paired to its frame or not, anywhere in the record."""
+    kinds = ["forward", "backward", "step", "step_end", "fetch", "made", "dropped", "read"]
+    planned = 0
+    for length in range(5):
+        for shape in itertools.product(kinds, repeat=length):
+            for paired in (True, False):
+                found = [("forward", 0.0)] * 2 + [
+                    _event(kind, k, 7 if paired or kind == "step" else 8)
+                    for k, kind in enumerate(shape)] + [("forward", 0.0)]
+                for offset in (0, 10):
+                    read = _scan(found, 2, len(found) - 1, offset)
+                    assert read == _scan_all(found, 2, len(found) - 1, offset), (shape, paired)
+                    assert type(read).__name__ == "_Live"
+                    planned += "made" not in shape and "dropped" not in shape
+    assert planned > 1000
 
 
 def test_live_steps_not_numbered_from_0_are_not_grouped_and_their_record_is_dropped() -> None:
