@@ -382,10 +382,20 @@ class Plain(L.LightningModule):
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # two spawned processes import Lightning: past 120 s on a loaded machine
 def test_ddp_spawn_carries_the_callback_to_every_process(tmp_path: Path) -> None:
+    import multiprocessing
+
+    from lightning.pytorch.strategies import DDPStrategy
+
     cb = atl.ThrottleCallback(2, device="cpu")
     cb.throttle.on_complete(_StepsToFile(tmp_path))
 
-    trainer = _trainer([cb], tmp_path, max_epochs=1, devices=2, strategy="ddp_spawn", limit_val_batches=0)
+    # ddp_spawn's launcher, which pickles the trainer, the module and the callback to each process,
+    # with the forkserver start method: each process a fork of a server that imported torch,
+    # Lightning and this module once, not a fresh interpreter that imports them (the pickling is
+    # the same; "ddp_spawn" is DDPStrategy(start_method="spawn"))
+    multiprocessing.set_forkserver_preload(["torch", "lightning.pytorch", __name__])
+    strategy = DDPStrategy(start_method="forkserver")
+    trainer = _trainer([cb], tmp_path, max_epochs=1, devices=2, strategy=strategy, limit_val_batches=0)
     trainer.fit(Plain(), _loader(8))  # before the callback pickled, this failed: cannot pickle '_thread.lock'
 
     for rank in (0, 1):  # 8 batches split over 2 ranks: 4 steps each, every loss delivered in order
