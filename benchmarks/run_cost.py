@@ -18,7 +18,7 @@ over rounds of each round's comparison, with its range [min..max].
   folder (#39's target: 5 % or less). ``--scripts`` is the older spelling of these two.
 
     python benchmarks/run_cost.py [--what step,eval,mnist,plain] [--rounds 5] [--repeats 5]
-        [--loop-steps 200] [--batches 100] [--steps 300] [--tree PATH] [--json]
+        [--loop-steps 200] [--batches 100] [--steps 300] [--tree PATH] [--no-warm-up] [--json]
 
 ``--rounds``: processes of each way (plain, run) per measurement; ``--repeats``: timed loops of
 each kind in one process, interleaved, after one untimed warm-up (the process's figure is the
@@ -98,15 +98,18 @@ def _ratios(plain: list[float], run: list[float]) -> dict[str, Any]:
             "ratio": statistics.median(ratios), "spread": [ratios[0], ratios[-1]]}
 
 
-def measure(names: list[str], steps: int, rounds: int, tree: Path = ROOT) -> list[dict[str, Any]]:
-    """Per script: the median wall times and the median run/plain ratio of interleaved rounds."""
+def measure(names: list[str], steps: int, rounds: int, tree: Path = ROOT,
+            warm: bool = True) -> list[dict[str, Any]]:
+    """Per script: the median wall times and the median run/plain ratio of interleaved rounds
+    (``warm``: after an untimed process that warms the file cache)."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         commands = scripts(folder, steps)
         for name in names:
             argv = commands[name]
-            _wall(argv, folder, tree)  # warm the file cache
+            if warm:
+                _wall(argv, folder, tree)  # warm the file cache
             plain: list[tuple[float, float]] = []
             run: list[tuple[float, float]] = []
             for i in range(rounds):  # interleaved, alternating which goes first
@@ -148,6 +151,9 @@ def _parse(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argparse.Na
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--tree", type=Path, default=ROOT,
                    help="the source tree whose asyncthrottle runs (default: this checkout)")
+    p.add_argument("--no-warm-up", dest="warm", action="store_false",
+                   help="mnist, plain: no untimed first process to warm the file cache (a check "
+                        "that the benchmark runs, not figures)")
     p.add_argument("--json", action="store_true")
     return p, p.parse_args(argv)
 
@@ -198,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     start = os.getloadavg()[0]
     timed = loops(what, args)
     names = [w for w in what if w in ("mnist", "plain")]
-    rows = measure(names, args.steps, args.rounds, args.tree) if names else []
+    rows = measure(names, args.steps, args.rounds, args.tree, args.warm) if names else []
     out = {"tree": str(args.tree), "rounds": args.rounds, "repeats": args.repeats,
            "loop_steps": args.loop_steps, "batches": args.batches,
            "load": [start, os.getloadavg()[0]],

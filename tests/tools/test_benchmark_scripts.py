@@ -237,8 +237,9 @@ def test_run_cost_runs_a_script_plain_and_under_run() -> None:
     # the plain loop alone: the MNIST example's command line is the next test's, and the example
     # itself runs in tests/tools/test_examples.py
     pytest.importorskip("torch")
+    # (its two processes fresh interpreters, as the benchmark times them; no untimed warm-up one)
     done = forked.run([str(ROOT / "benchmarks" / "run_cost.py"), "--what", "plain", "--steps", "3",
-                       "--rounds", "1", "--json"], text=True, timeout=900)
+                       "--rounds", "1", "--no-warm-up", "--json"], text=True, timeout=900)
     assert done.returncode == 0, done.stderr  # its own check: every process exited 0
     rows = json.loads(done.stdout)["rows"]
     assert [row["script"] for row in rows] == ["plain"]
