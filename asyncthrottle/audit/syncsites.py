@@ -63,10 +63,11 @@ class SyncSites:
     never started) every read counts, as it would sync on an accelerator, except those that stay
     on the host on any device: reads torch's own code makes (an optimizer's step counter), reads
     while the DataLoader fetches (``loading``: a dataset's transforms), and reads of a tensor
-    with no autograd history in a function (not a script's top level) that builds tensors from
-    host data (``torch.tensor``/``as_tensor``/``from_numpy``) and names no device and no
-    ``backward`` (a logger's
-    ``torch.tensor(list(deque)).median().item()``); ``to()`` counts only from a device tensor.
+    that would live on the host (:class:`~asyncthrottle.audit.homes.Homes`): one built from
+    Python or NumPy data with no device (a logger's ``torch.tensor(list(deque)).median().item()``,
+    a schedule's tensor of fractions read in a closure), or computed only from such tensors;
+    whatever has autograd history, is a parameter or a module's buffer, or was moved or made on
+    a device counts. ``to()`` counts only from a device tensor.
 
     Only the thread that called ``start()`` (the script's) is counted: a read on another thread
     (a prefetch thread's ``cpu()``) blocks that thread, not the loop, and is neither in a step
